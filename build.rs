@@ -1,0 +1,10 @@
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .bytes(".")
+        .btree_map(".")
+        .file_descriptor_set_path(out.join("watchproxy_descriptor.bin"))
+        .compile_protos(&["proto/watchproxy/v1/watchproxy.proto"], &["proto"])?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

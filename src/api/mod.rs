@@ -1,0 +1,449 @@
+//! The gRPC service: List, Get and Watch served from the watch caches.
+
+mod continue_token;
+pub mod error;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::cache::{Initial, Snapshot, WatchCache, WatchFrom, WatchStart};
+use crate::dispatch::{transition, Delivery, Ended};
+use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
+use crate::pb;
+use crate::selector::Predicate;
+use crate::source::{Etcd, EtcdError};
+use crate::telemetry::{EndReason, EtcdRequest, ResourceMetrics};
+use continue_token::ContinueToken;
+use error::ApiError;
+
+/// One served resource: its cache and its metrics.
+#[derive(Clone)]
+pub struct Served {
+    pub cache: Arc<WatchCache>,
+    pub metrics: ResourceMetrics,
+}
+
+/// The `WatchProxy` service.
+#[derive(Clone)]
+pub struct Api {
+    resources: Arc<HashMap<String, Served>>,
+    etcd: Etcd,
+    /// Bound on waiting for readiness, freshness or a requested version.
+    freshness_wait: Duration,
+    shutdown: CancellationToken,
+}
+
+impl Api {
+    pub fn new(resources: HashMap<String, Served>, etcd: Etcd, freshness_wait: Duration, shutdown: CancellationToken) -> Self {
+        Self { resources: Arc::new(resources), etcd, freshness_wait, shutdown }
+    }
+
+    fn served(&self, name: &str) -> Result<&Served, ApiError> {
+        self.resources.get(name).ok_or_else(|| {
+            let mut known: Vec<&str> = self.resources.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            ApiError::UnknownResource { name: name.to_owned(), known: known.join(", ") }
+        })
+    }
+
+    /// A snapshot of the cache at `min` or later, or (no `min`) at least as
+    /// fresh as etcd is now. Freshness is proved by etcd (nothing under the
+    /// prefix changed since the cache's revision) or reached by waiting for
+    /// the watch to deliver; both are bounded by `freshness_wait`.
+    async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<Snapshot, ApiError> {
+        let deadline = Instant::now() + self.freshness_wait;
+        let cache = &s.cache;
+        let resource = &cache.resource;
+        cache
+            .wait_for(0, self.freshness_wait)
+            .await
+            .map_err(|_| ApiError::NotReady { resource: resource.name.clone() })?;
+        let (start, end) = (resource.key_prefix(), resource.key_range_end());
+        loop {
+            let at = cache.progress().revision;
+            if min.is_some_and(|m| at >= m) {
+                return Ok(cache.snapshot());
+            }
+            let (now, unchanged) = self.etcd.unchanged_since(&s.metrics, &start, &end, at).await?;
+            if unchanged {
+                cache.confirm_unchanged(at, now);
+            }
+            let target = min.unwrap_or(now);
+            let step = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(250));
+            if cache.wait_for(target, step).await.is_ok() {
+                return Ok(cache.snapshot());
+            }
+            if Instant::now() >= deadline {
+                let current = cache.progress().revision;
+                return Err(match min {
+                    Some(requested) => ApiError::TooLarge { requested, current },
+                    None => ApiError::NotFresh { resource: resource.name.clone() },
+                });
+            }
+        }
+    }
+
+    /// A snapshot for a request's resource version (not-older-than rules).
+    async fn snapshot_for(&self, s: &Served, version: RequestedVersion) -> Result<Snapshot, ApiError> {
+        match version {
+            RequestedVersion::Latest => self.catch_up(s, None).await,
+            RequestedVersion::At(n) => self.catch_up(s, Some(n)).await,
+            RequestedVersion::Any => {
+                s.cache
+                    .wait_for(0, self.freshness_wait)
+                    .await
+                    .map_err(|_| ApiError::NotReady { resource: s.cache.resource.name.clone() })?;
+                Ok(s.cache.snapshot())
+            }
+        }
+    }
+
+    async fn list(&self, req: pb::ListRequest) -> Result<pb::ListResponse, ApiError> {
+        let s = self.served(&req.resource)?;
+        let resource = &s.cache.resource;
+        let predicate =
+            Predicate::new(resource, &req.namespace, "", &req.label_selector, &req.field_selector)?;
+        let version = RequestedVersion::parse(&req.resource_version)?;
+        let exact = match pb::ResourceVersionMatch::try_from(req.resource_version_match) {
+            Ok(pb::ResourceVersionMatch::Exact) => true,
+            Ok(_) => false,
+            Err(_) => return Err(ApiError::InvalidArgument("unknown resource_version_match".into())),
+        };
+        if req.limit < 0 {
+            return Err(ApiError::InvalidArgument("limit must not be negative".into()));
+        }
+        let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
+        if !req.continue_token.is_empty() {
+            if version != RequestedVersion::Latest || exact {
+                return Err(ApiError::InvalidArgument(
+                    "resource_version must be unset when continue_token is set".into(),
+                ));
+            }
+            let token = ContinueToken::decode(&req.continue_token, resource)?;
+            return self.list_at(s, &predicate, token.revision, Some(&token.after), limit).await;
+        }
+        if exact {
+            let RequestedVersion::At(n) = version else {
+                return Err(ApiError::InvalidArgument("EXACT needs a resource_version other than \"\" and \"0\"".into()));
+            };
+            return self.list_at(s, &predicate, n, None, limit).await;
+        }
+        let snapshot = self.snapshot_for(s, version).await?;
+        Ok(page_from_snapshot(resource, &snapshot, &predicate, None, limit))
+    }
+
+    /// A page of the state exactly at `revision`: from the cache when it is
+    /// at that revision, otherwise from etcd at that revision.
+    async fn list_at(
+        &self,
+        s: &Served,
+        predicate: &Predicate,
+        revision: Revision,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<pb::ListResponse, ApiError> {
+        let resource = &s.cache.resource;
+        let snapshot = s.cache.snapshot();
+        if snapshot.revision == revision {
+            return Ok(page_from_snapshot(resource, &snapshot, predicate, after, limit));
+        }
+        let prefix = match predicate.name() {
+            Some(name) if !resource.namespaced || predicate.namespace().is_some() => {
+                resource.key(predicate.namespace().unwrap_or(""), name)
+            }
+            _ => resource.namespace_prefix(predicate.namespace().unwrap_or("")),
+        };
+        let end = if predicate.name().is_some() { format!("{prefix}\0") } else { range_end(&prefix) };
+        let mut from = match after {
+            Some(a) if a >= prefix.as_str() => format!("{a}\0"),
+            _ => prefix.clone(),
+        };
+        let mut items = Vec::new();
+        let page_size = limit.saturating_add(1).clamp(1, 1000) as i64;
+        loop {
+            let page = match self
+                .etcd
+                .page(&s.metrics, EtcdRequest::exact_list_page, &from, &end, Some(revision), page_size)
+                .await
+            {
+                Ok(p) => p,
+                Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
+                Err(EtcdError::FutureRevision) => {
+                    return Err(ApiError::TooLarge { requested: revision, current: s.cache.progress().revision })
+                }
+                Err(e) => return Err(e.into()),
+            };
+            for (k, v, rev) in &page.kvs {
+                if !k.starts_with(prefix.as_bytes()) {
+                    continue;
+                }
+                // Undecodable values are skipped here as in the cache.
+                if let Ok(o) = resource.decode(k, v, *rev) {
+                    if predicate.matches(&o) {
+                        items.push(Arc::new(o));
+                    }
+                }
+            }
+            let last = page.kvs.last().map(|(k, _, _)| String::from_utf8_lossy(k).into_owned());
+            match last {
+                Some(k) if page.more && items.len() <= limit => from = format!("{k}\0"),
+                _ => break,
+            }
+        }
+        let more = items.len() > limit;
+        items.truncate(limit);
+        Ok(page_response(resource, revision, items.iter(), more, None))
+    }
+
+    async fn get(&self, req: pb::GetRequest) -> Result<pb::Object, ApiError> {
+        let s = self.served(&req.resource)?;
+        let resource = &s.cache.resource;
+        if req.name.is_empty() || (resource.namespaced && req.namespace.is_empty()) {
+            let what = if resource.namespaced { "namespace and name are" } else { "name is" };
+            return Err(ApiError::InvalidArgument(format!("{what} required for {}", resource.name)));
+        }
+        let version = RequestedVersion::parse(&req.resource_version)?;
+        let snapshot = self.snapshot_for(s, version).await?;
+        let key = resource.key(&req.namespace, &req.name);
+        match snapshot.store.get(key.as_str()) {
+            Some(o) => Ok(object_pb(o, o.revision)),
+            None => Err(ApiError::NotFound { key }),
+        }
+    }
+
+    async fn watch(&self, req: pb::WatchRequest) -> Result<WatchEvents, ApiError> {
+        let s = self.served(&req.resource)?;
+        let resource = &s.cache.resource;
+        let predicate = Predicate::new(resource, &req.namespace, &req.name, &req.label_selector, &req.field_selector)?;
+        let version = RequestedVersion::parse(&req.resource_version)?;
+        let timeout = match req.timeout_seconds {
+            t if t < 0 => return Err(ApiError::InvalidArgument("timeout_seconds must not be negative".into())),
+            0 => None,
+            t => Some(Duration::from_secs(t as u64)),
+        };
+        if self.shutdown.is_cancelled() {
+            return Err(ApiError::ShuttingDown { last: None });
+        }
+        let from = match version {
+            RequestedVersion::At(n) if !req.send_initial_events => {
+                self.catch_up(s, Some(n)).await?;
+                WatchFrom::Revision(n)
+            }
+            v => {
+                self.snapshot_for(s, v).await?;
+                WatchFrom::State
+            }
+        };
+        let start = s.cache.watch(predicate.clone(), from, req.allow_bookmarks).map_err(|too_old| {
+            let WatchFrom::Revision(requested) = from else { unreachable!("only a replay can be too old") };
+            ApiError::TooOld { requested, oldest: too_old.oldest, current: s.cache.progress().revision }
+        })?;
+        let stream = WatchStream {
+            resource: resource.clone(),
+            predicate,
+            allow_bookmarks: req.allow_bookmarks,
+            initial_events_end: req.send_initial_events,
+            timeout,
+            shutdown: self.shutdown.clone(),
+            metrics: s.metrics.clone(),
+        };
+        Ok(Box::pin(stream.run(start)))
+    }
+}
+
+type WatchEvents = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+fn page_from_snapshot(
+    resource: &Resource,
+    snapshot: &Snapshot,
+    predicate: &Predicate,
+    after: Option<&str>,
+    limit: usize,
+) -> pb::ListResponse {
+    let mut it = snapshot.select(resource, predicate, after);
+    let items: Vec<&Arc<Object>> = it.by_ref().take(limit).collect();
+    let remaining = if predicate.has_selectors() { None } else { Some(it.count()) };
+    let more = match remaining {
+        Some(n) => n > 0,
+        None => snapshot.select(resource, predicate, items.last().map(|o| &*o.key)).next().is_some(),
+    };
+    page_response(resource, snapshot.revision, items.into_iter(), more, remaining)
+}
+
+fn page_response<'a>(
+    resource: &Resource,
+    revision: Revision,
+    items: impl Iterator<Item = &'a Arc<Object>>,
+    more: bool,
+    remaining: Option<usize>,
+) -> pb::ListResponse {
+    let items: Vec<pb::Object> = items.map(|o| object_pb(o, o.revision)).collect();
+    let continue_token = match items.last() {
+        Some(last) if more => ContinueToken::new(resource, revision, last.key.clone()).encode(),
+        _ => String::new(),
+    };
+    pb::ListResponse {
+        items,
+        resource_version: revision.to_string(),
+        continue_token,
+        remaining_item_count: remaining.filter(|_| more).map(|n| n as i64),
+    }
+}
+
+pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
+    pb::Object {
+        key: o.key.to_string(),
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+        resource_version: revision.to_string(),
+        labels: o.labels.clone(),
+        value: o.value.clone(),
+    }
+}
+
+fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
+    let t = match kind {
+        EventType::Added => pb::EventType::Added,
+        EventType::Modified => pb::EventType::Modified,
+        EventType::Deleted => pb::EventType::Deleted,
+    };
+    pb::WatchEvent { r#type: t as i32, object: Some(object_pb(o, revision)), initial_events_end: false }
+}
+
+fn bookmark_pb(revision: Revision, initial_events_end: bool) -> pb::WatchEvent {
+    pb::WatchEvent {
+        r#type: pb::EventType::Bookmark as i32,
+        object: Some(pb::Object { resource_version: revision.to_string(), ..Default::default() }),
+        initial_events_end,
+    }
+}
+
+/// One client's watch, from its start to its end.
+struct WatchStream {
+    resource: Arc<Resource>,
+    predicate: Predicate,
+    allow_bookmarks: bool,
+    initial_events_end: bool,
+    timeout: Option<Duration>,
+    shutdown: CancellationToken,
+    metrics: ResourceMetrics,
+}
+
+/// Counts how a watch ended when its stream is dropped; a stream dropped
+/// without a recorded reason was abandoned by its client.
+struct EndCounter {
+    metrics: ResourceMetrics,
+    reason: Option<EndReason>,
+}
+
+impl Drop for EndCounter {
+    fn drop(&mut self) {
+        self.metrics.watcher_ended(self.reason.unwrap_or(EndReason::client_gone));
+    }
+}
+
+enum Step {
+    Shutdown,
+    Timeout,
+    Next(Option<Delivery>),
+}
+
+impl WatchStream {
+    /// The initial events (the state, or the replay from the window), then
+    /// live deliveries, until the client leaves, the timeout passes, the
+    /// watcher falls behind or the server shuts down.
+    fn run(self, start: WatchStart) -> impl Stream<Item = Result<pb::WatchEvent, Status>> + Send {
+        async_stream::stream! {
+            let WatchStart { initial, revision, mut subscription } = start;
+            let mut end = EndCounter { metrics: self.metrics.clone(), reason: None };
+            // The version a client may resume from; none until the initial
+            // state has been sent whole.
+            let mut last: Option<Revision>;
+            match initial {
+                Initial::State(snapshot) => {
+                    let objects: Vec<Arc<Object>> =
+                        snapshot.select(&self.resource, &self.predicate, None).cloned().collect();
+                    for o in objects {
+                        yield Ok(event_pb(EventType::Added, &o, o.revision));
+                    }
+                    last = Some(revision);
+                    if self.initial_events_end {
+                        yield Ok(bookmark_pb(revision, true));
+                    }
+                }
+                Initial::Replay(events) => {
+                    for e in &events {
+                        if let Some((kind, o)) = transition(&self.predicate, e) {
+                            yield Ok(event_pb(kind, &o, e.revision));
+                        }
+                    }
+                    last = Some(revision);
+                }
+            }
+            let timer = tokio::time::sleep(self.timeout.unwrap_or(Duration::MAX / 4));
+            tokio::pin!(timer);
+            loop {
+                let step = tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => Step::Shutdown,
+                    _ = &mut timer, if self.timeout.is_some() => Step::Timeout,
+                    d = subscription.rx.recv() => Step::Next(d),
+                };
+                match step {
+                    Step::Next(Some(Delivery::Event { kind, object, revision })) => {
+                        last = Some(revision);
+                        yield Ok(event_pb(kind, &object, revision));
+                    }
+                    Step::Next(Some(Delivery::Bookmark(revision))) => {
+                        last = Some(revision);
+                        if self.allow_bookmarks {
+                            yield Ok(bookmark_pb(revision, false));
+                        }
+                    }
+                    Step::Next(None) => {
+                        end.reason = Some(EndReason::slow);
+                        let resume_from = match subscription.ended() {
+                            Some(Ended::Slow { resume_from }) => resume_from,
+                            None => last.unwrap_or(revision),
+                        };
+                        yield Err(ApiError::TooSlow { resume_from }.into());
+                        break;
+                    }
+                    Step::Timeout => {
+                        end.reason = Some(EndReason::timeout);
+                        break;
+                    }
+                    Step::Shutdown => {
+                        end.reason = Some(EndReason::shutdown);
+                        yield Err(ApiError::ShuttingDown { last }.into());
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::watch_proxy_server::WatchProxy for Api {
+    async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+        Ok(Response::new(self.list(request.into_inner()).await?))
+    }
+
+    async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::Object>, Status> {
+        Ok(Response::new(self.get(request.into_inner()).await?))
+    }
+
+    type WatchStream = WatchEvents;
+
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Ok(Response::new(self.watch(request.into_inner()).await?))
+    }
+}

@@ -1,0 +1,193 @@
+//! The window of recent events that watches resume from.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::object::{Event, Revision};
+
+/// A resume point older than the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld {
+    /// The oldest revision a watch can still resume from.
+    pub oldest: Revision,
+}
+
+/// Recent events in revision order, covering the revisions
+/// `(start, newest]`: every event after `start` is here, so a watch from any
+/// revision `>= start` can be replayed exactly.
+///
+/// The capacity adapts between bounds: when the window is full and its
+/// oldest event is younger than `freshness`, it doubles instead of evicting
+/// (a burst must not expire watchers that are only seconds behind); when
+/// even its newest quarter is older than `freshness`, it halves.
+#[derive(Debug)]
+pub struct EventRing {
+    events: VecDeque<(Instant, Arc<Event>)>,
+    capacity: usize,
+    min: usize,
+    max: usize,
+    freshness: Duration,
+    start: Revision,
+}
+
+impl EventRing {
+    pub fn new(min: usize, max: usize, freshness: Duration) -> Self {
+        Self {
+            events: VecDeque::new(),
+            capacity: min,
+            min,
+            max,
+            freshness,
+            start: 0,
+        }
+    }
+
+    /// Empties the window; it now covers only revisions after `start`.
+    pub fn reset(&mut self, start: Revision) {
+        self.events.clear();
+        self.start = start;
+    }
+
+    /// The oldest revision a watch can resume from.
+    pub fn oldest(&self) -> Revision {
+        self.start
+    }
+
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Appends an event; revisions must not decrease.
+    pub fn push(&mut self, event: Arc<Event>, now: Instant) {
+        debug_assert!(self.events.back().is_none_or(|(_, e)| e.revision <= event.revision));
+        if self.events.len() >= self.capacity {
+            self.resize(now);
+        }
+        while self.events.len() >= self.capacity {
+            self.evict_oldest();
+        }
+        self.events.push_back((now, event));
+    }
+
+    fn resize(&mut self, now: Instant) {
+        let age_at = |i: usize| now.saturating_duration_since(self.events[i].0);
+        if age_at(0) < self.freshness {
+            self.capacity = (self.capacity * 2).min(self.max);
+        } else if age_at(self.events.len() - self.events.len().div_ceil(4)) > self.freshness {
+            self.capacity = (self.capacity / 2).max(self.min);
+            self.events.shrink_to(self.capacity);
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some((_, e)) = self.events.pop_front() {
+            // Other events of the same revision may remain, so a resume
+            // from just before it is no longer exact: the window now starts
+            // at the evicted revision itself.
+            self.start = e.revision;
+        }
+    }
+
+    /// Every event after `revision`, in order.
+    pub fn since(&self, revision: Revision) -> Result<Vec<Arc<Event>>, TooOld> {
+        if revision < self.start {
+            return Err(TooOld { oldest: self.start });
+        }
+        let first = self.events.partition_point(|(_, e)| e.revision <= revision);
+        Ok(self.events.range(first..).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{EventType, Object};
+
+    fn ev(revision: Revision) -> Arc<Event> {
+        let o = Arc::new(Object {
+            key: Arc::from(format!("/k/{revision}")),
+            namespace: String::new(),
+            name: revision.to_string(),
+            revision,
+            labels: Default::default(),
+            fields: Box::default(),
+            value: Default::default(),
+        });
+        Arc::new(Event { revision, kind: EventType::Added, object: Some(o), prev: None })
+    }
+
+    fn revisions(r: &EventRing, from: Revision) -> Vec<Revision> {
+        r.since(from).unwrap().iter().map(|e| e.revision).collect()
+    }
+
+    #[test]
+    fn since_returns_exactly_the_later_events() {
+        let mut r = EventRing::new(8, 8, Duration::ZERO);
+        r.reset(10);
+        let t = Instant::now();
+        for rev in [11, 12, 12, 15] {
+            r.push(ev(rev), t);
+        }
+        assert_eq!(revisions(&r, 10), [11, 12, 12, 15]);
+        assert_eq!(revisions(&r, 11), [12, 12, 15]);
+        assert_eq!(revisions(&r, 13), [15]);
+        assert_eq!(revisions(&r, 15), Vec::<Revision>::new());
+        assert_eq!(revisions(&r, 99), Vec::<Revision>::new());
+        assert_eq!(r.since(9), Err(TooOld { oldest: 10 }));
+    }
+
+    #[test]
+    fn eviction_moves_the_start_to_the_evicted_revision() {
+        let mut r = EventRing::new(2, 2, Duration::ZERO);
+        r.reset(1);
+        let t = Instant::now() + Duration::from_secs(1);
+        for rev in [2, 3, 3] {
+            r.push(ev(rev), t);
+        }
+        // 2 was evicted: a watch from 2 is still exact, one from 1 is not.
+        assert_eq!(revisions(&r, 2), [3, 3]);
+        assert_eq!(r.since(1), Err(TooOld { oldest: 2 }));
+        r.push(ev(4), t);
+        // One of the two events at 3 is gone, so resuming from 2 is too old.
+        assert_eq!(r.since(2), Err(TooOld { oldest: 3 }));
+        assert_eq!(revisions(&r, 3), [4]);
+    }
+
+    #[test]
+    fn a_fresh_window_grows_instead_of_evicting() {
+        let mut r = EventRing::new(2, 8, Duration::from_secs(60));
+        let t = Instant::now();
+        for rev in 1..=8 {
+            r.push(ev(rev), t);
+        }
+        assert_eq!(r.capacity(), 8);
+        assert_eq!(r.len(), 8);
+        r.push(ev(9), t);
+        assert_eq!(r.len(), 8, "the upper bound holds");
+        assert_eq!(r.oldest(), 1);
+    }
+
+    #[test]
+    fn an_old_window_shrinks_to_the_lower_bound() {
+        let mut r = EventRing::new(2, 8, Duration::from_secs(60));
+        let t = Instant::now();
+        for rev in 1..=8 {
+            r.push(ev(rev), t);
+        }
+        let later = t + Duration::from_secs(120);
+        r.push(ev(9), later);
+        assert_eq!(r.capacity(), 4);
+        assert_eq!(r.oldest(), 5);
+        assert_eq!(revisions(&r, 5), [6, 7, 8, 9]);
+        r.push(ev(10), later + Duration::from_secs(120));
+        assert_eq!(r.capacity(), 2);
+        assert_eq!(revisions(&r, r.oldest()), [9, 10]);
+    }
+}

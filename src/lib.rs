@@ -1,0 +1,103 @@
+//! watchproxy: a watch cache in front of etcd.
+//!
+//! ```text
+//! etcd ──(1 watch per prefix)──> source (reflector) ──> cache (store + event window)
+//!                                                          │
+//!            List / Get ──> api <── snapshots ─────────────┤
+//!                                                          ▼
+//!            Watch ──────> api <── watcher queues <── dispatch (predicate per watcher)
+//! ```
+//!
+//! Each configured resource (an etcd key prefix) has one reflector holding
+//! one etcd watch, one [`cache::WatchCache`] and one dispatcher; any number
+//! of gRPC clients list and watch it without reaching etcd.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cache;
+pub mod config;
+pub mod dispatch;
+pub mod object;
+pub mod selector;
+pub mod source;
+pub mod telemetry;
+
+/// Generated protobuf types and gRPC stubs; only `api` speaks them.
+pub mod pb {
+    tonic::include_proto!("watchproxy.v1");
+
+    /// The encoded descriptor set, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("watchproxy_descriptor");
+}
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use api::{Api, Served};
+use cache::WatchCache;
+use config::Config;
+use dispatch::Dispatcher;
+use object::Resource;
+use source::{spawn_reflector, Etcd};
+use telemetry::Metrics;
+
+/// The sockets the service serves on, bound by the caller (so tests can
+/// bind port 0).
+pub struct Listeners {
+    pub grpc: TcpListener,
+    /// Serves `/metrics`.
+    pub metrics: Option<TcpListener>,
+}
+
+/// How often the reflectors look for due bookmarks.
+const BOOKMARK_TICK: Duration = Duration::from_millis(250);
+
+/// Runs the service until `shutdown` is cancelled, then drains: open
+/// watches end with UNAVAILABLE and the version to resume from, and every
+/// task has exited when this returns.
+pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metrics = Metrics::default();
+    let etcd = Etcd::connect(&config.etcd.endpoints, config.etcd.request_timeout, config.etcd.list_page_size)
+        .await
+        .context("configuring the etcd client")?;
+
+    let mut served = HashMap::new();
+    let mut tasks = Vec::new();
+    for rc in &config.resources {
+        let resource = Arc::new(Resource::from(rc));
+        let m = metrics.resource(&resource.name);
+        let dispatcher = Dispatcher::new(config.watch.watcher_queue, config.watch.bookmark_interval, m.clone());
+        let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
+        tasks.push(spawn_reflector(etcd.clone(), writer, m.clone(), BOOKMARK_TICK, shutdown.clone()));
+        served.insert(resource.name.clone(), Served { cache, metrics: m });
+    }
+
+    if let Some(listener) = listeners.metrics {
+        info!(addr = %listener.local_addr()?, "serving /metrics");
+        tasks.push(telemetry::spawn_metrics_server(listener, metrics.clone(), shutdown.clone()));
+    }
+
+    let api = Api::new(served, etcd, config.watch.freshness_wait, shutdown.clone());
+    info!(addr = %listeners.grpc.local_addr()?, resources = config.resources.len(), "serving gRPC");
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(pb::watch_proxy_server::WatchProxyServer::new(api))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), shutdown.cancelled())
+        .await
+        .context("serving gRPC")?;
+
+    shutdown.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! The watchproxy command: `serve`, plus `demo-load`, `list` and `watch` to
+//! try it by hand.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+use watchproxy::config::Config;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{self, ListRequest, WatchRequest};
+use watchproxy::{run, telemetry, Listeners};
+
+#[derive(Parser)]
+#[command(version, about = "A watch cache in front of etcd, serving List and Watch over gRPC")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// The YAML configuration file.
+        #[arg(long, env = "WATCHPROXY_CONFIG")]
+        config: PathBuf,
+        /// Overrides `listen`.
+        #[arg(long, env = "WATCHPROXY_LISTEN")]
+        listen: Option<SocketAddr>,
+        /// Overrides `metrics_listen`.
+        #[arg(long, env = "WATCHPROXY_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
+        /// Overrides `etcd.endpoints` (comma-separated).
+        #[arg(long, env = "WATCHPROXY_ETCD_ENDPOINTS", value_delimiter = ',')]
+        etcd_endpoints: Option<Vec<String>>,
+        #[arg(long, env = "WATCHPROXY_LOG_FORMAT", value_enum, default_value = "text")]
+        log_format: LogFormat,
+    },
+    /// Write Kubernetes-shaped demo pods into etcd.
+    DemoLoad {
+        #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+        etcd_endpoints: Vec<String>,
+        #[arg(long, default_value = "/registry/pods")]
+        prefix: String,
+        #[arg(long, default_value_t = 3000)]
+        count: usize,
+        #[arg(long, default_value_t = 50)]
+        nodes: usize,
+        #[arg(long, default_value_t = 10)]
+        namespaces: usize,
+    },
+    /// List objects from a running watchproxy.
+    List {
+        #[command(flatten)]
+        query: Query,
+        #[arg(long, default_value_t = 0)]
+        limit: i64,
+    },
+    /// Watch objects from a running watchproxy, one event per line.
+    Watch {
+        #[command(flatten)]
+        query: Query,
+        /// Where to start ("" = now with the current state, "N" = after N).
+        #[arg(long, default_value = "")]
+        resource_version: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct Query {
+    /// The resource, e.g. pods.
+    resource: String,
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    server: String,
+    #[arg(short, long, default_value = "")]
+    namespace: String,
+    #[arg(short = 'l', long, default_value = "")]
+    selector: String,
+    #[arg(long, default_value = "")]
+    field_selector: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve { config, listen, metrics_listen, etcd_endpoints, log_format } => {
+            telemetry::init_logging(matches!(log_format, LogFormat::Json));
+            let mut config = Config::from_file(&config)?;
+            config.listen = listen.unwrap_or(config.listen);
+            config.metrics_listen = metrics_listen.or(config.metrics_listen);
+            if let Some(e) = etcd_endpoints {
+                config.etcd.endpoints = e;
+            }
+            config.validate()?;
+            serve(config).await
+        }
+        Command::DemoLoad { etcd_endpoints, prefix, count, nodes, namespaces } => {
+            demo_load(&etcd_endpoints, &prefix, count, nodes.max(1), namespaces.max(1)).await
+        }
+        Command::List { query, limit } => list(query, limit).await,
+        Command::Watch { query, resource_version } => watch(query, resource_version).await,
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let grpc = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let metrics = match config.metrics_listen {
+        Some(a) => Some(tokio::net::TcpListener::bind(a).await.with_context(|| format!("binding {a}"))?),
+        None => None,
+    };
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        signal.cancel();
+    });
+    run(config, Listeners { grpc, metrics }, shutdown).await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn demo_load(endpoints: &[String], prefix: &str, count: usize, nodes: usize, namespaces: usize) -> anyhow::Result<()> {
+    let mut client = etcd_client::Client::connect(endpoints, None).await.context("connecting to etcd")?;
+    let apps = ["web", "api", "worker", "cache", "batch"];
+    let prefix = prefix.trim_end_matches('/');
+    for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
+        let ops: Vec<etcd_client::TxnOp> = chunk
+            .iter()
+            .map(|&i| {
+                let (ns, app, node) = (format!("ns-{}", i % namespaces), apps[i % apps.len()], format!("node-{}", i % nodes));
+                let name = format!("{app}-{i}");
+                let pod = serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": ns, "labels": {"app": app, "tier": if i % 3 == 0 { "frontend" } else { "backend" }}},
+                    "spec": {"nodeName": node, "containers": [{"name": app, "image": format!("registry.example/{app}:1.{}", i % 7)}]},
+                    "status": {"phase": if i % 10 == 0 { "Pending" } else { "Running" }},
+                });
+                etcd_client::TxnOp::put(format!("{prefix}/{ns}/{name}"), pod.to_string(), None)
+            })
+            .collect();
+        client.txn(etcd_client::Txn::new().and_then(ops)).await.context("writing demo pods")?;
+    }
+    println!("wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces");
+    Ok(())
+}
+
+async fn connect(server: &str) -> anyhow::Result<WatchProxyClient<tonic::transport::Channel>> {
+    WatchProxyClient::connect(server.to_owned()).await.with_context(|| format!("connecting to {server}"))
+}
+
+fn describe(o: &pb::Object) -> String {
+    let labels: Vec<String> = o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}/{} rv={} labels={}", o.namespace, o.name, o.resource_version, labels.join(","))
+}
+
+async fn list(q: Query, limit: i64) -> anyhow::Result<()> {
+    let mut client = connect(&q.server).await?;
+    let mut continue_token = String::new();
+    let mut total = 0;
+    loop {
+        let resp = client
+            .list(ListRequest {
+                resource: q.resource.clone(),
+                namespace: q.namespace.clone(),
+                label_selector: q.selector.clone(),
+                field_selector: q.field_selector.clone(),
+                limit,
+                continue_token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        for o in &resp.items {
+            println!("{}", describe(o));
+        }
+        total += resp.items.len();
+        if resp.continue_token.is_empty() {
+            println!("# {total} objects at resource version {}", resp.resource_version);
+            return Ok(());
+        }
+        continue_token = resp.continue_token;
+    }
+}
+
+async fn watch(q: Query, resource_version: String) -> anyhow::Result<()> {
+    let mut client = connect(&q.server).await?;
+    let mut stream = client
+        .watch(WatchRequest {
+            resource: q.resource,
+            namespace: q.namespace,
+            label_selector: q.selector,
+            field_selector: q.field_selector,
+            resource_version,
+            allow_bookmarks: true,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    while let Some(event) = stream.message().await? {
+        let kind = pb::EventType::try_from(event.r#type).map_or("UNKNOWN", |t| t.as_str_name());
+        let object = event.object.unwrap_or_default();
+        println!("{kind} {}", describe(&object));
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Every request watchproxy makes to etcd, each with a deadline and a count.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, WatchOptions, WatchStream};
+
+use crate::object::Revision;
+use crate::telemetry::{EtcdRequest, ResourceMetrics};
+
+/// An etcd failure, as the reflector and the API need to tell them apart.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("etcd request failed: {0}")]
+    Client(#[source] etcd_client::Error),
+    #[error("etcd request timed out")]
+    Timeout,
+    /// The revision asked for has been compacted away.
+    #[error("revision compacted (etcd keeps revisions from {compacted})")]
+    Compacted { compacted: Revision },
+    /// The revision asked for is newer than etcd's.
+    #[error("revision is newer than etcd's current revision")]
+    FutureRevision,
+    #[error("etcd cancelled the watch: {0}")]
+    WatchCanceled(String),
+    #[error("etcd closed the watch stream")]
+    StreamEnded,
+}
+
+impl From<etcd_client::Error> for EtcdError {
+    fn from(e: etcd_client::Error) -> Self {
+        if let etcd_client::Error::GRpcStatus(s) = &e {
+            if s.message().contains("required revision has been compacted") {
+                return EtcdError::Compacted { compacted: 0 };
+            }
+            if s.message().contains("required revision is a future revision") {
+                return EtcdError::FutureRevision;
+            }
+        }
+        EtcdError::Client(e)
+    }
+}
+
+/// One key/value pair as listed: key, value, mod revision.
+pub type ListedKv = (Vec<u8>, Vec<u8>, Revision);
+
+/// A page of a range read.
+pub struct Page {
+    pub kvs: Vec<ListedKv>,
+    /// The revision the page was read at.
+    pub revision: Revision,
+    pub more: bool,
+}
+
+/// The etcd client of the service, shared by every resource (one HTTP/2
+/// connection; each reflector's watch is a stream of its own on it).
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    timeout: Duration,
+    page_size: i64,
+}
+
+impl Etcd {
+    /// Connects lazily: an etcd that is down at start is retried by the
+    /// reflectors, not a startup failure.
+    pub async fn connect(endpoints: &[String], timeout: Duration, page_size: i64) -> Result<Self, EtcdError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        let client = Client::connect(endpoints, Some(options)).await?;
+        Ok(Self { client, timeout, page_size })
+    }
+
+    async fn deadline<T>(&self, f: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T, EtcdError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r.map_err(EtcdError::from),
+            Err(_) => Err(EtcdError::Timeout),
+        }
+    }
+
+    async fn get(&self, key: &str, options: GetOptions) -> Result<GetResponse, EtcdError> {
+        let mut kv = self.client.kv_client();
+        self.deadline(kv.get(key, Some(options))).await
+    }
+
+    /// One page of `[start, end)` at `revision` (None: the latest).
+    pub async fn page(
+        &self,
+        m: &ResourceMetrics,
+        request: EtcdRequest,
+        start: &str,
+        end: &str,
+        revision: Option<Revision>,
+        limit: i64,
+    ) -> Result<Page, EtcdError> {
+        m.etcd_request(request);
+        let mut options = GetOptions::new().with_range(end).with_limit(limit);
+        if let Some(r) = revision {
+            options = options.with_revision(r as i64);
+        }
+        let mut resp = self.get(start, options).await?;
+        let revision = resp.header().map_or(0, |h| h.revision() as Revision);
+        let more = resp.more();
+        let kvs = resp
+            .take_kvs()
+            .into_iter()
+            .map(|kv| {
+                let rev = kv.mod_revision() as Revision;
+                let (k, v) = kv.into_key_value();
+                (k, v, rev)
+            })
+            .collect();
+        Ok(Page { kvs, revision, more })
+    }
+
+    /// Every pair in `[start, end)`, in pages all cut from one revision
+    /// (`revision`, or the latest at the first page).
+    pub async fn list_all(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+        revision: Option<Revision>,
+    ) -> Result<(Vec<ListedKv>, Revision), EtcdError> {
+        let mut out = Vec::new();
+        let mut from = start.to_owned();
+        let mut at = revision;
+        loop {
+            let page = self.page(m, EtcdRequest::list_page, &from, end, at, self.page_size).await?;
+            at = Some(page.revision);
+            let last = page.kvs.last().map(|(k, _, _)| k.clone());
+            out.extend(page.kvs);
+            match last {
+                Some(mut k) if page.more => {
+                    k.push(0); // the smallest key after the last one
+                    from = String::from_utf8(k).map_err(|_| {
+                        EtcdError::Client(etcd_client::Error::InvalidArgs("key is not UTF-8".into()))
+                    })?;
+                }
+                _ => return Ok((out, page.revision)),
+            }
+        }
+    }
+
+    /// The number of keys in `[start, end)` at `revision` (None: latest)
+    /// with a mod revision of at least `min_mod`, and the revision read at.
+    async fn count(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+        revision: Option<Revision>,
+        min_mod: Option<Revision>,
+    ) -> Result<(i64, Revision), EtcdError> {
+        m.etcd_request(EtcdRequest::current_revision);
+        let mut options = GetOptions::new().with_range(end).with_count_only();
+        if let Some(r) = revision {
+            options = options.with_revision(r as i64);
+        }
+        if let Some(r) = min_mod {
+            options = options.with_min_mod_revision(r as i64);
+        }
+        let resp = self.get(start, options).await?;
+        Ok((resp.count(), resp.header().map_or(0, |h| h.revision() as Revision)))
+    }
+
+    /// etcd's current revision `R`, and whether nothing in `[start, end)`
+    /// changed in `(since, R]`: no key created or modified (none has a mod
+    /// revision above `since`) and none deleted (as many keys as at `since`).
+    ///
+    /// This proves a cache at `since` is as fresh as etcd at `R` without
+    /// relying on requested progress notifications, which etcd before
+    /// 3.4.31 / 3.5.13 may send ahead of undelivered events.
+    pub async fn unchanged_since(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+        since: Revision,
+    ) -> Result<(Revision, bool), EtcdError> {
+        let (now_count, now) = self.count(m, start, end, None, None).await?;
+        if now <= since {
+            return Ok((now, true));
+        }
+        let then = self.count(m, start, end, Some(since), None);
+        let changed = self.count(m, start, end, Some(now), Some(since + 1));
+        match tokio::try_join!(then, changed) {
+            Ok(((then_count, _), (changed, _))) => Ok((now, changed == 0 && then_count == now_count)),
+            Err(EtcdError::Compacted { .. }) => Ok((now, false)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens a watch on a gRPC stream of its own.
+    pub async fn watch(&self, key: String, options: WatchOptions) -> Result<WatchStream, EtcdError> {
+        let mut w = self.client.watch_client();
+        self.deadline(w.watch(key, Some(options))).await
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}

@@ -1,0 +1,192 @@
+//! Logs and Prometheus metrics.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global tracing subscriber; `RUST_LOG` filters (default
+/// `info`), and `json` selects one JSON object per line.
+pub fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second initialisation (tests start several servers) keeps the first.
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: String,
+}
+
+/// Why a watch ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum EndReason {
+    slow,
+    timeout,
+    client_gone,
+    shutdown,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndLabels {
+    resource: String,
+    reason: EndReason,
+}
+
+/// The kind of request made to etcd.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum EtcdRequest {
+    list_page,
+    watch,
+    progress,
+    current_revision,
+    exact_list_page,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EtcdLabels {
+    resource: String,
+    request: EtcdRequest,
+}
+
+/// All metric families, registered once; [`Metrics::resource`] hands out
+/// the per-resource series.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    events_received: Family<ResourceLabel, Counter>,
+    deliveries: Family<ResourceLabel, Counter>,
+    undecodable: Family<ResourceLabel, Counter>,
+    relists: Family<ResourceLabel, Counter>,
+    watchers: Family<ResourceLabel, Gauge>,
+    watchers_ended: Family<EndLabels, Counter>,
+    etcd_requests: Family<EtcdLabels, Counter>,
+    cache_objects: Family<ResourceLabel, Gauge>,
+    cache_revision: Family<ResourceLabel, Gauge>,
+    window_events: Family<ResourceLabel, Gauge>,
+    window_capacity: Family<ResourceLabel, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::with_prefix("watchproxy");
+        let m = Self {
+            registry: Arc::default(),
+            events_received: Family::default(),
+            deliveries: Family::default(),
+            undecodable: Family::default(),
+            relists: Family::default(),
+            watchers: Family::default(),
+            watchers_ended: Family::default(),
+            etcd_requests: Family::default(),
+            cache_objects: Family::default(),
+            cache_revision: Family::default(),
+            window_events: Family::default(),
+            window_capacity: Family::default(),
+        };
+        r.register("events_received", "Events received from etcd watches", m.events_received.clone());
+        r.register("deliveries", "Events and bookmarks queued to watchers", m.deliveries.clone());
+        r.register(
+            "undecodable_values",
+            "etcd key/value pairs skipped because the key or value could not be decoded",
+            m.undecodable.clone(),
+        );
+        r.register("relists", "Full re-lists of a resource after the first list", m.relists.clone());
+        r.register("watchers", "Open watches", m.watchers.clone());
+        r.register("watchers_ended", "Watches ended by the server, by reason", m.watchers_ended.clone());
+        r.register("etcd_requests", "Requests sent to etcd, by kind", m.etcd_requests.clone());
+        r.register("cache_objects", "Objects in the watch cache", m.cache_objects.clone());
+        r.register("cache_resource_version", "The etcd revision the cache has caught up to", m.cache_revision.clone());
+        r.register("window_events", "Events held in the resume window", m.window_events.clone());
+        r.register("window_capacity", "Current capacity of the resume window", m.window_capacity.clone());
+        Self { registry: Arc::new(r), ..m }
+    }
+}
+
+impl Metrics {
+    pub fn resource(&self, name: &str) -> ResourceMetrics {
+        let l = ResourceLabel { resource: name.to_owned() };
+        ResourceMetrics {
+            name: name.to_owned(),
+            events_received: self.events_received.get_or_create(&l).clone(),
+            deliveries: self.deliveries.get_or_create(&l).clone(),
+            undecodable: self.undecodable.get_or_create(&l).clone(),
+            relists: self.relists.get_or_create(&l).clone(),
+            watchers: self.watchers.get_or_create(&l).clone(),
+            cache_objects: self.cache_objects.get_or_create(&l).clone(),
+            cache_revision: self.cache_revision.get_or_create(&l).clone(),
+            window_events: self.window_events.get_or_create(&l).clone(),
+            window_capacity: self.window_capacity.get_or_create(&l).clone(),
+            watchers_ended: self.watchers_ended.clone(),
+            etcd_requests: self.etcd_requests.clone(),
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// The series of one resource.
+#[derive(Clone, Debug)]
+pub struct ResourceMetrics {
+    name: String,
+    pub events_received: Counter,
+    pub deliveries: Counter,
+    pub undecodable: Counter,
+    pub relists: Counter,
+    pub watchers: Gauge,
+    pub cache_objects: Gauge,
+    pub cache_revision: Gauge,
+    pub window_events: Gauge,
+    pub window_capacity: Gauge,
+    watchers_ended: Family<EndLabels, Counter>,
+    etcd_requests: Family<EtcdLabels, Counter>,
+}
+
+impl ResourceMetrics {
+    pub fn watcher_ended(&self, reason: EndReason) {
+        self.watchers_ended
+            .get_or_create(&EndLabels { resource: self.name.clone(), reason })
+            .inc();
+    }
+
+    pub fn etcd_request(&self, request: EtcdRequest) {
+        self.etcd_requests
+            .get_or_create(&EtcdLabels { resource: self.name.clone(), request })
+            .inc();
+    }
+}
+
+/// Serves `/metrics` in the Prometheus text format until `shutdown`.
+pub fn spawn_metrics_server(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    use axum::http::header::CONTENT_TYPE;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let body = metrics.encode();
+            async move { ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body) }
+        }),
+    );
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+        if let Err(e) = served.await {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    })
+}
