@@ -119,7 +119,10 @@ impl Api {
         if req.limit < 0 {
             return Err(ApiError::InvalidArgument("limit must not be negative".into()));
         }
-        let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
+        let limit = match req.limit {
+            0 => usize::MAX,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
         if !req.continue_token.is_empty() {
             if version != RequestedVersion::Latest || exact {
                 return Err(ApiError::InvalidArgument(
@@ -199,7 +202,18 @@ impl Api {
         }
         let more = items.len() > limit;
         items.truncate(limit);
-        Ok(page_response(resource, revision, items.iter(), more, None))
+        let remaining = match items.last() {
+            Some(last) if more && !predicate.has_selectors() => {
+                let after_last = format!("{}\0", last.key);
+                let (n, _) = self
+                    .etcd
+                    .count(&s.metrics, EtcdRequest::exact_list_page, &after_last, &end, Some(revision), None)
+                    .await?;
+                Some(n as usize)
+            }
+            _ => None,
+        };
+        Ok(page_response(resource, revision, items.iter(), more, remaining))
     }
 
     async fn get(&self, req: pb::GetRequest) -> Result<pb::Object, ApiError> {

@@ -147,15 +147,16 @@ impl Etcd {
 
     /// The number of keys in `[start, end)` at `revision` (None: latest)
     /// with a mod revision of at least `min_mod`, and the revision read at.
-    async fn count(
+    pub async fn count(
         &self,
         m: &ResourceMetrics,
+        request: EtcdRequest,
         start: &str,
         end: &str,
         revision: Option<Revision>,
         min_mod: Option<Revision>,
     ) -> Result<(i64, Revision), EtcdError> {
-        m.etcd_request(EtcdRequest::current_revision);
+        m.etcd_request(request);
         let mut options = GetOptions::new().with_range(end).with_count_only();
         if let Some(r) = revision {
             options = options.with_revision(r as i64);
@@ -181,12 +182,12 @@ impl Etcd {
         end: &str,
         since: Revision,
     ) -> Result<(Revision, bool), EtcdError> {
-        let (now_count, now) = self.count(m, start, end, None, None).await?;
+        let (now_count, now) = self.count(m, EtcdRequest::current_revision, start, end, None, None).await?;
         if now <= since {
             return Ok((now, true));
         }
-        let then = self.count(m, start, end, Some(since), None);
-        let changed = self.count(m, start, end, Some(now), Some(since + 1));
+        let then = self.count(m, EtcdRequest::current_revision, start, end, Some(since), None);
+        let changed = self.count(m, EtcdRequest::current_revision, start, end, Some(now), Some(since + 1));
         match tokio::try_join!(then, changed) {
             Ok(((then_count, _), (changed, _))) => Ok((now, changed == 0 && then_count == now_count)),
             Err(EtcdError::Compacted { .. }) => Ok((now, false)),

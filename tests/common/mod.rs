@@ -1,0 +1,345 @@
+//! Test harness: a real etcd in a temporary directory on free loopback
+//! ports, watchproxy served in-process, and helpers to drive both.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Client;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use watchproxy::config::Config;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{self, WatchEvent};
+use watchproxy::Listeners;
+
+pub const INSTALL_HINT: &str = "etcd is required by the integration tests and was not found. \
+Install it with `sudo apt-get install -y etcd-server etcd-client` (Debian/Ubuntu), \
+run ./scripts/test.sh (which installs it), or set WATCHPROXY_ETCD_BIN to an etcd binary.";
+
+fn etcd_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("WATCHPROXY_ETCD_BIN") {
+        return PathBuf::from(p);
+    }
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("etcd")).find(|p| p.is_file()));
+    found.unwrap_or_else(|| panic!("{INSTALL_HINT}"))
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A single-member etcd; killed on drop.
+pub struct Etcd {
+    pub client_url: String,
+    peer_url: String,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Etcd {
+    pub async fn start() -> Etcd {
+        let dir = tempfile::tempdir().unwrap();
+        let mut etcd = Etcd {
+            client_url: format!("http://127.0.0.1:{}", free_port()),
+            peer_url: format!("http://127.0.0.1:{}", free_port()),
+            dir,
+            child: None,
+        };
+        etcd.launch().await;
+        etcd
+    }
+
+    async fn launch(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
+        let child = Command::new(etcd_binary())
+            .args(["--name", "test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &self.client_url, "--advertise-client-urls", &self.client_url])
+            .args(["--listen-peer-urls", &self.peer_url, "--initial-advertise-peer-urls", &self.peer_url])
+            .arg(format!("--initial-cluster=test={}", self.peer_url))
+            // Periodic progress notifications every second, so idle
+            // resources advance (etcd's default is ten minutes).
+            .args(["--experimental-watch-progress-notify-interval", "1s"])
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting etcd failed: {e}. {INSTALL_HINT}"));
+        self.child = Some(child);
+        for _ in 0..200 {
+            if let Ok(mut c) = Client::connect([&self.client_url], None).await {
+                if c.status().await.is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+                panic!("etcd exited with {status}:\n{log}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("etcd did not become healthy at {}", self.client_url);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the same member again on the same data and ports.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect([&self.client_url], None).await.unwrap()
+    }
+
+    /// A number from etcd's own Prometheus metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let addr = self.client_url.trim_start_matches("http://");
+        metric_value(&http_get(addr, "/metrics"), name, "")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn http_get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The value of the first sample of `name` whose labels contain `labels`.
+pub fn metric_value(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let (series, _) = l.rsplit_once(' ').unwrap_or((l, ""));
+            (series == name || series.starts_with(&format!("{name}{{"))) && series.contains(labels)
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A TCP forwarder between watchproxy and etcd that a test can cut, to
+/// make watchproxy lose etcd while etcd itself keeps running.
+pub struct Forwarder {
+    pub url: String,
+    open: Arc<Mutex<bool>>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    task: JoinHandle<()>,
+}
+
+impl Forwarder {
+    pub async fn start(upstream: &str) -> Forwarder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let open = Arc::new(Mutex::new(true));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (o, c) = (open.clone(), conns.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !*o.lock().unwrap() {
+                    continue; // dropped: the connection is refused
+                }
+                let upstream = upstream.clone();
+                c.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                }));
+            }
+        });
+        Forwarder { url, open, conns, task }
+    }
+
+    /// Breaks every connection and refuses new ones.
+    pub fn cut(&self) {
+        *self.open.lock().unwrap() = false;
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        *self.open.lock().unwrap() = true;
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+pub const PODS_CONFIG: &str = r#"
+etcd:
+  endpoints: ["ETCD"]
+  request_timeout: 2s
+watch:
+  bookmark_interval: 1s
+  freshness_wait: 2s
+  watcher_queue: QUEUE
+resources:
+  - name: pods
+    prefix: /registry/pods
+    selectable_fields: [spec.nodeName, status.phase]
+    indexed_fields: [spec.nodeName]
+  - name: nodes
+    prefix: /registry/minions
+    namespaced: false
+  - name: blobs
+    prefix: /blobs
+    namespaced: false
+    format: raw
+"#;
+
+/// watchproxy served in-process; stopped on drop.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Proxy {
+    pub async fn start(etcd_url: &str) -> Proxy {
+        Self::start_with(etcd_url, 256).await
+    }
+
+    pub async fn start_with(etcd_url: &str, queue: usize) -> Proxy {
+        let yaml = PODS_CONFIG.replace("ETCD", etcd_url).replace("QUEUE", &queue.to_string());
+        Self::start_config(Config::from_yaml(&yaml).unwrap()).await
+    }
+
+    pub async fn start_config(config: Config) -> Proxy {
+        if std::env::var_os("RUST_LOG").is_some() {
+            watchproxy::telemetry::init_logging(false);
+        }
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(watchproxy::run(
+            config,
+            Listeners { grpc, metrics: Some(metrics) },
+            shutdown.clone(),
+        ));
+        Proxy { addr, metrics_addr, shutdown, task: Some(task) }
+    }
+
+    pub async fn client(&self) -> WatchProxyClient<Channel> {
+        WatchProxyClient::connect(format!("http://{}", self.addr)).await.unwrap()
+    }
+
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        metric_value(&http_get(&self.metrics_addr.to_string(), "/metrics"), name, labels)
+    }
+
+    /// Stops the service and waits until every task has exited.
+    pub async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(20), t)
+                .await
+                .expect("watchproxy stops within 20 s")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn pod_json(name: &str, ns: &str, labels: &[(&str, &str)], node: &str) -> String {
+    let labels: serde_json::Map<String, serde_json::Value> =
+        labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    serde_json::json!({
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    })
+    .to_string()
+}
+
+/// Puts a pod; returns the revision of the write.
+pub async fn put_pod(c: &mut Client, ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> u64 {
+    let key = format!("/registry/pods/{ns}/{name}");
+    let r = c.put(key, pod_json(name, ns, labels, node), None).await.unwrap();
+    r.header().unwrap().revision() as u64
+}
+
+pub async fn delete_key(c: &mut Client, key: &str) -> u64 {
+    let r = c.delete(key, None).await.unwrap();
+    r.header().unwrap().revision() as u64
+}
+
+/// Waits until List with an unset version succeeds (the cache is ready).
+pub async fn wait_ready(client: &mut WatchProxyClient<Channel>, resource: &str) {
+    for _ in 0..100 {
+        let req = pb::ListRequest { resource: resource.into(), limit: 1, ..Default::default() };
+        if client.list(req).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{resource} did not become ready");
+}
+
+pub fn watch_req(resource: &str, rv: &str) -> pb::WatchRequest {
+    pb::WatchRequest { resource: resource.into(), resource_version: rv.into(), ..Default::default() }
+}
+
+/// (type, namespace/name, resource version) of an event.
+pub fn summary(e: &WatchEvent) -> (pb::EventType, String, u64) {
+    let o = e.object.clone().unwrap_or_default();
+    (
+        pb::EventType::try_from(e.r#type).unwrap(),
+        format!("{}/{}", o.namespace, o.name),
+        o.resource_version.parse().unwrap_or(0),
+    )
+}
+
+/// The next message, failing the test if none comes within 10 s.
+pub async fn next_event(stream: &mut tonic::Streaming<WatchEvent>) -> Result<Option<WatchEvent>, tonic::Status> {
+    tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("no watch event within 10 s")
+}
+
+/// Reads `n` events that are not bookmarks.
+pub async fn take_events(stream: &mut tonic::Streaming<WatchEvent>, n: usize) -> Vec<WatchEvent> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let e = next_event(stream).await.unwrap().expect("stream ended early");
+        if e.r#type != pb::EventType::Bookmark as i32 {
+            out.push(e);
+        }
+    }
+    out
+}
