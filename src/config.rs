@@ -208,7 +208,10 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.etcd.endpoints.is_empty() {
-            return Err(invalid("etcd.endpoints", "at least one endpoint is required"));
+            return Err(invalid(
+                "etcd.endpoints",
+                "at least one endpoint is required",
+            ));
         }
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));
@@ -241,7 +244,10 @@ impl Config {
                 return Err(invalid(at("name"), format!("{:?} is used twice", r.name)));
             }
             if r.prefix.is_empty() || r.prefix == "/" {
-                return Err(invalid(at("prefix"), "must name a key prefix, e.g. /registry/pods"));
+                return Err(invalid(
+                    at("prefix"),
+                    "must name a key prefix, e.g. /registry/pods",
+                ));
             }
             for (other, j) in &prefixes {
                 let (a, b) = (format!("{other}/"), format!("{}/", r.prefix));
@@ -288,7 +294,10 @@ impl Config {
             if c.max_events < c.min_events {
                 return Err(invalid(
                     at("cache.max_events"),
-                    format!("{} is below cache.min_events {}", c.max_events, c.min_events),
+                    format!(
+                        "{} is below cache.min_events {}",
+                        c.max_events, c.min_events
+                    ),
                 ));
             }
         }
@@ -327,14 +336,47 @@ resources:
     #[test]
     fn bad_configs_name_the_offending_field() {
         let cases = [
-            (GOOD.replace("indexed_fields: [spec.nodeName]", "indexed_fields: [spec.x]"), "resources[0].indexed_fields[0]"),
-            (GOOD.replace("name: nodes", "name: pods"), "resources[1].name"),
-            (GOOD.replace("/registry/minions", "/registry/pods/sub"), "resources[1].prefix"),
-            (GOOD.replace("status.phase", "status..phase"), "resources[0].selectable_fields[1]"),
-            (GOOD.replace("namespaced: false", "namespaced: false\n    format: raw\n    selectable_fields: [a]"), "resources[1].selectable_fields"),
-            (GOOD.replace("namespaced: false", "namespaced: false\n    cache: {min_events: 10, max_events: 5}"), "resources[1].cache.max_events"),
-            (GOOD.replace("namespaced: false", "namespaced: false\n    colour: blue"), "colour"),
-            (GOOD.replace("[\"http://127.0.0.1:2379\"]", "[]"), "etcd.endpoints"),
+            (
+                GOOD.replace(
+                    "indexed_fields: [spec.nodeName]",
+                    "indexed_fields: [spec.x]",
+                ),
+                "resources[0].indexed_fields[0]",
+            ),
+            (
+                GOOD.replace("name: nodes", "name: pods"),
+                "resources[1].name",
+            ),
+            (
+                GOOD.replace("/registry/minions", "/registry/pods/sub"),
+                "resources[1].prefix",
+            ),
+            (
+                GOOD.replace("status.phase", "status..phase"),
+                "resources[0].selectable_fields[1]",
+            ),
+            (
+                GOOD.replace(
+                    "namespaced: false",
+                    "namespaced: false\n    format: raw\n    selectable_fields: [a]",
+                ),
+                "resources[1].selectable_fields",
+            ),
+            (
+                GOOD.replace(
+                    "namespaced: false",
+                    "namespaced: false\n    cache: {min_events: 10, max_events: 5}",
+                ),
+                "resources[1].cache.max_events",
+            ),
+            (
+                GOOD.replace("namespaced: false", "namespaced: false\n    colour: blue"),
+                "colour",
+            ),
+            (
+                GOOD.replace("[\"http://127.0.0.1:2379\"]", "[]"),
+                "etcd.endpoints",
+            ),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(&yaml).unwrap_err().to_string();

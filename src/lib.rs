@@ -27,7 +27,8 @@ pub mod pb {
     tonic::include_proto!("watchproxy.v1");
 
     /// The encoded descriptor set, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("watchproxy_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("watchproxy_descriptor");
 }
 
 use std::collections::HashMap;
@@ -62,26 +63,48 @@ const BOOKMARK_TICK: Duration = Duration::from_millis(250);
 /// Runs the service until `shutdown` is cancelled, then drains: open
 /// watches end with UNAVAILABLE and the version to resume from, and every
 /// task has exited when this returns.
-pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let metrics = Metrics::default();
-    let etcd = Etcd::connect(&config.etcd.endpoints, config.etcd.request_timeout, config.etcd.list_page_size)
-        .await
-        .context("configuring the etcd client")?;
+    let etcd = Etcd::connect(
+        &config.etcd.endpoints,
+        config.etcd.request_timeout,
+        config.etcd.list_page_size,
+    )
+    .await
+    .context("configuring the etcd client")?;
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
     for rc in &config.resources {
         let resource = Arc::new(Resource::from(rc));
         let m = metrics.resource(&resource.name);
-        let dispatcher = Dispatcher::new(config.watch.watcher_queue, config.watch.bookmark_interval, m.clone());
+        let dispatcher = Dispatcher::new(
+            config.watch.watcher_queue,
+            config.watch.bookmark_interval,
+            m.clone(),
+        );
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
-        tasks.push(spawn_reflector(etcd.clone(), writer, m.clone(), BOOKMARK_TICK, shutdown.clone()));
+        tasks.push(spawn_reflector(
+            etcd.clone(),
+            writer,
+            m.clone(),
+            BOOKMARK_TICK,
+            shutdown.clone(),
+        ));
         served.insert(resource.name.clone(), Served { cache, metrics: m });
     }
 
     if let Some(listener) = listeners.metrics {
         info!(addr = %listener.local_addr()?, "serving /metrics");
-        tasks.push(telemetry::spawn_metrics_server(listener, metrics.clone(), shutdown.clone()));
+        tasks.push(telemetry::spawn_metrics_server(
+            listener,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
     }
 
     let api = Api::new(served, etcd, config.watch.freshness_wait, shutdown.clone());

@@ -13,7 +13,10 @@ use watchproxy::pb::{self, ListRequest, WatchRequest};
 use watchproxy::{run, telemetry, Listeners};
 
 #[derive(Parser)]
-#[command(version, about = "A watch cache in front of etcd, serving List and Watch over gRPC")]
+#[command(
+    version,
+    about = "A watch cache in front of etcd, serving List and Watch over gRPC"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +44,12 @@ enum Command {
         /// Overrides `etcd.endpoints` (comma-separated).
         #[arg(long, env = "WATCHPROXY_ETCD_ENDPOINTS", value_delimiter = ',')]
         etcd_endpoints: Option<Vec<String>>,
-        #[arg(long, env = "WATCHPROXY_LOG_FORMAT", value_enum, default_value = "text")]
+        #[arg(
+            long,
+            env = "WATCHPROXY_LOG_FORMAT",
+            value_enum,
+            default_value = "text"
+        )]
         log_format: LogFormat,
     },
     /// Write Kubernetes-shaped demo pods into etcd.
@@ -91,7 +99,13 @@ struct Query {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve { config, listen, metrics_listen, etcd_endpoints, log_format } => {
+        Command::Serve {
+            config,
+            listen,
+            metrics_listen,
+            etcd_endpoints,
+            log_format,
+        } => {
             telemetry::init_logging(matches!(log_format, LogFormat::Json));
             let mut config = Config::from_file(&config)?;
             config.listen = listen.unwrap_or(config.listen);
@@ -102,11 +116,27 @@ async fn main() -> anyhow::Result<()> {
             config.validate()?;
             serve(config).await
         }
-        Command::DemoLoad { etcd_endpoints, prefix, count, nodes, namespaces } => {
-            demo_load(&etcd_endpoints, &prefix, count, nodes.max(1), namespaces.max(1)).await
+        Command::DemoLoad {
+            etcd_endpoints,
+            prefix,
+            count,
+            nodes,
+            namespaces,
+        } => {
+            demo_load(
+                &etcd_endpoints,
+                &prefix,
+                count,
+                nodes.max(1),
+                namespaces.max(1),
+            )
+            .await
         }
         Command::List { query, limit } => list(query, limit).await,
-        Command::Watch { query, resource_version } => watch(query, resource_version).await,
+        Command::Watch {
+            query,
+            resource_version,
+        } => watch(query, resource_version).await,
     }
 }
 
@@ -115,7 +145,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let metrics = match config.metrics_listen {
-        Some(a) => Some(tokio::net::TcpListener::bind(a).await.with_context(|| format!("binding {a}"))?),
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding {a}"))?,
+        ),
         None => None,
     };
     let shutdown = CancellationToken::new();
@@ -143,8 +177,16 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
-async fn demo_load(endpoints: &[String], prefix: &str, count: usize, nodes: usize, namespaces: usize) -> anyhow::Result<()> {
-    let mut client = etcd_client::Client::connect(endpoints, None).await.context("connecting to etcd")?;
+async fn demo_load(
+    endpoints: &[String],
+    prefix: &str,
+    count: usize,
+    nodes: usize,
+    namespaces: usize,
+) -> anyhow::Result<()> {
+    let mut client = etcd_client::Client::connect(endpoints, None)
+        .await
+        .context("connecting to etcd")?;
     let apps = ["web", "api", "worker", "cache", "batch"];
     let prefix = prefix.trim_end_matches('/');
     for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
@@ -163,19 +205,30 @@ async fn demo_load(endpoints: &[String], prefix: &str, count: usize, nodes: usiz
                 etcd_client::TxnOp::put(format!("{prefix}/{ns}/{name}"), pod.to_string(), None)
             })
             .collect();
-        client.txn(etcd_client::Txn::new().and_then(ops)).await.context("writing demo pods")?;
+        client
+            .txn(etcd_client::Txn::new().and_then(ops))
+            .await
+            .context("writing demo pods")?;
     }
     println!("wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces");
     Ok(())
 }
 
 async fn connect(server: &str) -> anyhow::Result<WatchProxyClient<tonic::transport::Channel>> {
-    WatchProxyClient::connect(server.to_owned()).await.with_context(|| format!("connecting to {server}"))
+    WatchProxyClient::connect(server.to_owned())
+        .await
+        .with_context(|| format!("connecting to {server}"))
 }
 
 fn describe(o: &pb::Object) -> String {
     let labels: Vec<String> = o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{}/{} rv={} labels={}", o.namespace, o.name, o.resource_version, labels.join(","))
+    format!(
+        "{}/{} rv={} labels={}",
+        o.namespace,
+        o.name,
+        o.resource_version,
+        labels.join(",")
+    )
 }
 
 async fn list(q: Query, limit: i64) -> anyhow::Result<()> {
@@ -200,7 +253,10 @@ async fn list(q: Query, limit: i64) -> anyhow::Result<()> {
         }
         total += resp.items.len();
         if resp.continue_token.is_empty() {
-            println!("# {total} objects at resource version {}", resp.resource_version);
+            println!(
+                "# {total} objects at resource version {}",
+                resp.resource_version
+            );
             return Ok(());
         }
         continue_token = resp.continue_token;

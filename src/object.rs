@@ -9,6 +9,9 @@ use bytes::Bytes;
 
 use crate::config::{ResourceConfig, ValueFormat};
 
+/// `metadata.labels` of an object.
+pub type Labels = BTreeMap<String, String>;
+
 /// An etcd revision. etcd never hands out 0, so 0 means "none yet".
 pub type Revision = u64;
 
@@ -87,7 +90,12 @@ impl Resource {
     }
 
     /// Reads a key/value pair from etcd into an object.
-    pub fn decode(&self, key: &[u8], value: &[u8], revision: Revision) -> Result<Object, DecodeError> {
+    pub fn decode(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        revision: Revision,
+    ) -> Result<Object, DecodeError> {
         let (namespace, name) = self.split_key(key)?;
         let (labels, fields) = match self.format {
             ValueFormat::Raw => (BTreeMap::new(), Box::default()),
@@ -118,7 +126,9 @@ impl Resource {
             (true, (Some(ns), Some(name), None)) if !ns.is_empty() && !name.is_empty() => {
                 Ok((ns.to_owned(), name.to_owned()))
             }
-            (false, (Some(name), None, None)) if !name.is_empty() => Ok((String::new(), name.to_owned())),
+            (false, (Some(name), None, None)) if !name.is_empty() => {
+                Ok((String::new(), name.to_owned()))
+            }
             _ => Err(DecodeError::KeyShape(self.key_shape())),
         }
     }
@@ -131,7 +141,7 @@ impl Resource {
         }
     }
 
-    fn read_json(&self, value: &[u8]) -> Result<(BTreeMap<String, String>, Box<[String]>), DecodeError> {
+    fn read_json(&self, value: &[u8]) -> Result<(Labels, Box<[String]>), DecodeError> {
         let doc: serde_json::Value = serde_json::from_slice(value).map_err(DecodeError::NotJson)?;
         if !doc.is_object() {
             return Err(DecodeError::NotJsonObject);
@@ -181,7 +191,7 @@ pub struct Object {
     pub name: String,
     /// The etcd mod revision of the key.
     pub revision: Revision,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Values of the resource's selectable fields, in configured order.
     pub fields: Box<[String]>,
     pub value: Bytes,
@@ -248,9 +258,10 @@ impl RequestedVersion {
         match s {
             "" => Ok(Self::Latest),
             "0" => Ok(Self::Any),
-            _ if s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0') => {
-                s.parse().map(Self::At).map_err(|_| BadVersion(s.to_owned()))
-            }
+            _ if s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0') => s
+                .parse()
+                .map(Self::At)
+                .map_err(|_| BadVersion(s.to_owned())),
             _ => Err(BadVersion(s.to_owned())),
         }
     }
@@ -273,9 +284,15 @@ mod tests {
 
     #[test]
     fn decode_reads_key_labels_and_fields() {
-        let v = br#"{"metadata":{"labels":{"app":"web"}},"spec":{"nodeName":"node-1","replicas":3}}"#;
-        let o = pods().decode(b"/registry/pods/default/web-1", v, 7).unwrap();
-        assert_eq!((o.namespace.as_str(), o.name.as_str(), o.revision), ("default", "web-1", 7));
+        let v =
+            br#"{"metadata":{"labels":{"app":"web"}},"spec":{"nodeName":"node-1","replicas":3}}"#;
+        let o = pods()
+            .decode(b"/registry/pods/default/web-1", v, 7)
+            .unwrap();
+        assert_eq!(
+            (o.namespace.as_str(), o.name.as_str(), o.revision),
+            ("default", "web-1", 7)
+        );
         assert_eq!(o.labels.get("app").map(String::as_str), Some("web"));
         assert_eq!(&*o.fields, ["node-1".to_string(), "3".to_string()]);
     }
@@ -290,13 +307,31 @@ mod tests {
     #[test]
     fn bad_keys_and_values_are_errors() {
         let r = pods();
-        assert!(matches!(r.decode(b"/registry/pods/a", b"{}", 1), Err(DecodeError::KeyShape(_))));
-        assert!(matches!(r.decode(b"/registry/pods/a/b/c", b"{}", 1), Err(DecodeError::KeyShape(_))));
-        assert!(matches!(r.decode(b"/registry/podsx/a/b", b"{}", 1), Err(DecodeError::KeyShape(_))));
-        assert!(matches!(r.decode(b"/registry/pods/a/b", b"{nope", 1), Err(DecodeError::NotJson(_))));
-        assert!(matches!(r.decode(b"/registry/pods/a/b", b"[1]", 1), Err(DecodeError::NotJsonObject)));
+        assert!(matches!(
+            r.decode(b"/registry/pods/a", b"{}", 1),
+            Err(DecodeError::KeyShape(_))
+        ));
+        assert!(matches!(
+            r.decode(b"/registry/pods/a/b/c", b"{}", 1),
+            Err(DecodeError::KeyShape(_))
+        ));
+        assert!(matches!(
+            r.decode(b"/registry/podsx/a/b", b"{}", 1),
+            Err(DecodeError::KeyShape(_))
+        ));
+        assert!(matches!(
+            r.decode(b"/registry/pods/a/b", b"{nope", 1),
+            Err(DecodeError::NotJson(_))
+        ));
+        assert!(matches!(
+            r.decode(b"/registry/pods/a/b", b"[1]", 1),
+            Err(DecodeError::NotJsonObject)
+        ));
         let bad_labels = br#"{"metadata":{"labels":{"a":1}}}"#;
-        assert!(matches!(r.decode(b"/registry/pods/a/b", bad_labels, 1), Err(DecodeError::BadLabels)));
+        assert!(matches!(
+            r.decode(b"/registry/pods/a/b", bad_labels, 1),
+            Err(DecodeError::BadLabels)
+        ));
     }
 
     #[test]
@@ -310,9 +345,15 @@ mod tests {
 
     #[test]
     fn resource_versions_parse_like_kubernetes() {
-        assert_eq!(RequestedVersion::parse("").unwrap(), RequestedVersion::Latest);
+        assert_eq!(
+            RequestedVersion::parse("").unwrap(),
+            RequestedVersion::Latest
+        );
         assert_eq!(RequestedVersion::parse("0").unwrap(), RequestedVersion::Any);
-        assert_eq!(RequestedVersion::parse("42").unwrap(), RequestedVersion::At(42));
+        assert_eq!(
+            RequestedVersion::parse("42").unwrap(),
+            RequestedVersion::At(42)
+        );
         for bad in ["-1", "abc", "007", "1.5", " 1", "99999999999999999999999"] {
             assert!(RequestedVersion::parse(bad).is_err(), "{bad}");
         }

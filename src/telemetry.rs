@@ -13,9 +13,15 @@ use tracing_subscriber::EnvFilter;
 /// `info`), and `json` selects one JSON object per line.
 pub fn init_logging(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     // A second initialisation (tests start several servers) keeps the first.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,28 +97,69 @@ impl Default for Metrics {
             window_events: Family::default(),
             window_capacity: Family::default(),
         };
-        r.register("events_received", "Events received from etcd watches", m.events_received.clone());
-        r.register("deliveries", "Events and bookmarks queued to watchers", m.deliveries.clone());
+        r.register(
+            "events_received",
+            "Events received from etcd watches",
+            m.events_received.clone(),
+        );
+        r.register(
+            "deliveries",
+            "Events and bookmarks queued to watchers",
+            m.deliveries.clone(),
+        );
         r.register(
             "undecodable_values",
             "etcd key/value pairs skipped because the key or value could not be decoded",
             m.undecodable.clone(),
         );
-        r.register("relists", "Full re-lists of a resource after the first list", m.relists.clone());
+        r.register(
+            "relists",
+            "Full re-lists of a resource after the first list",
+            m.relists.clone(),
+        );
         r.register("watchers", "Open watches", m.watchers.clone());
-        r.register("watchers_ended", "Watches ended by the server, by reason", m.watchers_ended.clone());
-        r.register("etcd_requests", "Requests sent to etcd, by kind", m.etcd_requests.clone());
-        r.register("cache_objects", "Objects in the watch cache", m.cache_objects.clone());
-        r.register("cache_resource_version", "The etcd revision the cache has caught up to", m.cache_revision.clone());
-        r.register("window_events", "Events held in the resume window", m.window_events.clone());
-        r.register("window_capacity", "Current capacity of the resume window", m.window_capacity.clone());
-        Self { registry: Arc::new(r), ..m }
+        r.register(
+            "watchers_ended",
+            "Watches ended by the server, by reason",
+            m.watchers_ended.clone(),
+        );
+        r.register(
+            "etcd_requests",
+            "Requests sent to etcd, by kind",
+            m.etcd_requests.clone(),
+        );
+        r.register(
+            "cache_objects",
+            "Objects in the watch cache",
+            m.cache_objects.clone(),
+        );
+        r.register(
+            "cache_resource_version",
+            "The etcd revision the cache has caught up to",
+            m.cache_revision.clone(),
+        );
+        r.register(
+            "window_events",
+            "Events held in the resume window",
+            m.window_events.clone(),
+        );
+        r.register(
+            "window_capacity",
+            "Current capacity of the resume window",
+            m.window_capacity.clone(),
+        );
+        Self {
+            registry: Arc::new(r),
+            ..m
+        }
     }
 }
 
 impl Metrics {
     pub fn resource(&self, name: &str) -> ResourceMetrics {
-        let l = ResourceLabel { resource: name.to_owned() };
+        let l = ResourceLabel {
+            resource: name.to_owned(),
+        };
         ResourceMetrics {
             name: name.to_owned(),
             events_received: self.events_received.get_or_create(&l).clone(),
@@ -158,13 +205,19 @@ pub struct ResourceMetrics {
 impl ResourceMetrics {
     pub fn watcher_ended(&self, reason: EndReason) {
         self.watchers_ended
-            .get_or_create(&EndLabels { resource: self.name.clone(), reason })
+            .get_or_create(&EndLabels {
+                resource: self.name.clone(),
+                reason,
+            })
             .inc();
     }
 
     pub fn etcd_request(&self, request: EtcdRequest) {
         self.etcd_requests
-            .get_or_create(&EtcdLabels { resource: self.name.clone(), request })
+            .get_or_create(&EtcdLabels {
+                resource: self.name.clone(),
+                request,
+            })
             .inc();
     }
 }
@@ -180,7 +233,15 @@ pub fn spawn_metrics_server(
         "/metrics",
         axum::routing::get(move || {
             let body = metrics.encode();
-            async move { ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body) }
+            async move {
+                (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    body,
+                )
+            }
         }),
     );
     tokio::spawn(async move {

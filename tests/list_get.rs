@@ -10,14 +10,24 @@ use tonic::Code;
 use watchproxy::pb::{GetRequest, ListRequest, ResourceVersionMatch};
 
 fn list_req(resource: &str) -> ListRequest {
-    ListRequest { resource: resource.into(), ..Default::default() }
+    ListRequest {
+        resource: resource.into(),
+        ..Default::default()
+    }
 }
 
 async fn preload(c: &mut etcd_client::Client, n: usize) {
     for i in 0..n {
         let ns = format!("ns-{}", i % 5);
         let app = if i % 2 == 0 { "web" } else { "db" };
-        put_pod(c, &ns, &format!("pod-{i:04}"), &[("app", app)], &format!("node-{}", i % 7)).await;
+        put_pod(
+            c,
+            &ns,
+            &format!("pod-{i:04}"),
+            &[("app", app)],
+            &format!("node-{}", i % 7),
+        )
+        .await;
     }
 }
 
@@ -31,18 +41,37 @@ async fn list_after_preload_equals_etcd_content() {
     wait_ready(&mut client, "pods").await;
 
     let resp = client.list(list_req("pods")).await.unwrap().into_inner();
-    let want = ec.get("/registry/pods/", Some(GetOptions::new().with_prefix())).await.unwrap();
+    let want = ec
+        .get("/registry/pods/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
     let want: BTreeMap<String, (Vec<u8>, String)> = want
         .kvs()
         .iter()
-        .map(|kv| (kv.key_str().unwrap().to_owned(), (kv.value().to_vec(), kv.mod_revision().to_string())))
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_owned(),
+                (kv.value().to_vec(), kv.mod_revision().to_string()),
+            )
+        })
         .collect();
-    let got: BTreeMap<String, (Vec<u8>, String)> =
-        resp.items.iter().map(|o| (o.key.clone(), (o.value.to_vec(), o.resource_version.clone()))).collect();
+    let got: BTreeMap<String, (Vec<u8>, String)> = resp
+        .items
+        .iter()
+        .map(|o| {
+            (
+                o.key.clone(),
+                (o.value.to_vec(), o.resource_version.clone()),
+            )
+        })
+        .collect();
     assert_eq!(got.len(), 300);
     assert_eq!(got, want);
     let first = &resp.items[0];
-    assert_eq!((first.namespace.as_str(), first.name.as_str()), ("ns-0", "pod-0000"));
+    assert_eq!(
+        (first.namespace.as_str(), first.name.as_str()),
+        ("ns-0", "pod-0000")
+    );
     assert_eq!(first.labels.get("app").map(String::as_str), Some("web"));
     assert!(resp.resource_version.parse::<u64>().unwrap() >= 300);
 }
@@ -60,7 +89,11 @@ async fn pages_cover_the_list_once_each_with_remaining_counts() {
     let mut token = String::new();
     let mut pages = 0;
     loop {
-        let req = ListRequest { limit: 100, continue_token: token, ..list_req("pods") };
+        let req = ListRequest {
+            limit: 100,
+            continue_token: token,
+            ..list_req("pods")
+        };
         let resp = client.list(req).await.unwrap().into_inner();
         pages += 1;
         keys.extend(resp.items.iter().map(|o| o.key.clone()));
@@ -94,13 +127,25 @@ async fn namespace_scoping_and_selectors_filter_the_list() {
         let mut client = client.clone();
         async move { client.list(req).await.unwrap().into_inner().items }
     };
-    let in_ns = list(ListRequest { namespace: "ns-3".into(), ..list_req("pods") }).await;
+    let in_ns = list(ListRequest {
+        namespace: "ns-3".into(),
+        ..list_req("pods")
+    })
+    .await;
     assert_eq!(in_ns.len(), 14);
     assert!(in_ns.iter().all(|o| o.namespace == "ns-3"));
 
-    let web = list(ListRequest { label_selector: "app=web".into(), ..list_req("pods") }).await;
+    let web = list(ListRequest {
+        label_selector: "app=web".into(),
+        ..list_req("pods")
+    })
+    .await;
     assert_eq!(web.len(), 35);
-    let node = list(ListRequest { field_selector: "spec.nodeName=node-2".into(), ..list_req("pods") }).await;
+    let node = list(ListRequest {
+        field_selector: "spec.nodeName=node-2".into(),
+        ..list_req("pods")
+    })
+    .await;
     assert_eq!(node.len(), 10);
     let both = list(ListRequest {
         namespace: "ns-0".into(),
@@ -119,24 +164,57 @@ async fn get_returns_one_object_or_not_found() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     let rev = put_pod(&mut ec, "default", "web-1", &[("app", "web")], "node-1").await;
-    ec.put("/registry/minions/node-1", r#"{"metadata":{"labels":{"zone":"a"}}}"#, None).await.unwrap();
+    ec.put(
+        "/registry/minions/node-1",
+        r#"{"metadata":{"labels":{"zone":"a"}}}"#,
+        None,
+    )
+    .await
+    .unwrap();
     let proxy = Proxy::start(&etcd.client_url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 
-    let get = GetRequest { resource: "pods".into(), namespace: "default".into(), name: "web-1".into(), ..Default::default() };
+    let get = GetRequest {
+        resource: "pods".into(),
+        namespace: "default".into(),
+        name: "web-1".into(),
+        ..Default::default()
+    };
     let o = client.get(get.clone()).await.unwrap().into_inner();
-    assert_eq!((o.key.as_str(), o.resource_version.clone()), ("/registry/pods/default/web-1", rev.to_string()));
+    assert_eq!(
+        (o.key.as_str(), o.resource_version.clone()),
+        ("/registry/pods/default/web-1", rev.to_string())
+    );
     let node = client
-        .get(GetRequest { resource: "nodes".into(), name: "node-1".into(), ..Default::default() })
+        .get(GetRequest {
+            resource: "nodes".into(),
+            name: "node-1".into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((node.namespace.as_str(), node.labels["zone"].as_str()), ("", "a"));
+    assert_eq!(
+        (node.namespace.as_str(), node.labels["zone"].as_str()),
+        ("", "a")
+    );
 
-    let missing = client.get(GetRequest { name: "web-2".into(), ..get.clone() }).await.unwrap_err();
+    let missing = client
+        .get(GetRequest {
+            name: "web-2".into(),
+            ..get.clone()
+        })
+        .await
+        .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
-    let no_ns = client.get(GetRequest { namespace: String::new(), ..get }).await.unwrap_err();
+    let no_ns = client
+        .get(GetRequest {
+            namespace: String::new(),
+            ..get
+        })
+        .await
+        .unwrap_err();
     assert_eq!(no_ns.code(), Code::InvalidArgument);
 }
 
@@ -156,7 +234,13 @@ async fn a_consistent_list_sees_writes_made_just_before_it() {
     }
     // A write under another prefix moves etcd's revision; an unset version
     // still answers at once at that revision, proved unchanged by etcd.
-    let other = ec.put("/elsewhere/x", "1", None).await.unwrap().header().unwrap().revision() as u64;
+    let other = ec
+        .put("/elsewhere/x", "1", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
     let resp = client.list(list_req("pods")).await.unwrap().into_inner();
     assert!(resp.resource_version.parse::<u64>().unwrap() >= other);
 }
@@ -182,13 +266,26 @@ async fn not_older_than_waits_for_the_version_or_fails_as_too_large() {
     assert_eq!(resp.items.len(), 1);
 
     let err = client
-        .list(ListRequest { resource_version: (rev + 1000).to_string(), ..list_req("pods") })
+        .list(ListRequest {
+            resource_version: (rev + 1000).to_string(),
+            ..list_req("pods")
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert!(err.message().contains("too large resource version"), "{}", err.message());
+    assert!(
+        err.message().contains("too large resource version"),
+        "{}",
+        err.message()
+    );
     // "0" answers at once from whatever the cache holds.
-    let any = client.list(ListRequest { resource_version: "0".into(), ..list_req("pods") }).await.unwrap();
+    let any = client
+        .list(ListRequest {
+            resource_version: "0".into(),
+            ..list_req("pods")
+        })
+        .await
+        .unwrap();
     assert_eq!(any.into_inner().items.len(), 1);
 }
 
@@ -222,20 +319,33 @@ async fn an_exact_list_returns_the_state_at_that_version() {
 async fn raw_resources_keep_bytes_and_filter_by_key_only() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    ec.put("/blobs/one", vec![0u8, 159, 146, 150], None).await.unwrap();
+    ec.put("/blobs/one", vec![0u8, 159, 146, 150], None)
+        .await
+        .unwrap();
     let proxy = Proxy::start(&etcd.client_url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "blobs").await;
-    let items = client.list(list_req("blobs")).await.unwrap().into_inner().items;
+    let items = client
+        .list(list_req("blobs"))
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
     assert_eq!(items.len(), 1);
     assert_eq!(&items[0].value[..], [0u8, 159, 146, 150]);
     let err = client
-        .list(ListRequest { field_selector: "spec.x=1".into(), ..list_req("blobs") })
+        .list(ListRequest {
+            field_selector: "spec.x=1".into(),
+            ..list_req("blobs")
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     let by_name = client
-        .list(ListRequest { field_selector: "metadata.name=one".into(), ..list_req("blobs") })
+        .list(ListRequest {
+            field_selector: "metadata.name=one".into(),
+            ..list_req("blobs")
+        })
         .await
         .unwrap();
     assert_eq!(by_name.into_inner().items.len(), 1);

@@ -20,7 +20,11 @@ async fn watch_delivers_changes_in_etcd_order_with_types_and_versions() {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 
-    let mut stream = client.watch(watch_req("pods", "")).await.unwrap().into_inner();
+    let mut stream = client
+        .watch(watch_req("pods", ""))
+        .await
+        .unwrap()
+        .into_inner();
     let initial = take_events(&mut stream, 1).await;
     assert_eq!(summary(&initial[0]), (Added, "default/a".into(), r0));
 
@@ -31,7 +35,11 @@ async fn watch_delivers_changes_in_etcd_order_with_types_and_versions() {
     let got: Vec<_> = got.iter().map(summary).collect();
     assert_eq!(
         got,
-        [(Added, "default/b".into(), r1), (Modified, "default/a".into(), r2), (Deleted, "default/a".into(), r3)]
+        [
+            (Added, "default/b".into(), r1),
+            (Modified, "default/a".into(), r2),
+            (Deleted, "default/a".into(), r3)
+        ]
     );
     // DELETED carries the last state, stamped with the deletion revision.
     let deleted = take_last_deleted(&mut client, r2).await;
@@ -44,7 +52,11 @@ async fn take_last_deleted(
     client: &mut watchproxy::pb::watch_proxy_client::WatchProxyClient<tonic::transport::Channel>,
     after: u64,
 ) -> (std::collections::BTreeMap<String, String>, String) {
-    let mut stream = client.watch(watch_req("pods", &after.to_string())).await.unwrap().into_inner();
+    let mut stream = client
+        .watch(watch_req("pods", &after.to_string()))
+        .await
+        .unwrap()
+        .into_inner();
     let e = take_events(&mut stream, 1).await.remove(0);
     assert_eq!(e.r#type, Deleted as i32);
     let o = e.object.unwrap();
@@ -66,9 +78,17 @@ async fn a_watch_from_a_version_gets_exactly_the_later_events() {
     // Writes elsewhere do not appear.
     ec.put("/other/key", "x", None).await.unwrap();
     for from in [revs[0], revs[12], revs[29]] {
-        let mut stream = client.watch(watch_req("pods", &from.to_string())).await.unwrap().into_inner();
+        let mut stream = client
+            .watch(watch_req("pods", &from.to_string()))
+            .await
+            .unwrap()
+            .into_inner();
         let want: Vec<u64> = revs.iter().copied().filter(|r| *r > from).collect();
-        let got: Vec<u64> = take_events(&mut stream, want.len()).await.iter().map(|e| summary(e).2).collect();
+        let got: Vec<u64> = take_events(&mut stream, want.len())
+            .await
+            .iter()
+            .map(|e| summary(e).2)
+            .collect();
         assert_eq!(got, want, "resume from {from}");
         // Nothing more than that: the next event is the next write.
         let next = put_pod(&mut ec, "default", "after", &[], "").await;
@@ -90,9 +110,18 @@ async fn a_watch_from_before_the_window_is_out_of_range_with_the_current_version
 
     let err = client.watch(watch_req("pods", "2")).await.unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
-    assert!(err.message().contains("too old resource version"), "{}", err.message());
+    assert!(
+        err.message().contains("too old resource version"),
+        "{}",
+        err.message()
+    );
     assert!(err.message().contains("current: 6"), "{}", err.message());
-    assert_eq!(err.metadata().get("watchproxy-current-resource-version").unwrap(), "6");
+    assert_eq!(
+        err.metadata()
+            .get("watchproxy-current-resource-version")
+            .unwrap(),
+        "6"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,9 +152,18 @@ async fn send_initial_events_ends_with_a_bookmark_then_streams_changes() {
     };
     assert!(end.initial_events_end);
     assert!(end.object.unwrap().resource_version.parse::<u64>().unwrap() >= last);
-    assert_eq!(initial.iter().map(|s| (s.0, s.1.as_str())).collect::<Vec<_>>(), [(Added, "a/x"), (Added, "b/z")]);
+    assert_eq!(
+        initial
+            .iter()
+            .map(|s| (s.0, s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(Added, "a/x"), (Added, "b/z")]
+    );
     let r = put_pod(&mut ec, "c", "w", &[("app", "web")], "").await;
-    assert_eq!(summary(&take_events(&mut stream, 1).await[0]), (Added, "c/w".into(), r));
+    assert_eq!(
+        summary(&take_events(&mut stream, 1).await[0]),
+        (Added, "c/w".into(), r)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,19 +174,34 @@ async fn idle_watchers_that_allow_bookmarks_get_them_periodically() {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 
-    let with = WatchRequest { allow_bookmarks: true, ..watch_req("pods", "0") };
+    let with = WatchRequest {
+        allow_bookmarks: true,
+        ..watch_req("pods", "0")
+    };
     let mut with = client.watch(with).await.unwrap().into_inner();
-    let without = WatchRequest { timeout_seconds: 4, ..watch_req("pods", "0") };
+    let without = WatchRequest {
+        timeout_seconds: 4,
+        ..watch_req("pods", "0")
+    };
     let mut without = client.watch(without).await.unwrap().into_inner();
     // Another prefix moves etcd's revision; progress notifications carry it
     // to the idle resource, and bookmarks to its watchers.
-    let elsewhere = ec.put("/other/x", "1", None).await.unwrap().header().unwrap().revision() as u64;
+    let elsewhere = ec
+        .put("/other/x", "1", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision() as u64;
     let mut newest = 0;
     for _ in 0..10 {
         let e = next_event(&mut with).await.unwrap().unwrap();
         assert_eq!(e.r#type, Bookmark as i32);
         let o = e.object.unwrap();
-        assert!(o.name.is_empty() && o.value.is_empty(), "a bookmark carries only a version");
+        assert!(
+            o.name.is_empty() && o.value.is_empty(),
+            "a bookmark carries only a version"
+        );
         newest = o.resource_version.parse().unwrap();
         if newest >= elsewhere {
             break;
@@ -167,11 +220,20 @@ async fn watch_timeout_ends_the_stream_with_ok() {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
     let started = std::time::Instant::now();
-    let req = WatchRequest { timeout_seconds: 1, ..watch_req("pods", "0") };
+    let req = WatchRequest {
+        timeout_seconds: 1,
+        ..watch_req("pods", "0")
+    };
     let mut stream = client.watch(req).await.unwrap().into_inner();
-    assert!(next_event(&mut stream).await.unwrap().is_none(), "the stream ends with OK");
+    assert!(
+        next_event(&mut stream).await.unwrap().is_none(),
+        "the stream ends with OK"
+    );
     assert!(started.elapsed() >= Duration::from_secs(1));
-    assert_eq!(proxy.metric("watchproxy_watchers_ended_total", "reason=\"timeout\""), 1.0);
+    assert_eq!(
+        proxy.metric("watchproxy_watchers_ended_total", "reason=\"timeout\""),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,13 +246,23 @@ async fn a_single_object_watch_sees_only_that_object() {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 
-    let req = WatchRequest { namespace: "ns".into(), name: "target".into(), ..watch_req("pods", "") };
+    let req = WatchRequest {
+        namespace: "ns".into(),
+        name: "target".into(),
+        ..watch_req("pods", "")
+    };
     let mut stream = client.watch(req).await.unwrap().into_inner();
-    assert_eq!(summary(&take_events(&mut stream, 1).await[0]).1, "ns/target");
+    assert_eq!(
+        summary(&take_events(&mut stream, 1).await[0]).1,
+        "ns/target"
+    );
     put_pod(&mut ec, "ns", "bystander", &[], "").await;
     put_pod(&mut ec, "other", "target", &[("v", "2")], "").await;
     let r = put_pod(&mut ec, "ns", "target", &[("v", "2")], "").await;
-    assert_eq!(summary(&take_events(&mut stream, 1).await[0]), (Modified, "ns/target".into(), r));
+    assert_eq!(
+        summary(&take_events(&mut stream, 1).await[0]),
+        (Modified, "ns/target".into(), r)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,21 +277,58 @@ async fn selectors_turn_changes_into_added_and_deleted_per_watcher() {
         label_selector: label.into(),
         ..watch_req("pods", "0")
     };
-    let mut node1 = client.watch(watch("spec.nodeName=node-1", "")).await.unwrap().into_inner();
-    let mut node2 = client.watch(watch("spec.nodeName=node-2", "")).await.unwrap().into_inner();
-    let mut web = client.watch(watch("", "app=web")).await.unwrap().into_inner();
+    let mut node1 = client
+        .watch(watch("spec.nodeName=node-1", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut node2 = client
+        .watch(watch("spec.nodeName=node-2", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut web = client
+        .watch(watch("", "app=web"))
+        .await
+        .unwrap()
+        .into_inner();
 
     let r1 = put_pod(&mut ec, "ns", "p", &[], "node-1").await;
     let r2 = put_pod(&mut ec, "ns", "p", &[("app", "web")], "node-2").await;
     let r3 = put_pod(&mut ec, "ns", "p", &[], "node-2").await;
-    let n1: Vec<_> = take_events(&mut node1, 2).await.iter().map(summary).collect();
-    assert_eq!(n1, [(Added, "ns/p".into(), r1), (Deleted, "ns/p".into(), r2)]);
-    let n2: Vec<_> = take_events(&mut node2, 2).await.iter().map(summary).collect();
-    assert_eq!(n2, [(Added, "ns/p".into(), r2), (Modified, "ns/p".into(), r3)]);
+    let n1: Vec<_> = take_events(&mut node1, 2)
+        .await
+        .iter()
+        .map(summary)
+        .collect();
+    assert_eq!(
+        n1,
+        [(Added, "ns/p".into(), r1), (Deleted, "ns/p".into(), r2)]
+    );
+    let n2: Vec<_> = take_events(&mut node2, 2)
+        .await
+        .iter()
+        .map(summary)
+        .collect();
+    assert_eq!(
+        n2,
+        [(Added, "ns/p".into(), r2), (Modified, "ns/p".into(), r3)]
+    );
     let w = take_events(&mut web, 2).await;
-    assert_eq!(w.iter().map(summary).collect::<Vec<_>>(), [(Added, "ns/p".into(), r2), (Deleted, "ns/p".into(), r3)]);
+    assert_eq!(
+        w.iter().map(summary).collect::<Vec<_>>(),
+        [(Added, "ns/p".into(), r2), (Deleted, "ns/p".into(), r3)]
+    );
     // The DELETED for the label watcher shows the last state it matched.
-    assert_eq!(w[1].object.as_ref().unwrap().labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(
+        w[1].object
+            .as_ref()
+            .unwrap()
+            .labels
+            .get("app")
+            .map(String::as_str),
+        Some("web")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,7 +345,11 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
     let mut streams = Vec::new();
     for i in 0..WATCHERS {
         // Spread over a few connections, as real clients would be.
-        let mut c = if i % 50 == 0 { proxy.client().await } else { client.clone() };
+        let mut c = if i % 50 == 0 {
+            proxy.client().await
+        } else {
+            client.clone()
+        };
         streams.push(c.watch(watch_req("pods", "0")).await.unwrap().into_inner());
         if i % 50 == 0 {
             client = c;
@@ -250,7 +363,11 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
         .into_iter()
         .map(|mut s| {
             tokio::spawn(async move {
-                let got: Vec<u64> = take_events(&mut s, WRITES).await.iter().map(|e| summary(e).2).collect();
+                let got: Vec<u64> = take_events(&mut s, WRITES)
+                    .await
+                    .iter()
+                    .map(|e| summary(e).2)
+                    .collect();
                 (got, s)
             })
         })
@@ -263,6 +380,12 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
     }
     // One etcd watch per configured resource (three here), however many clients.
     let watchers = etcd.metric("etcd_debugging_mvcc_watcher_total");
-    assert_eq!(watchers, 3.0, "etcd watchers before clients: {before}, after: {watchers}");
-    assert_eq!(proxy.metric("watchproxy_watchers", "resource=\"pods\""), WATCHERS as f64);
+    assert_eq!(
+        watchers, 3.0,
+        "etcd watchers before clients: {before}, after: {watchers}"
+    );
+    assert_eq!(
+        proxy.metric("watchproxy_watchers", "resource=\"pods\""),
+        WATCHERS as f64
+    );
 }

@@ -24,7 +24,12 @@ pub struct ContinueToken {
 
 impl ContinueToken {
     pub fn new(resource: &Resource, revision: Revision, after: String) -> Self {
-        Self { version: 1, resource: resource.name.clone(), revision, after }
+        Self {
+            version: 1,
+            resource: resource.name.clone(),
+            revision,
+            after,
+        }
     }
 
     pub fn encode(&self) -> String {
@@ -34,8 +39,11 @@ impl ContinueToken {
     /// Decodes and checks that the token belongs to this resource.
     pub fn decode(token: &str, resource: &Resource) -> Result<Self, ApiError> {
         let bad = |why: &str| ApiError::BadContinue(why.to_owned());
-        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad("not a token this service issued"))?;
-        let t: Self = serde_json::from_slice(&bytes).map_err(|_| bad("not a token this service issued"))?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| bad("not a token this service issued"))?;
+        let t: Self =
+            serde_json::from_slice(&bytes).map_err(|_| bad("not a token this service issued"))?;
         if t.version != 1 {
             return Err(bad("unsupported token version"));
         }

@@ -32,9 +32,16 @@ pub enum ApiError {
     #[error("the cache of {resource} could not confirm it has caught up with etcd in time; retry shortly")]
     NotFresh { resource: String },
     #[error("too large resource version: {requested}, current: {current}; retry shortly")]
-    TooLarge { requested: Revision, current: Revision },
+    TooLarge {
+        requested: Revision,
+        current: Revision,
+    },
     #[error("too old resource version: {requested} (oldest available: {oldest}, current: {current}); list again and watch from the list's resource version")]
-    TooOld { requested: Revision, oldest: Revision, current: Revision },
+    TooOld {
+        requested: Revision,
+        oldest: Revision,
+        current: Revision,
+    },
     #[error("resource version {revision} has been compacted in etcd; start the list again")]
     Compacted { revision: Revision },
     #[error("etcd is unavailable: {0}")]
@@ -87,19 +94,49 @@ mod tests {
     #[test]
     fn each_failure_has_the_code_a_client_acts_on() {
         let cases = [
-            (ApiError::UnknownResource { name: "x".into(), known: "pods".into() }, Code::NotFound),
+            (
+                ApiError::UnknownResource {
+                    name: "x".into(),
+                    known: "pods".into(),
+                },
+                Code::NotFound,
+            ),
             (ApiError::BadContinue("x".into()), Code::InvalidArgument),
-            (ApiError::TooOld { requested: 1, oldest: 5, current: 9 }, Code::OutOfRange),
-            (ApiError::TooLarge { requested: 99, current: 9 }, Code::Unavailable),
+            (
+                ApiError::TooOld {
+                    requested: 1,
+                    oldest: 5,
+                    current: 9,
+                },
+                Code::OutOfRange,
+            ),
+            (
+                ApiError::TooLarge {
+                    requested: 99,
+                    current: 9,
+                },
+                Code::Unavailable,
+            ),
             (ApiError::TooSlow { resume_from: 7 }, Code::Aborted),
             (ApiError::ShuttingDown { last: Some(7) }, Code::Unavailable),
-            (ApiError::NotReady { resource: "pods".into() }, Code::Unavailable),
+            (
+                ApiError::NotReady {
+                    resource: "pods".into(),
+                },
+                Code::Unavailable,
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(Status::from(err).code(), code);
         }
-        let s = Status::from(ApiError::TooOld { requested: 1, oldest: 5, current: 9 });
-        assert!(s.message().contains("too old resource version") && s.message().contains("current: 9"));
+        let s = Status::from(ApiError::TooOld {
+            requested: 1,
+            oldest: 5,
+            current: 9,
+        });
+        assert!(
+            s.message().contains("too old resource version") && s.message().contains("current: 9")
+        );
         assert_eq!(s.metadata().get(CURRENT_VERSION_KEY).unwrap(), "9");
         let s = Status::from(ApiError::TooSlow { resume_from: 7 });
         assert_eq!(s.metadata().get(RESUME_VERSION_KEY).unwrap(), "7");

@@ -41,15 +41,28 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn new(resources: HashMap<String, Served>, etcd: Etcd, freshness_wait: Duration, shutdown: CancellationToken) -> Self {
-        Self { resources: Arc::new(resources), etcd, freshness_wait, shutdown }
+    pub fn new(
+        resources: HashMap<String, Served>,
+        etcd: Etcd,
+        freshness_wait: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            resources: Arc::new(resources),
+            etcd,
+            freshness_wait,
+            shutdown,
+        }
     }
 
     fn served(&self, name: &str) -> Result<&Served, ApiError> {
         self.resources.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.resources.keys().map(String::as_str).collect();
             known.sort_unstable();
-            ApiError::UnknownResource { name: name.to_owned(), known: known.join(", ") }
+            ApiError::UnknownResource {
+                name: name.to_owned(),
+                known: known.join(", "),
+            }
         })
     }
 
@@ -64,19 +77,26 @@ impl Api {
         cache
             .wait_for(0, self.freshness_wait)
             .await
-            .map_err(|_| ApiError::NotReady { resource: resource.name.clone() })?;
+            .map_err(|_| ApiError::NotReady {
+                resource: resource.name.clone(),
+            })?;
         let (start, end) = (resource.key_prefix(), resource.key_range_end());
         loop {
             let at = cache.progress().revision;
             if min.is_some_and(|m| at >= m) {
                 return Ok(cache.snapshot());
             }
-            let (now, unchanged) = self.etcd.unchanged_since(&s.metrics, &start, &end, at).await?;
+            let (now, unchanged) = self
+                .etcd
+                .unchanged_since(&s.metrics, &start, &end, at)
+                .await?;
             if unchanged {
                 cache.confirm_unchanged(at, now);
             }
             let target = min.unwrap_or(now);
-            let step = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(250));
+            let step = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(250));
             if cache.wait_for(target, step).await.is_ok() {
                 return Ok(cache.snapshot());
             }
@@ -84,14 +104,20 @@ impl Api {
                 let current = cache.progress().revision;
                 return Err(match min {
                     Some(requested) => ApiError::TooLarge { requested, current },
-                    None => ApiError::NotFresh { resource: resource.name.clone() },
+                    None => ApiError::NotFresh {
+                        resource: resource.name.clone(),
+                    },
                 });
             }
         }
     }
 
     /// A snapshot for a request's resource version (not-older-than rules).
-    async fn snapshot_for(&self, s: &Served, version: RequestedVersion) -> Result<Snapshot, ApiError> {
+    async fn snapshot_for(
+        &self,
+        s: &Served,
+        version: RequestedVersion,
+    ) -> Result<Snapshot, ApiError> {
         match version {
             RequestedVersion::Latest => self.catch_up(s, None).await,
             RequestedVersion::At(n) => self.catch_up(s, Some(n)).await,
@@ -99,7 +125,9 @@ impl Api {
                 s.cache
                     .wait_for(0, self.freshness_wait)
                     .await
-                    .map_err(|_| ApiError::NotReady { resource: s.cache.resource.name.clone() })?;
+                    .map_err(|_| ApiError::NotReady {
+                        resource: s.cache.resource.name.clone(),
+                    })?;
                 Ok(s.cache.snapshot())
             }
         }
@@ -108,16 +136,27 @@ impl Api {
     async fn list(&self, req: pb::ListRequest) -> Result<pb::ListResponse, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
-        let predicate =
-            Predicate::new(resource, &req.namespace, "", &req.label_selector, &req.field_selector)?;
+        let predicate = Predicate::new(
+            resource,
+            &req.namespace,
+            "",
+            &req.label_selector,
+            &req.field_selector,
+        )?;
         let version = RequestedVersion::parse(&req.resource_version)?;
         let exact = match pb::ResourceVersionMatch::try_from(req.resource_version_match) {
             Ok(pb::ResourceVersionMatch::Exact) => true,
             Ok(_) => false,
-            Err(_) => return Err(ApiError::InvalidArgument("unknown resource_version_match".into())),
+            Err(_) => {
+                return Err(ApiError::InvalidArgument(
+                    "unknown resource_version_match".into(),
+                ))
+            }
         };
         if req.limit < 0 {
-            return Err(ApiError::InvalidArgument("limit must not be negative".into()));
+            return Err(ApiError::InvalidArgument(
+                "limit must not be negative".into(),
+            ));
         }
         let limit = match req.limit {
             0 => usize::MAX,
@@ -130,16 +169,22 @@ impl Api {
                 ));
             }
             let token = ContinueToken::decode(&req.continue_token, resource)?;
-            return self.list_at(s, &predicate, token.revision, Some(&token.after), limit).await;
+            return self
+                .list_at(s, &predicate, token.revision, Some(&token.after), limit)
+                .await;
         }
         if exact {
             let RequestedVersion::At(n) = version else {
-                return Err(ApiError::InvalidArgument("EXACT needs a resource_version other than \"\" and \"0\"".into()));
+                return Err(ApiError::InvalidArgument(
+                    "EXACT needs a resource_version other than \"\" and \"0\"".into(),
+                ));
             };
             return self.list_at(s, &predicate, n, None, limit).await;
         }
         let snapshot = self.snapshot_for(s, version).await?;
-        Ok(page_from_snapshot(resource, &snapshot, &predicate, None, limit))
+        Ok(page_from_snapshot(
+            resource, &snapshot, &predicate, None, limit,
+        ))
     }
 
     /// A page of the state exactly at `revision`: from the cache when it is
@@ -155,7 +200,9 @@ impl Api {
         let resource = &s.cache.resource;
         let snapshot = s.cache.snapshot();
         if snapshot.revision == revision {
-            return Ok(page_from_snapshot(resource, &snapshot, predicate, after, limit));
+            return Ok(page_from_snapshot(
+                resource, &snapshot, predicate, after, limit,
+            ));
         }
         let prefix = match predicate.name() {
             Some(name) if !resource.namespaced || predicate.namespace().is_some() => {
@@ -163,7 +210,11 @@ impl Api {
             }
             _ => resource.namespace_prefix(predicate.namespace().unwrap_or("")),
         };
-        let end = if predicate.name().is_some() { format!("{prefix}\0") } else { range_end(&prefix) };
+        let end = if predicate.name().is_some() {
+            format!("{prefix}\0")
+        } else {
+            range_end(&prefix)
+        };
         let mut from = match after {
             Some(a) if a >= prefix.as_str() => format!("{a}\0"),
             _ => prefix.clone(),
@@ -173,13 +224,23 @@ impl Api {
         loop {
             let page = match self
                 .etcd
-                .page(&s.metrics, EtcdRequest::exact_list_page, &from, &end, Some(revision), page_size)
+                .page(
+                    &s.metrics,
+                    EtcdRequest::exact_list_page,
+                    &from,
+                    &end,
+                    Some(revision),
+                    page_size,
+                )
                 .await
             {
                 Ok(p) => p,
                 Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
                 Err(EtcdError::FutureRevision) => {
-                    return Err(ApiError::TooLarge { requested: revision, current: s.cache.progress().revision })
+                    return Err(ApiError::TooLarge {
+                        requested: revision,
+                        current: s.cache.progress().revision,
+                    })
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -194,7 +255,10 @@ impl Api {
                     }
                 }
             }
-            let last = page.kvs.last().map(|(k, _, _)| String::from_utf8_lossy(k).into_owned());
+            let last = page
+                .kvs
+                .last()
+                .map(|(k, _, _)| String::from_utf8_lossy(k).into_owned());
             match last {
                 Some(k) if page.more && items.len() <= limit => from = format!("{k}\0"),
                 _ => break,
@@ -207,21 +271,41 @@ impl Api {
                 let after_last = format!("{}\0", last.key);
                 let (n, _) = self
                     .etcd
-                    .count(&s.metrics, EtcdRequest::exact_list_page, &after_last, &end, Some(revision), None)
+                    .count(
+                        &s.metrics,
+                        EtcdRequest::exact_list_page,
+                        &after_last,
+                        &end,
+                        Some(revision),
+                        None,
+                    )
                     .await?;
                 Some(n as usize)
             }
             _ => None,
         };
-        Ok(page_response(resource, revision, items.iter(), more, remaining))
+        Ok(page_response(
+            resource,
+            revision,
+            items.iter(),
+            more,
+            remaining,
+        ))
     }
 
     async fn get(&self, req: pb::GetRequest) -> Result<pb::Object, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
         if req.name.is_empty() || (resource.namespaced && req.namespace.is_empty()) {
-            let what = if resource.namespaced { "namespace and name are" } else { "name is" };
-            return Err(ApiError::InvalidArgument(format!("{what} required for {}", resource.name)));
+            let what = if resource.namespaced {
+                "namespace and name are"
+            } else {
+                "name is"
+            };
+            return Err(ApiError::InvalidArgument(format!(
+                "{what} required for {}",
+                resource.name
+            )));
         }
         let version = RequestedVersion::parse(&req.resource_version)?;
         let snapshot = self.snapshot_for(s, version).await?;
@@ -235,10 +319,20 @@ impl Api {
     async fn watch(&self, req: pb::WatchRequest) -> Result<WatchEvents, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
-        let predicate = Predicate::new(resource, &req.namespace, &req.name, &req.label_selector, &req.field_selector)?;
+        let predicate = Predicate::new(
+            resource,
+            &req.namespace,
+            &req.name,
+            &req.label_selector,
+            &req.field_selector,
+        )?;
         let version = RequestedVersion::parse(&req.resource_version)?;
         let timeout = match req.timeout_seconds {
-            t if t < 0 => return Err(ApiError::InvalidArgument("timeout_seconds must not be negative".into())),
+            t if t < 0 => {
+                return Err(ApiError::InvalidArgument(
+                    "timeout_seconds must not be negative".into(),
+                ))
+            }
             0 => None,
             t => Some(Duration::from_secs(t as u64)),
         };
@@ -255,10 +349,19 @@ impl Api {
                 WatchFrom::State
             }
         };
-        let start = s.cache.watch(predicate.clone(), from, req.allow_bookmarks).map_err(|too_old| {
-            let WatchFrom::Revision(requested) = from else { unreachable!("only a replay can be too old") };
-            ApiError::TooOld { requested, oldest: too_old.oldest, current: s.cache.progress().revision }
-        })?;
+        let start = s
+            .cache
+            .watch(predicate.clone(), from, req.allow_bookmarks)
+            .map_err(|too_old| {
+                let WatchFrom::Revision(requested) = from else {
+                    unreachable!("only a replay can be too old")
+                };
+                ApiError::TooOld {
+                    requested,
+                    oldest: too_old.oldest,
+                    current: s.cache.progress().revision,
+                }
+            })?;
         let stream = WatchStream {
             resource: resource.clone(),
             predicate,
@@ -283,12 +386,25 @@ fn page_from_snapshot(
 ) -> pb::ListResponse {
     let mut it = snapshot.select(resource, predicate, after);
     let items: Vec<&Arc<Object>> = it.by_ref().take(limit).collect();
-    let remaining = if predicate.has_selectors() { None } else { Some(it.count()) };
+    let remaining = if predicate.has_selectors() {
+        None
+    } else {
+        Some(it.count())
+    };
     let more = match remaining {
         Some(n) => n > 0,
-        None => snapshot.select(resource, predicate, items.last().map(|o| &*o.key)).next().is_some(),
+        None => snapshot
+            .select(resource, predicate, items.last().map(|o| &*o.key))
+            .next()
+            .is_some(),
     };
-    page_response(resource, snapshot.revision, items.into_iter(), more, remaining)
+    page_response(
+        resource,
+        snapshot.revision,
+        items.into_iter(),
+        more,
+        remaining,
+    )
 }
 
 fn page_response<'a>(
@@ -328,13 +444,20 @@ fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
         EventType::Modified => pb::EventType::Modified,
         EventType::Deleted => pb::EventType::Deleted,
     };
-    pb::WatchEvent { r#type: t as i32, object: Some(object_pb(o, revision)), initial_events_end: false }
+    pb::WatchEvent {
+        r#type: t as i32,
+        object: Some(object_pb(o, revision)),
+        initial_events_end: false,
+    }
 }
 
 fn bookmark_pb(revision: Revision, initial_events_end: bool) -> pb::WatchEvent {
     pb::WatchEvent {
         r#type: pb::EventType::Bookmark as i32,
-        object: Some(pb::Object { resource_version: revision.to_string(), ..Default::default() }),
+        object: Some(pb::Object {
+            resource_version: revision.to_string(),
+            ..Default::default()
+        }),
         initial_events_end,
     }
 }
@@ -359,7 +482,8 @@ struct EndCounter {
 
 impl Drop for EndCounter {
     fn drop(&mut self) {
-        self.metrics.watcher_ended(self.reason.unwrap_or(EndReason::client_gone));
+        self.metrics
+            .watcher_ended(self.reason.unwrap_or(EndReason::client_gone));
     }
 }
 
@@ -447,7 +571,10 @@ impl WatchStream {
 
 #[tonic::async_trait]
 impl pb::watch_proxy_server::WatchProxy for Api {
-    async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
         Ok(Response::new(self.list(request.into_inner()).await?))
     }
 
@@ -457,7 +584,10 @@ impl pb::watch_proxy_server::WatchProxy for Api {
 
     type WatchStream = WatchEvents;
 
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         Ok(Response::new(self.watch(request.into_inner()).await?))
     }
 }

@@ -59,7 +59,11 @@ impl Snapshot {
             if !resource.namespaced || !namespace.is_empty() {
                 let key = resource.key(namespace, name);
                 let past = after.is_some_and(|a| a >= key.as_str());
-                let hit = if past { None } else { self.store.get(key.as_str()) };
+                let hit = if past {
+                    None
+                } else {
+                    self.store.get(key.as_str())
+                };
                 return Box::new(hit.into_iter().filter(|o| predicate.matches(o)));
             }
         }
@@ -128,7 +132,10 @@ impl WatchCache {
         let cache = Arc::new(Self {
             resource,
             state: Mutex::new(state),
-            progress: watch::Sender::new(Progress { revision: 0, ready: false }),
+            progress: watch::Sender::new(Progress {
+                revision: 0,
+                ready: false,
+            }),
             dispatcher: Arc::new(dispatcher),
             metrics,
         });
@@ -141,7 +148,10 @@ impl WatchCache {
 
     pub fn snapshot(&self) -> Snapshot {
         let s = self.state.lock().unwrap();
-        Snapshot { store: s.store.clone(), revision: s.revision }
+        Snapshot {
+            store: s.store.clone(),
+            revision: s.revision,
+        }
     }
 
     pub fn watchers(&self) -> usize {
@@ -149,9 +159,14 @@ impl WatchCache {
     }
 
     /// Waits until the cache is ready and at `revision` or later.
-    pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> Result<Progress, Progress> {
+    pub async fn wait_for(
+        &self,
+        revision: Revision,
+        timeout: Duration,
+    ) -> Result<Progress, Progress> {
         let mut rx = self.progress.subscribe();
-        let reached = tokio::time::timeout(timeout, rx.wait_for(|p| p.ready && p.revision >= revision)).await;
+        let reached =
+            tokio::time::timeout(timeout, rx.wait_for(|p| p.ready && p.revision >= revision)).await;
         match reached {
             Ok(Ok(p)) => Ok(*p),
             _ => Err(self.progress()),
@@ -169,21 +184,36 @@ impl WatchCache {
         }
         s.revision = revision;
         self.metrics.cache_revision.set(revision as i64);
-        self.progress.send_replace(Progress { revision, ready: true });
+        self.progress.send_replace(Progress {
+            revision,
+            ready: true,
+        });
         drop(s);
         self.dispatcher.progress(revision);
     }
 
     /// Registers a watcher. Capturing its starting point and registering
     /// happen under one lock, so no event falls between them.
-    pub fn watch(&self, predicate: Predicate, from: WatchFrom, bookmarks: bool) -> Result<WatchStart, TooOld> {
+    pub fn watch(
+        &self,
+        predicate: Predicate,
+        from: WatchFrom,
+        bookmarks: bool,
+    ) -> Result<WatchStart, TooOld> {
         let s = self.state.lock().unwrap();
         let initial = match from {
-            WatchFrom::State => Initial::State(Snapshot { store: s.store.clone(), revision: s.revision }),
+            WatchFrom::State => Initial::State(Snapshot {
+                store: s.store.clone(),
+                revision: s.revision,
+            }),
             WatchFrom::Revision(r) => Initial::Replay(s.ring.since(r)?),
         };
         let subscription = self.dispatcher.register(predicate, s.revision, bookmarks);
-        Ok(WatchStart { initial, revision: s.revision, subscription })
+        Ok(WatchStart {
+            initial,
+            revision: s.revision,
+            subscription,
+        })
     }
 }
 
@@ -213,7 +243,10 @@ impl CacheWriter {
     /// added or changed object at its own mod revision, each vanished one
     /// deleted at `revision`.
     pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) {
-        let new: Store = objects.into_iter().map(|o| (o.key.clone(), Arc::new(o))).collect();
+        let new: Store = objects
+            .into_iter()
+            .map(|o| (o.key.clone(), Arc::new(o)))
+            .collect();
         let mut s = self.cache.state.lock().unwrap();
         if !s.ready {
             s.store = new;
@@ -229,7 +262,11 @@ impl CacheWriter {
                 Some(old) if old.revision == obj.revision => {}
                 old => events.push(Event {
                     revision: obj.revision,
-                    kind: if old.is_some() { EventType::Modified } else { EventType::Added },
+                    kind: if old.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
                     object: Some(obj.clone()),
                     prev: old.cloned(),
                 }),
@@ -237,7 +274,12 @@ impl CacheWriter {
         }
         for (key, old) in &s.store {
             if !new.contains_key(key) {
-                events.push(Event { revision, kind: EventType::Deleted, object: None, prev: Some(old.clone()) });
+                events.push(Event {
+                    revision,
+                    kind: EventType::Deleted,
+                    object: None,
+                    prev: Some(old.clone()),
+                });
             }
         }
         events.sort_by(|a, b| (a.revision, a.key()).cmp(&(b.revision, b.key())));
@@ -265,8 +307,17 @@ impl CacheWriter {
                 Some(o) => {
                     let o = Arc::new(o);
                     s.store.insert(c.key, o.clone());
-                    let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                    Event { revision: c.revision, kind, object: Some(o), prev }
+                    let kind = if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    };
+                    Event {
+                        revision: c.revision,
+                        kind,
+                        object: Some(o),
+                        prev,
+                    }
                 }
                 None => {
                     // A key the cache never held (its value was not
@@ -276,7 +327,12 @@ impl CacheWriter {
                         continue;
                     }
                     s.store.remove(&c.key);
-                    Event { revision: c.revision, kind: EventType::Deleted, object: None, prev }
+                    Event {
+                        revision: c.revision,
+                        kind: EventType::Deleted,
+                        object: None,
+                        prev,
+                    }
                 }
             };
             s.revision = s.revision.max(c.revision);
@@ -286,7 +342,10 @@ impl CacheWriter {
         }
         self.publish(&s);
         drop(s);
-        self.cache.metrics.events_received.inc_by(events.len() as u64);
+        self.cache
+            .metrics
+            .events_received
+            .inc_by(events.len() as u64);
         self.cache.dispatcher.dispatch(&events);
         if let Some(last) = events.last() {
             self.cache.dispatcher.progress(last.revision);
@@ -315,7 +374,10 @@ impl CacheWriter {
         m.cache_revision.set(s.revision as i64);
         m.window_events.set(s.ring.len() as i64);
         m.window_capacity.set(s.ring.capacity() as i64);
-        self.cache.progress.send_replace(Progress { revision: s.revision, ready: s.ready });
+        self.cache.progress.send_replace(Progress {
+            revision: s.revision,
+            ready: s.ready,
+        });
     }
 }
 
@@ -339,7 +401,8 @@ mod tests {
 
     fn obj(key: &str, revision: Revision) -> Object {
         let r = resource();
-        r.decode(key.as_bytes(), revision.to_string().as_bytes(), revision).unwrap()
+        r.decode(key.as_bytes(), revision.to_string().as_bytes(), revision)
+            .unwrap()
     }
 
     fn new_cache() -> (Arc<WatchCache>, CacheWriter) {
@@ -351,7 +414,12 @@ mod tests {
     fn drain(sub: &mut Subscription) -> Vec<(EventType, String, Revision)> {
         let mut out = Vec::new();
         while let Ok(d) = sub.rx.try_recv() {
-            if let Delivery::Event { kind, object, revision } = d {
+            if let Delivery::Event {
+                kind,
+                object,
+                revision,
+            } = d
+            {
                 out.push((kind, object.key.to_string(), revision));
             }
         }
@@ -361,9 +429,26 @@ mod tests {
     #[test]
     fn a_relist_turns_the_difference_into_events() {
         let (cache, mut w) = new_cache();
-        w.replace(vec![obj("/p/a/keep", 2), obj("/p/a/change", 3), obj("/p/a/gone", 4)], 10);
-        let mut sub = cache.watch(Predicate::default(), WatchFrom::Revision(10), false).unwrap().subscription;
-        w.replace(vec![obj("/p/a/keep", 2), obj("/p/a/change", 15), obj("/p/a/new", 12)], 20);
+        w.replace(
+            vec![
+                obj("/p/a/keep", 2),
+                obj("/p/a/change", 3),
+                obj("/p/a/gone", 4),
+            ],
+            10,
+        );
+        let mut sub = cache
+            .watch(Predicate::default(), WatchFrom::Revision(10), false)
+            .unwrap()
+            .subscription;
+        w.replace(
+            vec![
+                obj("/p/a/keep", 2),
+                obj("/p/a/change", 15),
+                obj("/p/a/new", 12),
+            ],
+            20,
+        );
         assert_eq!(
             drain(&mut sub),
             [
@@ -373,20 +458,37 @@ mod tests {
             ]
         );
         // The same events are in the window for watchers that resume later.
-        let replay = match cache.watch(Predicate::default(), WatchFrom::Revision(12), false).unwrap().initial {
+        let replay = match cache
+            .watch(Predicate::default(), WatchFrom::Revision(12), false)
+            .unwrap()
+            .initial
+        {
             Initial::Replay(events) => events.iter().map(|e| e.revision).collect::<Vec<_>>(),
             Initial::State(_) => panic!("want replay"),
         };
         assert_eq!(replay, [15, 20]);
-        assert_eq!(cache.progress(), Progress { revision: 20, ready: true });
+        assert_eq!(
+            cache.progress(),
+            Progress {
+                revision: 20,
+                ready: true
+            }
+        );
     }
 
     #[test]
     fn deleting_an_unknown_key_emits_nothing_but_advances_the_revision() {
         let (cache, mut w) = new_cache();
         w.replace(vec![], 5);
-        let mut sub = cache.watch(Predicate::default(), WatchFrom::State, false).unwrap().subscription;
-        w.apply(vec![Change { revision: 6, key: Arc::from("/p/a/x"), object: None }]);
+        let mut sub = cache
+            .watch(Predicate::default(), WatchFrom::State, false)
+            .unwrap()
+            .subscription;
+        w.apply(vec![Change {
+            revision: 6,
+            key: Arc::from("/p/a/x"),
+            object: None,
+        }]);
         assert!(drain(&mut sub).is_empty());
         assert_eq!(cache.progress().revision, 6);
     }
@@ -394,11 +496,21 @@ mod tests {
     #[test]
     fn select_reads_only_the_pinned_range() {
         let (cache, mut w) = new_cache();
-        w.replace(vec![obj("/p/a/x", 2), obj("/p/b/x", 3), obj("/p/b/y", 4), obj("/p/c/x", 5)], 5);
+        w.replace(
+            vec![
+                obj("/p/a/x", 2),
+                obj("/p/b/x", 3),
+                obj("/p/b/y", 4),
+                obj("/p/c/x", 5),
+            ],
+            5,
+        );
         let snap = cache.snapshot();
         let r = resource();
         let keys = |p: &Predicate, after: Option<&str>| {
-            snap.select(&r, p, after).map(|o| o.key.to_string()).collect::<Vec<_>>()
+            snap.select(&r, p, after)
+                .map(|o| o.key.to_string())
+                .collect::<Vec<_>>()
         };
         let ns_b = Predicate::new(&r, "b", "", "", "").unwrap();
         assert_eq!(keys(&ns_b, None), ["/p/b/x", "/p/b/y"]);

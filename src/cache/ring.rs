@@ -60,13 +60,20 @@ impl EventRing {
         self.events.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Appends an event; revisions must not decrease.
     pub fn push(&mut self, event: Arc<Event>, now: Instant) {
-        debug_assert!(self.events.back().is_none_or(|(_, e)| e.revision <= event.revision));
+        debug_assert!(self
+            .events
+            .back()
+            .is_none_or(|(_, e)| e.revision <= event.revision));
         if self.events.len() >= self.capacity {
             self.resize(now);
         }
@@ -120,7 +127,12 @@ mod tests {
             fields: Box::default(),
             value: Default::default(),
         });
-        Arc::new(Event { revision, kind: EventType::Added, object: Some(o), prev: None })
+        Arc::new(Event {
+            revision,
+            kind: EventType::Added,
+            object: Some(o),
+            prev: None,
+        })
     }
 
     fn revisions(r: &EventRing, from: Revision) -> Vec<Revision> {

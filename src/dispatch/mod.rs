@@ -106,7 +106,11 @@ impl Drop for Subscription {
 impl Dispatcher {
     pub fn new(queue_len: usize, bookmark_interval: Duration, metrics: ResourceMetrics) -> Self {
         Self {
-            watchers: Mutex::new(Watchers { next_id: 0, by_id: HashMap::new(), revision: 0 }),
+            watchers: Mutex::new(Watchers {
+                next_id: 0,
+                by_id: HashMap::new(),
+                revision: 0,
+            }),
             queue_len,
             bookmark_interval,
             metrics,
@@ -114,17 +118,36 @@ impl Dispatcher {
     }
 
     /// Adds a watcher that receives events after `start`.
-    pub fn register(self: &Arc<Self>, predicate: Predicate, start: Revision, bookmarks: bool) -> Subscription {
+    pub fn register(
+        self: &Arc<Self>,
+        predicate: Predicate,
+        start: Revision,
+        bookmarks: bool,
+    ) -> Subscription {
         let (tx, rx) = mpsc::channel(self.queue_len);
         let ended = Arc::new(OnceLock::new());
         let next_bookmark = bookmarks.then(|| self.next_bookmark(Instant::now()));
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
         w.next_id += 1;
-        w.by_id.insert(id, Entry { predicate, start, tx, next_bookmark, ended: ended.clone() });
+        w.by_id.insert(
+            id,
+            Entry {
+                predicate,
+                start,
+                tx,
+                next_bookmark,
+                ended: ended.clone(),
+            },
+        );
         self.metrics.watchers.set(w.by_id.len() as i64);
         drop(w);
-        Subscription { id, rx, ended, dispatcher: self.clone() }
+        Subscription {
+            id,
+            rx,
+            ended,
+            dispatcher: self.clone(),
+        }
     }
 
     fn remove(&self, id: u64) {
@@ -150,13 +173,21 @@ impl Dispatcher {
         w.revision = w.revision.max(last.revision);
         w.by_id.retain(|_, entry| {
             for event in events.iter().filter(|e| e.revision > entry.start) {
-                let Some((kind, object)) = transition(&entry.predicate, event) else { continue };
-                match entry.tx.try_send(Delivery::Event { kind, object, revision: event.revision }) {
+                let Some((kind, object)) = transition(&entry.predicate, event) else {
+                    continue;
+                };
+                match entry.tx.try_send(Delivery::Event {
+                    kind,
+                    object,
+                    revision: event.revision,
+                }) {
                     Ok(()) => delivered += 1,
                     Err(TrySendError::Full(_)) => {
                         // Events of this revision may be partly queued, so
                         // the watcher resumes from the one before it.
-                        let _ = entry.ended.set(Ended::Slow { resume_from: event.revision - 1 });
+                        let _ = entry.ended.set(Ended::Slow {
+                            resume_from: event.revision - 1,
+                        });
                         return false;
                     }
                     Err(TrySendError::Closed(_)) => return false,
@@ -182,7 +213,9 @@ impl Dispatcher {
         let mut w = self.watchers.lock().unwrap();
         let revision = w.revision;
         for entry in w.by_id.values_mut() {
-            let Some(due) = entry.next_bookmark else { continue };
+            let Some(due) = entry.next_bookmark else {
+                continue;
+            };
             if due > now || revision <= entry.start {
                 continue;
             }
@@ -198,7 +231,9 @@ impl Dispatcher {
     /// Spreads bookmarks over the last fifth of the interval so watchers
     /// started together do not wake together.
     fn next_bookmark(&self, now: Instant) -> Instant {
-        now + self.bookmark_interval.mul_f64(rand::rng().random_range(0.8..=1.0))
+        now + self
+            .bookmark_interval
+            .mul_f64(rand::rng().random_range(0.8..=1.0))
     }
 }
 
@@ -232,8 +267,18 @@ mod tests {
         })
     }
 
-    fn ev(kind: EventType, object: Option<Arc<Object>>, prev: Option<Arc<Object>>, revision: Revision) -> Arc<Event> {
-        Arc::new(Event { revision, kind, object, prev })
+    fn ev(
+        kind: EventType,
+        object: Option<Arc<Object>>,
+        prev: Option<Arc<Object>>,
+        revision: Revision,
+    ) -> Arc<Event> {
+        Arc::new(Event {
+            revision,
+            kind,
+            object,
+            prev,
+        })
     }
 
     fn on_node(node: &str) -> Predicate {
@@ -241,19 +286,42 @@ mod tests {
     }
 
     fn dispatcher(queue: usize) -> Arc<Dispatcher> {
-        Arc::new(Dispatcher::new(queue, Duration::from_secs(60), Metrics::default().resource("pods")))
+        Arc::new(Dispatcher::new(
+            queue,
+            Duration::from_secs(60),
+            Metrics::default().resource("pods"),
+        ))
     }
 
     #[test]
     fn a_move_between_nodes_is_deleted_for_one_and_added_for_the_other() {
         let before = obj("a", "node-1", 5);
         let after = obj("a", "node-2", 6);
-        let e = ev(EventType::Modified, Some(after.clone()), Some(before.clone()), 6);
-        assert_eq!(transition(&on_node("node-1"), &e), Some((EventType::Deleted, before)));
-        assert_eq!(transition(&on_node("node-2"), &e), Some((EventType::Added, after.clone())));
+        let e = ev(
+            EventType::Modified,
+            Some(after.clone()),
+            Some(before.clone()),
+            6,
+        );
+        assert_eq!(
+            transition(&on_node("node-1"), &e),
+            Some((EventType::Deleted, before))
+        );
+        assert_eq!(
+            transition(&on_node("node-2"), &e),
+            Some((EventType::Added, after.clone()))
+        );
         assert_eq!(transition(&on_node("node-3"), &e), None);
-        let same = ev(EventType::Modified, Some(after.clone()), Some(after.clone()), 7);
-        assert_eq!(transition(&on_node("node-2"), &same), Some((EventType::Modified, after)));
+        let same = ev(
+            EventType::Modified,
+            Some(after.clone()),
+            Some(after.clone()),
+            7,
+        );
+        assert_eq!(
+            transition(&on_node("node-2"), &same),
+            Some((EventType::Modified, after))
+        );
     }
 
     #[test]
@@ -265,7 +333,9 @@ mod tests {
             ev(EventType::Added, Some(obj("b", "", 6)), None, 6),
             ev(EventType::Added, Some(obj("c", "", 7)), None, 7),
         ]);
-        let Ok(Delivery::Event { revision: 7, .. }) = s.rx.try_recv() else { panic!("want rev 7") };
+        let Ok(Delivery::Event { revision: 7, .. }) = s.rx.try_recv() else {
+            panic!("want rev 7")
+        };
         assert!(s.rx.try_recv().is_err());
     }
 
@@ -275,7 +345,12 @@ mod tests {
         let mut slow = d.register(Predicate::default(), 0, false);
         let mut fast = d.register(Predicate::default(), 0, false);
         for rev in 1..=4 {
-            d.dispatch(&[ev(EventType::Added, Some(obj(&rev.to_string(), "", rev)), None, rev)]);
+            d.dispatch(&[ev(
+                EventType::Added,
+                Some(obj(&rev.to_string(), "", rev)),
+                None,
+                rev,
+            )]);
             while let Ok(Delivery::Event { .. }) = fast.rx.try_recv() {}
         }
         let mut got = Vec::new();
@@ -297,12 +372,18 @@ mod tests {
         let mut without = d.register(Predicate::default(), 10, false);
         d.progress(9);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
-        assert!(with.rx.try_recv().is_err(), "revision 9 is behind the watcher's start");
+        assert!(
+            with.rx.try_recv().is_err(),
+            "revision 9 is behind the watcher's start"
+        );
         d.progress(12);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         assert!(matches!(with.rx.try_recv(), Ok(Delivery::Bookmark(12))));
         assert!(without.rx.try_recv().is_err());
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(62));
-        assert!(with.rx.try_recv().is_err(), "the next bookmark is an interval away");
+        assert!(
+            with.rx.try_recv().is_err(),
+            "the next bookmark is an interval away"
+        );
     }
 }

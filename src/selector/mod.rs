@@ -138,7 +138,11 @@ fn parse_labels(selector: &str) -> Result<Vec<LabelRequirement>, SelectorError> 
                 check_label_key(key).map_err(|why| err(part, &why))?;
                 check_label_value(value).map_err(|why| err(part, &why))?;
                 let op = if equals { Op::Equals } else { Op::NotEquals };
-                LabelRequirement { key: key.to_owned(), op, value: value.to_owned() }
+                LabelRequirement {
+                    key: key.to_owned(),
+                    op,
+                    value: value.to_owned(),
+                }
             }
             None => {
                 let (op, key) = match part.strip_prefix('!') {
@@ -146,7 +150,11 @@ fn parse_labels(selector: &str) -> Result<Vec<LabelRequirement>, SelectorError> 
                     None => (Op::Exists, part),
                 };
                 check_label_key(key).map_err(|why| err(part, &why))?;
-                LabelRequirement { key: key.to_owned(), op, value: String::new() }
+                LabelRequirement {
+                    key: key.to_owned(),
+                    op,
+                    value: String::new(),
+                }
             }
         };
         out.push(req);
@@ -167,7 +175,8 @@ fn check_label_key(key: &str) -> Result<(), String> {
             && p.len() <= 253
             && p.split('.').all(|l| {
                 !l.is_empty()
-                    && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                     && !l.starts_with('-')
                     && !l.ends_with('-')
             });
@@ -192,17 +201,25 @@ fn check_name_chars(s: &str) -> Result<(), String> {
     if s.len() > 63 {
         return Err("must be at most 63 characters".into());
     }
-    let inner_ok = s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let inner_ok = s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     let ends_ok = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
     if inner_ok && ends_ok {
         Ok(())
     } else {
-        Err("must use only alphanumerics, '-', '_' or '.', and start and end with an alphanumeric".into())
+        Err(
+            "must use only alphanumerics, '-', '_' or '.', and start and end with an alphanumeric"
+                .into(),
+        )
     }
 }
 
-fn parse_fields(selector: &str, resource: &Resource) -> Result<Vec<FieldRequirement>, SelectorError> {
+fn parse_fields(
+    selector: &str,
+    resource: &Resource,
+) -> Result<Vec<FieldRequirement>, SelectorError> {
     if selector.trim().is_empty() {
         return Ok(Vec::new());
     }
@@ -210,7 +227,10 @@ fn parse_fields(selector: &str, resource: &Resource) -> Result<Vec<FieldRequirem
     let mut out = Vec::new();
     for part in requirements(selector) {
         let Some((name, equals, value)) = split_comparison(part) else {
-            return Err(err(part, "expected field=value, field==value or field!=value".into()));
+            return Err(err(
+                part,
+                "expected field=value, field==value or field!=value".into(),
+            ));
         };
         let field = match name {
             "metadata.name" => FieldRef::Name,
@@ -231,7 +251,11 @@ fn parse_fields(selector: &str, resource: &Resource) -> Result<Vec<FieldRequirem
                 }
             },
         };
-        out.push(FieldRequirement { field, equals, value: value.to_owned() });
+        out.push(FieldRequirement {
+            field,
+            equals,
+            value: value.to_owned(),
+        });
     }
     Ok(out)
 }
@@ -260,7 +284,10 @@ mod tests {
             namespace: ns.into(),
             name: name.into(),
             revision: 1,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
             fields: vec![node.to_string()].into(),
             value: Default::default(),
         }
@@ -328,11 +355,17 @@ mod tests {
             ("Bad_Prefix/app=x", "", "DNS subdomain"),
             (&*format!("app={}", "x".repeat(64)), "", "63"),
             ("!", "", "must not be empty"),
-            ("", "spec.color=red", "allowed: metadata.name, metadata.namespace, spec.nodeName"),
+            (
+                "",
+                "spec.color=red",
+                "allowed: metadata.name, metadata.namespace, spec.nodeName",
+            ),
             ("", "spec.nodeName", "expected field=value"),
         ];
         for (labels, fields, needle) in cases {
-            let err = Predicate::new(&pods(), "", "", labels, fields).unwrap_err().to_string();
+            let err = Predicate::new(&pods(), "", "", labels, fields)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(needle), "{labels:?}/{fields:?}: {err}");
         }
     }

@@ -33,7 +33,9 @@ impl From<etcd_client::Error> for EtcdError {
             if s.message().contains("required revision has been compacted") {
                 return EtcdError::Compacted { compacted: 0 };
             }
-            if s.message().contains("required revision is a future revision") {
+            if s.message()
+                .contains("required revision is a future revision")
+            {
                 return EtcdError::FutureRevision;
             }
         }
@@ -64,17 +66,28 @@ pub struct Etcd {
 impl Etcd {
     /// Connects lazily: an etcd that is down at start is retried by the
     /// reflectors, not a startup failure.
-    pub async fn connect(endpoints: &[String], timeout: Duration, page_size: i64) -> Result<Self, EtcdError> {
+    pub async fn connect(
+        endpoints: &[String],
+        timeout: Duration,
+        page_size: i64,
+    ) -> Result<Self, EtcdError> {
         let options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
         let client = Client::connect(endpoints, Some(options)).await?;
-        Ok(Self { client, timeout, page_size })
+        Ok(Self {
+            client,
+            timeout,
+            page_size,
+        })
     }
 
-    async fn deadline<T>(&self, f: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T, EtcdError> {
+    async fn deadline<T>(
+        &self,
+        f: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, EtcdError> {
         match tokio::time::timeout(self.timeout, f).await {
             Ok(r) => r.map_err(EtcdError::from),
             Err(_) => Err(EtcdError::Timeout),
@@ -113,7 +126,11 @@ impl Etcd {
                 (k, v, rev)
             })
             .collect();
-        Ok(Page { kvs, revision, more })
+        Ok(Page {
+            kvs,
+            revision,
+            more,
+        })
     }
 
     /// Every pair in `[start, end)`, in pages all cut from one revision
@@ -129,7 +146,9 @@ impl Etcd {
         let mut from = start.to_owned();
         let mut at = revision;
         loop {
-            let page = self.page(m, EtcdRequest::list_page, &from, end, at, self.page_size).await?;
+            let page = self
+                .page(m, EtcdRequest::list_page, &from, end, at, self.page_size)
+                .await?;
             at = Some(page.revision);
             let last = page.kvs.last().map(|(k, _, _)| k.clone());
             out.extend(page.kvs);
@@ -137,7 +156,9 @@ impl Etcd {
                 Some(mut k) if page.more => {
                     k.push(0); // the smallest key after the last one
                     from = String::from_utf8(k).map_err(|_| {
-                        EtcdError::Client(etcd_client::Error::InvalidArgs("key is not UTF-8".into()))
+                        EtcdError::Client(etcd_client::Error::InvalidArgs(
+                            "key is not UTF-8".into(),
+                        ))
                     })?;
                 }
                 _ => return Ok((out, page.revision)),
@@ -165,7 +186,10 @@ impl Etcd {
             options = options.with_min_mod_revision(r as i64);
         }
         let resp = self.get(start, options).await?;
-        Ok((resp.count(), resp.header().map_or(0, |h| h.revision() as Revision)))
+        Ok((
+            resp.count(),
+            resp.header().map_or(0, |h| h.revision() as Revision),
+        ))
     }
 
     /// etcd's current revision `R`, and whether nothing in `[start, end)`
@@ -182,21 +206,43 @@ impl Etcd {
         end: &str,
         since: Revision,
     ) -> Result<(Revision, bool), EtcdError> {
-        let (now_count, now) = self.count(m, EtcdRequest::current_revision, start, end, None, None).await?;
+        let (now_count, now) = self
+            .count(m, EtcdRequest::current_revision, start, end, None, None)
+            .await?;
         if now <= since {
             return Ok((now, true));
         }
-        let then = self.count(m, EtcdRequest::current_revision, start, end, Some(since), None);
-        let changed = self.count(m, EtcdRequest::current_revision, start, end, Some(now), Some(since + 1));
+        let then = self.count(
+            m,
+            EtcdRequest::current_revision,
+            start,
+            end,
+            Some(since),
+            None,
+        );
+        let changed = self.count(
+            m,
+            EtcdRequest::current_revision,
+            start,
+            end,
+            Some(now),
+            Some(since + 1),
+        );
         match tokio::try_join!(then, changed) {
-            Ok(((then_count, _), (changed, _))) => Ok((now, changed == 0 && then_count == now_count)),
+            Ok(((then_count, _), (changed, _))) => {
+                Ok((now, changed == 0 && then_count == now_count))
+            }
             Err(EtcdError::Compacted { .. }) => Ok((now, false)),
             Err(e) => Err(e),
         }
     }
 
     /// Opens a watch on a gRPC stream of its own.
-    pub async fn watch(&self, key: String, options: WatchOptions) -> Result<WatchStream, EtcdError> {
+    pub async fn watch(
+        &self,
+        key: String,
+        options: WatchOptions,
+    ) -> Result<WatchStream, EtcdError> {
         let mut w = self.client.watch_client();
         self.deadline(w.watch(key, Some(options))).await
     }

@@ -49,7 +49,10 @@ enum State {
     /// Open a watch for the changes after `revision`.
     Connecting { revision: Revision },
     /// Apply what the watch sends.
-    Watching { stream: WatchStream, watch_id: Option<i64> },
+    Watching {
+        stream: Box<WatchStream>,
+        watch_id: Option<i64>,
+    },
     /// Wait, then go on with `next`.
     Backoff { next: Box<State> },
 }
@@ -124,10 +127,16 @@ impl Reflector {
                 Err(e) => self.recover(e, State::Listing),
             },
             State::Connecting { revision } => match self.connect(revision).await {
-                Ok(stream) => State::Watching { stream, watch_id: None },
+                Ok(stream) => State::Watching {
+                    stream: Box::new(stream),
+                    watch_id: None,
+                },
                 Err(e) => self.recover(e, State::Connecting { revision }),
             },
-            State::Watching { mut stream, mut watch_id } => match self.watch_once(&mut stream, &mut watch_id).await {
+            State::Watching {
+                mut stream,
+                mut watch_id,
+            } => match self.watch_once(&mut stream, &mut watch_id).await {
                 Ok(()) => State::Watching { stream, watch_id },
                 Err(e) => {
                     let revision = self.writer.cache().progress().revision;
@@ -149,13 +158,18 @@ impl Reflector {
             Recovery::Relist => State::Listing,
         };
         warn!(error = %err, next = next.name(), "etcd failure");
-        State::Backoff { next: Box::new(next) }
+        State::Backoff {
+            next: Box::new(next),
+        }
     }
 
     /// Lists the whole prefix in pages cut from one revision.
     async fn list(&mut self) -> Result<Revision, EtcdError> {
         let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
-        let (kvs, revision) = self.etcd.list_all(&self.metrics, &start, &end, None).await?;
+        let (kvs, revision) = self
+            .etcd
+            .list_all(&self.metrics, &start, &end, None)
+            .await?;
         let objects: Vec<Object> = kvs
             .iter()
             .filter_map(|(k, v, rev)| self.decode_or_count(k, v, *rev))
@@ -163,7 +177,12 @@ impl Reflector {
         if self.listed_once {
             self.metrics.relists.inc();
         }
-        info!(objects = objects.len(), revision, relist = self.listed_once, "listed");
+        info!(
+            objects = objects.len(),
+            revision,
+            relist = self.listed_once,
+            "listed"
+        );
         self.listed_once = true;
         self.writer.replace(objects, revision);
         Ok(revision)
@@ -181,7 +200,11 @@ impl Reflector {
     }
 
     /// Handles one watch response, or sends due bookmarks.
-    async fn watch_once(&mut self, stream: &mut WatchStream, watch_id: &mut Option<i64>) -> Result<(), EtcdError> {
+    async fn watch_once(
+        &mut self,
+        stream: &mut WatchStream,
+        watch_id: &mut Option<i64>,
+    ) -> Result<(), EtcdError> {
         let response = loop {
             tokio::select! {
                 r = stream.message() => break r,
@@ -197,7 +220,9 @@ impl Reflector {
         if response.canceled() {
             return Err(match response.compact_revision() {
                 0 => EtcdError::WatchCanceled(response.cancel_reason().to_owned()),
-                c => EtcdError::Compacted { compacted: c as Revision },
+                c => EtcdError::Compacted {
+                    compacted: c as Revision,
+                },
             });
         }
         if response.created() {
@@ -235,7 +260,11 @@ impl Reflector {
             };
             // An undecodable new value removes the old state from the cache
             // (the object as clients knew it is gone), as a deletion would.
-            changes.push(Change { revision, key: Arc::from(key), object });
+            changes.push(Change {
+                revision,
+                key: Arc::from(key),
+                object,
+            });
         }
         self.writer.apply(changes);
     }
@@ -289,9 +318,14 @@ mod tests {
             (EtcdError::Compacted { compacted: 7 }, Recovery::Relist),
             (EtcdError::Timeout, Recovery::Retry),
             (EtcdError::StreamEnded, Recovery::Retry),
-            (EtcdError::WatchCanceled("permission denied".into()), Recovery::Retry),
             (
-                EtcdError::Client(etcd_client::Error::GRpcStatus(tonic::Status::unavailable("down"))),
+                EtcdError::WatchCanceled("permission denied".into()),
+                Recovery::Retry,
+            ),
+            (
+                EtcdError::Client(etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+                    "down",
+                ))),
                 Recovery::Retry,
             ),
         ];

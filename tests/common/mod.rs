@@ -26,13 +26,20 @@ fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("WATCHPROXY_ETCD_BIN") {
         return PathBuf::from(p);
     }
-    let found = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("etcd")).find(|p| p.is_file()));
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("etcd"))
+            .find(|p| p.is_file())
+    });
     found.unwrap_or_else(|| panic!("{INSTALL_HINT}"))
 }
 
 fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A single-member etcd; killed on drop.
@@ -61,8 +68,18 @@ impl Etcd {
         let child = Command::new(etcd_binary())
             .args(["--name", "test", "--data-dir"])
             .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &self.client_url, "--advertise-client-urls", &self.client_url])
-            .args(["--listen-peer-urls", &self.peer_url, "--initial-advertise-peer-urls", &self.peer_url])
+            .args([
+                "--listen-client-urls",
+                &self.client_url,
+                "--advertise-client-urls",
+                &self.client_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &self.peer_url,
+                "--initial-advertise-peer-urls",
+                &self.peer_url,
+            ])
             .arg(format!("--initial-cluster=test={}", self.peer_url))
             // Periodic progress notifications every second, so idle
             // resources advance (etcd's default is ten minutes).
@@ -80,7 +97,8 @@ impl Etcd {
                 }
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                let log = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
                 panic!("etcd exited with {status}:\n{log}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -169,7 +187,12 @@ impl Forwarder {
                 }));
             }
         });
-        Forwarder { url, open, conns, task }
+        Forwarder {
+            url,
+            open,
+            conns,
+            task,
+        }
     }
 
     /// Breaks every connection and refuses new ones.
@@ -228,7 +251,9 @@ impl Proxy {
     }
 
     pub async fn start_with(etcd_url: &str, queue: usize) -> Proxy {
-        let yaml = PODS_CONFIG.replace("ETCD", etcd_url).replace("QUEUE", &queue.to_string());
+        let yaml = PODS_CONFIG
+            .replace("ETCD", etcd_url)
+            .replace("QUEUE", &queue.to_string());
         Self::start_config(Config::from_yaml(&yaml).unwrap()).await
     }
 
@@ -242,18 +267,32 @@ impl Proxy {
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(watchproxy::run(
             config,
-            Listeners { grpc, metrics: Some(metrics) },
+            Listeners {
+                grpc,
+                metrics: Some(metrics),
+            },
             shutdown.clone(),
         ));
-        Proxy { addr, metrics_addr, shutdown, task: Some(task) }
+        Proxy {
+            addr,
+            metrics_addr,
+            shutdown,
+            task: Some(task),
+        }
     }
 
     pub async fn client(&self) -> WatchProxyClient<Channel> {
-        WatchProxyClient::connect(format!("http://{}", self.addr)).await.unwrap()
+        WatchProxyClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
     }
 
     pub fn metric(&self, name: &str, labels: &str) -> f64 {
-        metric_value(&http_get(&self.metrics_addr.to_string(), "/metrics"), name, labels)
+        metric_value(
+            &http_get(&self.metrics_addr.to_string(), "/metrics"),
+            name,
+            labels,
+        )
     }
 
     /// Stops the service and waits until every task has exited.
@@ -276,8 +315,10 @@ impl Drop for Proxy {
 }
 
 pub fn pod_json(name: &str, ns: &str, labels: &[(&str, &str)], node: &str) -> String {
-    let labels: serde_json::Map<String, serde_json::Value> =
-        labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
     serde_json::json!({
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
@@ -288,9 +329,18 @@ pub fn pod_json(name: &str, ns: &str, labels: &[(&str, &str)], node: &str) -> St
 }
 
 /// Puts a pod; returns the revision of the write.
-pub async fn put_pod(c: &mut Client, ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> u64 {
+pub async fn put_pod(
+    c: &mut Client,
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    node: &str,
+) -> u64 {
     let key = format!("/registry/pods/{ns}/{name}");
-    let r = c.put(key, pod_json(name, ns, labels, node), None).await.unwrap();
+    let r = c
+        .put(key, pod_json(name, ns, labels, node), None)
+        .await
+        .unwrap();
     r.header().unwrap().revision() as u64
 }
 
@@ -302,7 +352,11 @@ pub async fn delete_key(c: &mut Client, key: &str) -> u64 {
 /// Waits until List with an unset version succeeds (the cache is ready).
 pub async fn wait_ready(client: &mut WatchProxyClient<Channel>, resource: &str) {
     for _ in 0..100 {
-        let req = pb::ListRequest { resource: resource.into(), limit: 1, ..Default::default() };
+        let req = pb::ListRequest {
+            resource: resource.into(),
+            limit: 1,
+            ..Default::default()
+        };
         if client.list(req).await.is_ok() {
             return;
         }
@@ -312,7 +366,11 @@ pub async fn wait_ready(client: &mut WatchProxyClient<Channel>, resource: &str) 
 }
 
 pub fn watch_req(resource: &str, rv: &str) -> pb::WatchRequest {
-    pb::WatchRequest { resource: resource.into(), resource_version: rv.into(), ..Default::default() }
+    pb::WatchRequest {
+        resource: resource.into(),
+        resource_version: rv.into(),
+        ..Default::default()
+    }
 }
 
 /// (type, namespace/name, resource version) of an event.
@@ -326,7 +384,9 @@ pub fn summary(e: &WatchEvent) -> (pb::EventType, String, u64) {
 }
 
 /// The next message, failing the test if none comes within 10 s.
-pub async fn next_event(stream: &mut tonic::Streaming<WatchEvent>) -> Result<Option<WatchEvent>, tonic::Status> {
+pub async fn next_event(
+    stream: &mut tonic::Streaming<WatchEvent>,
+) -> Result<Option<WatchEvent>, tonic::Status> {
     tokio::time::timeout(Duration::from_secs(10), stream.message())
         .await
         .expect("no watch event within 10 s")
@@ -336,7 +396,10 @@ pub async fn next_event(stream: &mut tonic::Streaming<WatchEvent>) -> Result<Opt
 pub async fn take_events(stream: &mut tonic::Streaming<WatchEvent>, n: usize) -> Vec<WatchEvent> {
     let mut out = Vec::new();
     while out.len() < n {
-        let e = next_event(stream).await.unwrap().expect("stream ended early");
+        let e = next_event(stream)
+            .await
+            .unwrap()
+            .expect("stream ended early");
         if e.r#type != pb::EventType::Bookmark as i32 {
             out.push(e);
         }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing watchproxy needs, when it is missing:
+# protoc (for the protobuf build scripts) and etcd (for the tests and the
+# demo). Uses Debian/Ubuntu packages; elsewhere it says what to install.
+set -euo pipefail
+
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+if [ -z "${WATCHPROXY_ETCD_BIN:-}" ] && ! command -v etcd >/dev/null 2>&1; then
+  missing+=(etcd-server etcd-client)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "missing: ${missing[*]}. Install protoc (protobuf-compiler) and etcd (3.4 or later) with your package manager, or set WATCHPROXY_ETCD_BIN to an etcd binary." >&2
+  exit 1
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "installing ${missing[*]} ..." >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+# The Debian package must not leave a system etcd running on 2379.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+  $sudo systemctl stop etcd || true
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit tests and integration tests
+# against a real etcd (each test starts its own on a free loopback port).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --all-targets --locked
