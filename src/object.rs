@@ -59,6 +59,19 @@ pub enum DecodeError {
 }
 
 impl Resource {
+    /// A namespaced JSON resource under `/p`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(selectable_fields: &[&str]) -> Self {
+        Self {
+            name: "pods".into(),
+            prefix: "/p".into(),
+            namespaced: true,
+            format: ValueFormat::Json,
+            selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
+            indexed_fields: vec![],
+        }
+    }
+
     /// The watched range: every key under `<prefix>/`.
     pub fn key_prefix(&self) -> String {
         format!("{}/", self.prefix)
@@ -272,23 +285,14 @@ mod tests {
     use super::*;
 
     fn pods() -> Resource {
-        Resource {
-            name: "pods".into(),
-            prefix: "/registry/pods".into(),
-            namespaced: true,
-            format: ValueFormat::Json,
-            selectable_fields: vec!["spec.nodeName".into(), "spec.replicas".into()],
-            indexed_fields: vec![],
-        }
+        Resource::for_tests(&["spec.nodeName", "spec.replicas"])
     }
 
     #[test]
     fn decode_reads_key_labels_and_fields() {
         let v =
             br#"{"metadata":{"labels":{"app":"web"}},"spec":{"nodeName":"node-1","replicas":3}}"#;
-        let o = pods()
-            .decode(b"/registry/pods/default/web-1", v, 7)
-            .unwrap();
+        let o = pods().decode(b"/p/default/web-1", v, 7).unwrap();
         assert_eq!(
             (o.namespace.as_str(), o.name.as_str(), o.revision),
             ("default", "web-1", 7)
@@ -299,7 +303,7 @@ mod tests {
 
     #[test]
     fn absent_fields_read_as_empty() {
-        let o = pods().decode(b"/registry/pods/a/b", b"{}", 1).unwrap();
+        let o = pods().decode(b"/p/a/b", b"{}", 1).unwrap();
         assert_eq!(&*o.fields, [String::new(), String::new()]);
         assert!(o.labels.is_empty());
     }
@@ -308,28 +312,28 @@ mod tests {
     fn bad_keys_and_values_are_errors() {
         let r = pods();
         assert!(matches!(
-            r.decode(b"/registry/pods/a", b"{}", 1),
+            r.decode(b"/p/a", b"{}", 1),
             Err(DecodeError::KeyShape(_))
         ));
         assert!(matches!(
-            r.decode(b"/registry/pods/a/b/c", b"{}", 1),
+            r.decode(b"/p/a/b/c", b"{}", 1),
             Err(DecodeError::KeyShape(_))
         ));
         assert!(matches!(
-            r.decode(b"/registry/podsx/a/b", b"{}", 1),
+            r.decode(b"/px/a/b", b"{}", 1),
             Err(DecodeError::KeyShape(_))
         ));
         assert!(matches!(
-            r.decode(b"/registry/pods/a/b", b"{nope", 1),
+            r.decode(b"/p/a/b", b"{nope", 1),
             Err(DecodeError::NotJson(_))
         ));
         assert!(matches!(
-            r.decode(b"/registry/pods/a/b", b"[1]", 1),
+            r.decode(b"/p/a/b", b"[1]", 1),
             Err(DecodeError::NotJsonObject)
         ));
         let bad_labels = br#"{"metadata":{"labels":{"a":1}}}"#;
         assert!(matches!(
-            r.decode(b"/registry/pods/a/b", bad_labels, 1),
+            r.decode(b"/p/a/b", bad_labels, 1),
             Err(DecodeError::BadLabels)
         ));
     }
@@ -339,7 +343,7 @@ mod tests {
         let mut r = pods();
         r.format = ValueFormat::Raw;
         r.selectable_fields.clear();
-        let o = r.decode(b"/registry/pods/a/b", b"\xff\x00", 3).unwrap();
+        let o = r.decode(b"/p/a/b", b"\xff\x00", 3).unwrap();
         assert_eq!(&o.value[..], b"\xff\x00");
     }
 

@@ -18,10 +18,7 @@ fn list(resource: &str) -> ListRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_the_status_a_client_can_act_on() {
-    let etcd = Etcd::start().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
+    let (etcd, _proxy, mut client) = start_ready().await;
 
     let lists = [
         (

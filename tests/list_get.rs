@@ -220,11 +220,8 @@ async fn get_returns_one_object_or_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consistent_list_sees_writes_made_just_before_it() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
 
     for i in 0..20 {
         let rev = put_pod(&mut ec, "default", &format!("p-{i}"), &[], "").await;
@@ -247,11 +244,8 @@ async fn a_consistent_list_sees_writes_made_just_before_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_older_than_waits_for_the_version_or_fails_as_too_large() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
 
     let rev = put_pod(&mut ec, "default", "a", &[], "").await;
     let resp = client
@@ -291,11 +285,8 @@ async fn not_older_than_waits_for_the_version_or_fails_as_too_large() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exact_list_returns_the_state_at_that_version() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
 
     let first = put_pod(&mut ec, "default", "a", &[("v", "1")], "").await;
     put_pod(&mut ec, "default", "a", &[("v", "2")], "").await;

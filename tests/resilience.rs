@@ -213,17 +213,7 @@ async fn a_slow_watcher_is_aborted_and_resumes_without_loss_while_a_fast_one_kee
     let proxy = Proxy::start_with(&etcd.client_url, 16).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let start: u64 = client
-        .list(ListRequest {
-            resource: "pods".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .resource_version
-        .parse()
-        .unwrap();
+    let start: u64 = list_version(&mut client, "pods", "").await;
 
     // The slow client has a connection of its own and does not read.
     let mut slow_client = proxy.client().await;

@@ -65,11 +65,8 @@ async fn take_last_deleted(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_from_a_version_gets_exactly_the_later_events() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
 
     let mut revs = Vec::new();
     for i in 0..30 {
@@ -168,11 +165,8 @@ async fn send_initial_events_ends_with_a_bookmark_then_streams_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_watchers_that_allow_bookmarks_get_them_periodically() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
 
     let with = WatchRequest {
         allow_bookmarks: true,
@@ -215,10 +209,7 @@ async fn idle_watchers_that_allow_bookmarks_get_them_periodically() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_timeout_ends_the_stream_with_ok() {
-    let etcd = Etcd::start().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
+    let (_etcd, proxy, mut client) = start_ready().await;
     let started = std::time::Instant::now();
     let req = WatchRequest {
         timeout_seconds: 1,
@@ -267,11 +258,8 @@ async fn a_single_object_watch_sees_only_that_object() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selectors_turn_changes_into_added_and_deleted_per_watcher() {
-    let etcd = Etcd::start().await;
+    let (etcd, _proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
     let watch = |field: &str, label: &str| WatchRequest {
         field_selector: field.into(),
         label_selector: label.into(),
@@ -335,11 +323,8 @@ async fn selectors_turn_changes_into_added_and_deleted_per_watcher() {
 async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
     const WATCHERS: usize = 300;
     const WRITES: usize = 25;
-    let etcd = Etcd::start().await;
+    let (etcd, proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
     let before = etcd.metric("etcd_debugging_mvcc_watcher_total");
 
     let mut streams = Vec::new();

@@ -60,17 +60,9 @@ impl ContinueToken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ValueFormat;
 
     fn pods() -> Resource {
-        Resource {
-            name: "pods".into(),
-            prefix: "/p".into(),
-            namespaced: true,
-            format: ValueFormat::Json,
-            selectable_fields: vec![],
-            indexed_fields: vec![],
-        }
+        Resource::for_tests(&[])
     }
 
     #[test]

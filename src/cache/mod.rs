@@ -390,12 +390,8 @@ mod tests {
 
     fn resource() -> Arc<Resource> {
         Arc::new(Resource {
-            name: "pods".into(),
-            prefix: "/p".into(),
-            namespaced: true,
             format: ValueFormat::Raw,
-            selectable_fields: vec![],
-            indexed_fields: vec![],
+            ..Resource::for_tests(&[])
         })
     }
 

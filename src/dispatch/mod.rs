@@ -240,19 +240,11 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ValueFormat;
     use crate::object::Resource;
     use crate::telemetry::Metrics;
 
     fn resource() -> Resource {
-        Resource {
-            name: "pods".into(),
-            prefix: "/p".into(),
-            namespaced: true,
-            format: ValueFormat::Json,
-            selectable_fields: vec!["spec.nodeName".into()],
-            indexed_fields: vec![],
-        }
+        Resource::for_tests(&["spec.nodeName"])
     }
 
     fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {

@@ -263,19 +263,11 @@ fn parse_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ValueFormat;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
     fn pods() -> Resource {
-        Resource {
-            name: "pods".into(),
-            prefix: "/p".into(),
-            namespaced: true,
-            format: ValueFormat::Json,
-            selectable_fields: vec!["spec.nodeName".into()],
-            indexed_fields: vec![],
-        }
+        Resource::for_tests(&["spec.nodeName"])
     }
 
     fn pod(ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> Object {

@@ -406,3 +406,29 @@ pub async fn take_events(stream: &mut tonic::Streaming<WatchEvent>, n: usize) ->
     }
     out
 }
+
+/// A fresh etcd and a watchproxy in front of it whose `pods` cache is ready.
+pub async fn start_ready() -> (Etcd, Proxy, WatchProxyClient<Channel>) {
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start(&etcd.client_url).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    (etcd, proxy, client)
+}
+
+/// The resource version of a List of `resource` with version `rv`.
+pub async fn list_version(client: &mut WatchProxyClient<Channel>, resource: &str, rv: &str) -> u64 {
+    let req = pb::ListRequest {
+        resource: resource.into(),
+        resource_version: rv.into(),
+        ..Default::default()
+    };
+    client
+        .list(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .resource_version
+        .parse()
+        .unwrap()
+}
