@@ -40,7 +40,7 @@ async fn bad_requests_get_the_status_a_client_can_act_on() {
                 ..list("pods")
             },
             Code::InvalidArgument,
-            "stray comma",
+            "expected a label key",
         ),
         (
             ListRequest {

@@ -1,11 +1,17 @@
 //! Label and field selectors, and the predicate a watcher or list applies.
 //!
-//! Supported forms: labels `k=v`, `k==v`, `k!=v`, `k` (exists), `!k` (does
-//! not exist); fields `f=v`, `f==v`, `f!=v` on `metadata.name`,
-//! `metadata.namespace` and the resource's selectable fields. Requirements
-//! are joined by commas (AND).
+//! Labels use the Kubernetes grammar (`k=v`, `k==v`, `k!=v`, `k in (a,b)`,
+//! `k notin (a,b)`, `k`, `!k`); fields are `f=v`, `f==v`, `f!=v` on
+//! `metadata.name`, `metadata.namespace` and the resource's selectable
+//! fields. Requirements are joined by commas (AND).
+
+mod field;
+mod label;
 
 use crate::object::{Object, Resource};
+pub use field::FieldRef;
+use field::FieldRequirement;
+use label::LabelRequirement;
 
 /// A selector that cannot be parsed; the message points at the bad part.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -14,37 +20,6 @@ pub enum SelectorError {
     Label(String),
     #[error("field selector: {0}")]
     Field(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Equals,
-    NotEquals,
-    Exists,
-    NotExists,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct LabelRequirement {
-    key: String,
-    op: Op,
-    value: String,
-}
-
-/// Which part of an object a field requirement reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FieldRef {
-    Name,
-    Namespace,
-    /// Index into the resource's selectable fields.
-    Selectable(usize),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FieldRequirement {
-    field: FieldRef,
-    equals: bool,
-    value: String,
 }
 
 /// Everything a request filters by: namespace, name and selectors.
@@ -68,8 +43,8 @@ impl Predicate {
         Ok(Self {
             namespace: (resource.namespaced && !namespace.is_empty()).then(|| namespace.to_owned()),
             name: (!name.is_empty()).then(|| name.to_owned()),
-            labels: parse_labels(label_selector)?,
-            fields: parse_fields(field_selector, resource)?,
+            labels: label::parse(label_selector)?,
+            fields: field::parse(field_selector, resource)?,
         })
     }
 
@@ -86,19 +61,20 @@ impl Predicate {
         !self.labels.is_empty() || !self.fields.is_empty()
     }
 
+    /// The selectable fields this predicate pins to one value by equality:
+    /// (index into the resource's selectable fields, value). Only objects
+    /// with that value can match.
+    pub fn pinned_fields(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.fields.iter().filter_map(|r| match r.field {
+            FieldRef::Selectable(i) if r.equals => Some((i, r.value.as_str())),
+            _ => None,
+        })
+    }
+
     pub fn matches(&self, o: &Object) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
             && self.name.as_ref().is_none_or(|n| *n == o.name)
-            && self.labels.iter().all(|r| {
-                let v = o.labels.get(&r.key);
-                match r.op {
-                    Op::Equals => v == Some(&r.value),
-                    // As in Kubernetes: a missing label is "not equal".
-                    Op::NotEquals => v != Some(&r.value),
-                    Op::Exists => v.is_some(),
-                    Op::NotExists => v.is_none(),
-                }
-            })
+            && self.labels.iter().all(|r| r.matches(&o.labels))
             && self.fields.iter().all(|r| {
                 let v = match r.field {
                     FieldRef::Name => o.name.as_str(),
@@ -108,156 +84,6 @@ impl Predicate {
                 (v == r.value) == r.equals
             })
     }
-}
-
-fn requirements(selector: &str) -> impl Iterator<Item = &str> {
-    selector.split(',').map(str::trim)
-}
-
-/// Splits `k=v`, `k==v` or `k!=v` into key, equality and value.
-fn split_comparison(part: &str) -> Option<(&str, bool, &str)> {
-    if let Some((k, v)) = part.split_once("!=") {
-        return Some((k.trim(), false, v.trim()));
-    }
-    let (k, v) = part.split_once('=')?;
-    Some((k.trim(), true, v.strip_prefix('=').unwrap_or(v).trim()))
-}
-
-fn parse_labels(selector: &str) -> Result<Vec<LabelRequirement>, SelectorError> {
-    if selector.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let err = |part: &str, why: &str| SelectorError::Label(format!("{part:?}: {why}"));
-    let mut out = Vec::new();
-    for part in requirements(selector) {
-        if part.is_empty() {
-            return Err(err(selector, "empty requirement (stray comma?)"));
-        }
-        let req = match split_comparison(part) {
-            Some((key, equals, value)) => {
-                check_label_key(key).map_err(|why| err(part, &why))?;
-                check_label_value(value).map_err(|why| err(part, &why))?;
-                let op = if equals { Op::Equals } else { Op::NotEquals };
-                LabelRequirement {
-                    key: key.to_owned(),
-                    op,
-                    value: value.to_owned(),
-                }
-            }
-            None => {
-                let (op, key) = match part.strip_prefix('!') {
-                    Some(k) => (Op::NotExists, k.trim()),
-                    None => (Op::Exists, part),
-                };
-                check_label_key(key).map_err(|why| err(part, &why))?;
-                LabelRequirement {
-                    key: key.to_owned(),
-                    op,
-                    value: String::new(),
-                }
-            }
-        };
-        out.push(req);
-    }
-    Ok(out)
-}
-
-/// A Kubernetes qualified name: optional DNS-subdomain prefix and '/', then
-/// a name of up to 63 alphanumerics, '-', '_' or '.', starting and ending
-/// alphanumeric.
-fn check_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        let ok = !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|l| {
-                !l.is_empty()
-                    && l.bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !l.starts_with('-')
-                    && !l.ends_with('-')
-            });
-        if !ok {
-            return Err(format!("key prefix {p:?} must be a DNS subdomain"));
-        }
-    }
-    if name.is_empty() {
-        return Err("key must not be empty".into());
-    }
-    check_name_chars(name).map_err(|why| format!("key name {name:?} {why}"))
-}
-
-fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    check_name_chars(value).map_err(|why| format!("value {value:?} {why}"))
-}
-
-fn check_name_chars(s: &str) -> Result<(), String> {
-    if s.len() > 63 {
-        return Err("must be at most 63 characters".into());
-    }
-    let inner_ok = s
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    let ends_ok = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    if inner_ok && ends_ok {
-        Ok(())
-    } else {
-        Err(
-            "must use only alphanumerics, '-', '_' or '.', and start and end with an alphanumeric"
-                .into(),
-        )
-    }
-}
-
-fn parse_fields(
-    selector: &str,
-    resource: &Resource,
-) -> Result<Vec<FieldRequirement>, SelectorError> {
-    if selector.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let err = |part: &str, why: String| SelectorError::Field(format!("{part:?}: {why}"));
-    let mut out = Vec::new();
-    for part in requirements(selector) {
-        let Some((name, equals, value)) = split_comparison(part) else {
-            return Err(err(
-                part,
-                "expected field=value, field==value or field!=value".into(),
-            ));
-        };
-        let field = match name {
-            "metadata.name" => FieldRef::Name,
-            "metadata.namespace" => FieldRef::Namespace,
-            _ => match resource.selectable_fields.iter().position(|f| f == name) {
-                Some(i) => FieldRef::Selectable(i),
-                None => {
-                    let mut allowed = vec!["metadata.name", "metadata.namespace"];
-                    allowed.extend(resource.selectable_fields.iter().map(String::as_str));
-                    return Err(err(
-                        part,
-                        format!(
-                            "field {name:?} is not selectable for {}; allowed: {}",
-                            resource.name,
-                            allowed.join(", ")
-                        ),
-                    ));
-                }
-            },
-        };
-        out.push(FieldRequirement {
-            field,
-            equals,
-            value: value.to_owned(),
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -339,26 +165,16 @@ mod tests {
     }
 
     #[test]
-    fn malformed_selectors_name_the_bad_part() {
-        let cases = [
-            ("app=web,,x=y", "", "stray comma"),
-            ("-app=web", "", "\"-app=web\""),
-            ("app=we b", "", "\"app=we b\""),
-            ("Bad_Prefix/app=x", "", "DNS subdomain"),
-            (&*format!("app={}", "x".repeat(64)), "", "63"),
-            ("!", "", "must not be empty"),
-            (
-                "",
-                "spec.color=red",
-                "allowed: metadata.name, metadata.namespace, spec.nodeName",
-            ),
-            ("", "spec.nodeName", "expected field=value"),
-        ];
-        for (labels, fields, needle) in cases {
-            let err = Predicate::new(&pods(), "", "", labels, fields)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(needle), "{labels:?}/{fields:?}: {err}");
-        }
+    fn parse_errors_say_which_selector_is_wrong() {
+        let e = Predicate::new(&pods(), "", "", "app in (a", "").unwrap_err();
+        assert!(matches!(e, SelectorError::Label(_)), "{e}");
+        let e = Predicate::new(&pods(), "", "", "", "spec.color=red").unwrap_err();
+        assert!(matches!(e, SelectorError::Field(_)), "{e}");
+    }
+
+    #[test]
+    fn only_equalities_on_selectable_fields_are_pinned() {
+        let p = pred("", "spec.nodeName=n1,metadata.name=a,spec.nodeName!=n2");
+        assert_eq!(p.pinned_fields().collect::<Vec<_>>(), [(0, "n1")]);
     }
 }
