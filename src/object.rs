@@ -72,6 +72,24 @@ impl Resource {
         }
     }
 
+    /// Positions of the indexed fields among the selectable fields.
+    pub fn indexed_positions(&self) -> Vec<usize> {
+        self.indexed_fields
+            .iter()
+            .filter_map(|f| self.selectable_fields.iter().position(|s| s == f))
+            .collect()
+    }
+
+    /// The key of a single-object request: a name, plus a namespace when
+    /// the resource is namespaced.
+    pub fn single_key(&self, namespace: Option<&str>, name: Option<&str>) -> Option<String> {
+        match (name, namespace) {
+            (Some(name), Some(ns)) => Some(self.key(ns, name)),
+            (Some(name), None) if !self.namespaced => Some(self.key("", name)),
+            _ => None,
+        }
+    }
+
     /// The watched range: every key under `<prefix>/`.
     pub fn key_prefix(&self) -> String {
         format!("{}/", self.prefix)

@@ -1,6 +1,7 @@
 //! The watch cache of one resource: the current objects, the window of
 //! recent events, and the revision they are caught up to.
 
+mod index;
 pub mod ring;
 
 use std::ops::Bound;
@@ -12,10 +13,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::CacheConfig;
-use crate::dispatch::{Dispatcher, Subscription};
+use crate::dispatch::{Dispatcher, Subscription, Trigger};
 use crate::object::{Event, EventType, Object, Resource, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
+pub use index::FieldIndexes;
 use ring::{EventRing, TooOld};
 
 /// The store: objects by key, ordered. A persistent map, so a snapshot is a
@@ -32,6 +34,7 @@ pub struct Progress {
 
 struct State {
     store: Store,
+    indexes: FieldIndexes,
     ring: EventRing,
     revision: Revision,
     ready: bool,
@@ -41,6 +44,7 @@ struct State {
 #[derive(Clone)]
 pub struct Snapshot {
     pub store: Store,
+    pub indexes: FieldIndexes,
     pub revision: Revision,
 }
 
@@ -68,6 +72,23 @@ impl Snapshot {
             }
         }
         let prefix = resource.namespace_prefix(namespace);
+        let indexed = predicate
+            .pinned_fields()
+            .filter_map(|(field, value)| self.indexes.lookup(field, value))
+            .min_by_key(|keys| keys.len());
+        if let Some(keys) = indexed {
+            let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+            let keys: Vec<Arc<str>> = keys
+                .range::<_, str>((lower, Bound::Unbounded))
+                .cloned()
+                .collect();
+            return Box::new(
+                keys.into_iter()
+                    .filter(move |k| k.starts_with(prefix.as_str()))
+                    .filter_map(|k| self.store.get(&k))
+                    .filter(|o| predicate.matches(o)),
+            );
+        }
         let lower = match after {
             Some(a) if a >= prefix.as_str() => Bound::Excluded(a),
             _ => Bound::Included(prefix.as_str()),
@@ -125,6 +146,7 @@ impl WatchCache {
     ) -> (Arc<Self>, CacheWriter) {
         let state = State {
             store: Store::new(),
+            indexes: FieldIndexes::new(&resource.indexed_positions()),
             ring: EventRing::new(config.min_events, config.max_events, config.freshness),
             revision: 0,
             ready: false,
@@ -150,6 +172,7 @@ impl WatchCache {
         let s = self.state.lock().unwrap();
         Snapshot {
             store: s.store.clone(),
+            indexes: s.indexes.clone(),
             revision: s.revision,
         }
     }
@@ -192,6 +215,26 @@ impl WatchCache {
         self.dispatcher.progress(revision);
     }
 
+    /// The narrowest watcher set that covers a predicate: its key for a
+    /// single-object watch, else the pinned indexed field whose value the
+    /// fewest objects have now (the most selective), else every event.
+    fn trigger(&self, predicate: &Predicate, indexes: &FieldIndexes) -> Trigger {
+        if let Some(key) = self
+            .resource
+            .single_key(predicate.namespace(), predicate.name())
+        {
+            return Trigger::Key(Arc::from(key));
+        }
+        predicate
+            .pinned_fields()
+            .filter_map(|(field, value)| Some((indexes.lookup(field, value)?.len(), field, value)))
+            .min_by_key(|(objects, _, _)| *objects)
+            .map_or(Trigger::All, |(_, field, value)| Trigger::Field {
+                field,
+                value: value.to_owned(),
+            })
+    }
+
     /// Registers a watcher. Capturing its starting point and registering
     /// happen under one lock, so no event falls between them.
     pub fn watch(
@@ -204,11 +247,15 @@ impl WatchCache {
         let initial = match from {
             WatchFrom::State => Initial::State(Snapshot {
                 store: s.store.clone(),
+                indexes: s.indexes.clone(),
                 revision: s.revision,
             }),
             WatchFrom::Revision(r) => Initial::Replay(s.ring.since(r)?),
         };
-        let subscription = self.dispatcher.register(predicate, s.revision, bookmarks);
+        let trigger = self.trigger(&predicate, &s.indexes);
+        let subscription = self
+            .dispatcher
+            .register(predicate, trigger, s.revision, bookmarks);
         Ok(WatchStart {
             initial,
             revision: s.revision,
@@ -248,7 +295,9 @@ impl CacheWriter {
             .map(|o| (o.key.clone(), Arc::new(o)))
             .collect();
         let mut s = self.cache.state.lock().unwrap();
+        let positions = self.cache.resource.indexed_positions();
         if !s.ready {
+            s.indexes = FieldIndexes::build(&positions, &new);
             s.store = new;
             s.ring.reset(revision);
             s.revision = revision;
@@ -288,6 +337,7 @@ impl CacheWriter {
         for e in &events {
             s.ring.push(e.clone(), now);
         }
+        s.indexes = FieldIndexes::build(&positions, &new);
         s.store = new;
         s.revision = s.revision.max(revision);
         self.publish(&s);
@@ -306,6 +356,7 @@ impl CacheWriter {
             let event = match c.object {
                 Some(o) => {
                     let o = Arc::new(o);
+                    s.indexes.update(&c.key, prev.as_deref(), Some(&o));
                     s.store.insert(c.key, o.clone());
                     let kind = if prev.is_some() {
                         EventType::Modified
@@ -326,6 +377,7 @@ impl CacheWriter {
                         s.revision = s.revision.max(c.revision);
                         continue;
                     }
+                    s.indexes.update(&c.key, prev.as_deref(), None);
                     s.store.remove(&c.key);
                     Event {
                         revision: c.revision,

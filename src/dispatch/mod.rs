@@ -1,7 +1,10 @@
 //! Fan-out: hands each event to every interested watcher's bounded queue,
 //! rewriting its type per watcher, and sends periodic bookmarks.
 
-use std::collections::HashMap;
+mod trigger;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -13,6 +16,8 @@ use tokio::time::Instant;
 use crate::object::{Event, EventType, Object, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
+pub use trigger::Trigger;
+use trigger::TriggerIndex;
 
 /// What a watcher's queue carries.
 #[derive(Debug, Clone)]
@@ -53,28 +58,43 @@ pub fn transition(p: &Predicate, event: &Event) -> Option<(EventType, Arc<Object
 
 struct Entry {
     predicate: Predicate,
+    trigger: Trigger,
     /// Events at or before this revision are already in the watcher's
     /// initial state or replay.
     start: Revision,
     tx: mpsc::Sender<Delivery>,
-    next_bookmark: Option<Instant>,
+    bookmarks: bool,
     ended: Arc<OnceLock<Ended>>,
 }
 
 struct Watchers {
     next_id: u64,
     by_id: HashMap<u64, Entry>,
+    index: TriggerIndex,
+    /// When each watcher that allows bookmarks gets its next one; entries
+    /// of watchers that left are dropped when they come due.
+    bookmarks_due: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The newest revision dispatched (events or progress); bookmarks carry it.
     revision: Revision,
+    /// Reused between events so dispatch does not allocate.
+    scratch: Vec<u64>,
+}
+
+impl Watchers {
+    fn remove(&mut self, id: u64) {
+        if let Some(e) = self.by_id.remove(&id) {
+            self.index.remove(id, &e.trigger);
+        }
+    }
 }
 
 /// The watchers of one resource.
 ///
 /// Events are dispatched by the single cache writer, in revision order. The
-/// lock is held while queueing to every watcher: `try_send` never waits, and
-/// holding it is what orders registration against dispatch (a watcher
-/// registered at revision R is in the set before any event after R is
-/// dispatched).
+/// lock is held while queueing to the interested watchers: `try_send` never
+/// waits, and holding it is what orders registration against dispatch (a
+/// watcher registered at revision R is in the set before any event after R
+/// is dispatched).
 pub struct Dispatcher {
     watchers: Mutex<Watchers>,
     queue_len: usize,
@@ -99,7 +119,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.dispatcher.remove(self.id);
+        let mut w = self.dispatcher.watchers.lock().unwrap();
+        w.remove(self.id);
+        self.dispatcher.metrics.watchers.set(w.by_id.len() as i64);
     }
 }
 
@@ -109,7 +131,10 @@ impl Dispatcher {
             watchers: Mutex::new(Watchers {
                 next_id: 0,
                 by_id: HashMap::new(),
+                index: TriggerIndex::default(),
+                bookmarks_due: BinaryHeap::new(),
                 revision: 0,
+                scratch: Vec::new(),
             }),
             queue_len,
             bookmark_interval,
@@ -117,29 +142,34 @@ impl Dispatcher {
         }
     }
 
-    /// Adds a watcher that receives events after `start`.
+    /// Adds a watcher that receives events after `start`, registered under
+    /// `trigger`, which must cover every object `predicate` can match.
     pub fn register(
         self: &Arc<Self>,
         predicate: Predicate,
+        trigger: Trigger,
         start: Revision,
         bookmarks: bool,
     ) -> Subscription {
         let (tx, rx) = mpsc::channel(self.queue_len);
         let ended = Arc::new(OnceLock::new());
-        let next_bookmark = bookmarks.then(|| self.next_bookmark(Instant::now()));
+        let due = self.next_bookmark(Instant::now());
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
         w.next_id += 1;
-        w.by_id.insert(
-            id,
-            Entry {
-                predicate,
-                start,
-                tx,
-                next_bookmark,
-                ended: ended.clone(),
-            },
-        );
+        w.index.insert(id, &trigger);
+        if bookmarks {
+            w.bookmarks_due.push(Reverse((due, id)));
+        }
+        let entry = Entry {
+            predicate,
+            trigger,
+            start,
+            tx,
+            bookmarks,
+            ended: ended.clone(),
+        };
+        w.by_id.insert(id, entry);
         self.metrics.watchers.set(w.by_id.len() as i64);
         drop(w);
         Subscription {
@@ -150,12 +180,6 @@ impl Dispatcher {
         }
     }
 
-    fn remove(&self, id: u64) {
-        let mut w = self.watchers.lock().unwrap();
-        w.by_id.remove(&id);
-        self.metrics.watchers.set(w.by_id.len() as i64);
-    }
-
     pub fn len(&self) -> usize {
         self.watchers.lock().unwrap().by_id.len()
     }
@@ -164,23 +188,35 @@ impl Dispatcher {
         self.len() == 0
     }
 
-    /// Queues `events` (in revision order) to every watcher they concern. A
-    /// watcher whose queue is full is ended as slow, never waited for.
+    /// Queues `events` (in revision order) to every watcher they concern,
+    /// visiting only the watchers the trigger index names. A watcher whose
+    /// queue is full is ended as slow, never waited for.
     pub fn dispatch(&self, events: &[Arc<Event>]) {
         let Some(last) = events.last() else { return };
         let mut delivered = 0;
-        let mut w = self.watchers.lock().unwrap();
+        let mut guard = self.watchers.lock().unwrap();
+        let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
-        w.by_id.retain(|_, entry| {
-            for event in events.iter().filter(|e| e.revision > entry.start) {
+        let mut candidates = std::mem::take(&mut w.scratch);
+        for event in events {
+            candidates.clear();
+            w.index.candidates(event, &mut candidates);
+            for id in &candidates {
+                let Some(entry) = w.by_id.get(id) else {
+                    continue;
+                };
+                if event.revision <= entry.start {
+                    continue;
+                }
                 let Some((kind, object)) = transition(&entry.predicate, event) else {
                     continue;
                 };
-                match entry.tx.try_send(Delivery::Event {
+                let delivery = Delivery::Event {
                     kind,
                     object,
                     revision: event.revision,
-                }) {
+                };
+                match entry.tx.try_send(delivery) {
                     Ok(()) => delivered += 1,
                     Err(TrySendError::Full(_)) => {
                         // Events of this revision may be partly queued, so
@@ -188,15 +224,15 @@ impl Dispatcher {
                         let _ = entry.ended.set(Ended::Slow {
                             resume_from: event.revision - 1,
                         });
-                        return false;
+                        w.remove(*id);
                     }
-                    Err(TrySendError::Closed(_)) => return false,
+                    Err(TrySendError::Closed(_)) => w.remove(*id),
                 }
             }
-            true
-        });
+        }
+        w.scratch = candidates;
         self.metrics.watchers.set(w.by_id.len() as i64);
-        drop(w);
+        drop(guard);
         self.metrics.deliveries.inc_by(delivered);
     }
 
@@ -206,25 +242,33 @@ impl Dispatcher {
         w.revision = w.revision.max(revision);
     }
 
-    /// Sends a bookmark to each watcher whose bookmark is due. A full queue
-    /// skips the bookmark: the events in it carry progress anyway.
+    /// Sends a bookmark to each watcher whose bookmark is due, visiting
+    /// only those. A full queue skips the bookmark: the events in it carry
+    /// progress anyway.
     pub fn send_due_bookmarks(&self, now: Instant) {
         let mut sent = 0;
-        let mut w = self.watchers.lock().unwrap();
-        let revision = w.revision;
-        for entry in w.by_id.values_mut() {
-            let Some(due) = entry.next_bookmark else {
+        let mut guard = self.watchers.lock().unwrap();
+        let w = &mut *guard;
+        while let Some(&Reverse((due, id))) = w.bookmarks_due.peek() {
+            if due > now {
+                break;
+            }
+            w.bookmarks_due.pop();
+            let Some(entry) = w.by_id.get(&id).filter(|e| e.bookmarks) else {
                 continue;
             };
-            if due > now || revision <= entry.start {
-                continue;
-            }
-            entry.next_bookmark = Some(self.next_bookmark(now));
-            if entry.tx.try_send(Delivery::Bookmark(revision)).is_ok() {
-                sent += 1;
-            }
+            // Nothing newer than the watcher's start yet: try again soon.
+            let next = if w.revision > entry.start {
+                if entry.tx.try_send(Delivery::Bookmark(w.revision)).is_ok() {
+                    sent += 1;
+                }
+                self.next_bookmark(now)
+            } else {
+                now + Duration::from_secs(1)
+            };
+            w.bookmarks_due.push(Reverse((next, id)));
         }
-        drop(w);
+        drop(guard);
         self.metrics.deliveries.inc_by(sent);
     }
 
@@ -319,7 +363,7 @@ mod tests {
     #[test]
     fn watchers_get_only_events_after_their_start() {
         let d = dispatcher(16);
-        let mut s = d.register(Predicate::default(), 6, false);
+        let mut s = d.register(Predicate::default(), Trigger::All, 6, false);
         d.dispatch(&[
             ev(EventType::Added, Some(obj("a", "", 5)), None, 5),
             ev(EventType::Added, Some(obj("b", "", 6)), None, 6),
@@ -334,8 +378,8 @@ mod tests {
     #[test]
     fn a_full_queue_ends_only_that_watcher_with_a_lossless_resume_point() {
         let d = dispatcher(2);
-        let mut slow = d.register(Predicate::default(), 0, false);
-        let mut fast = d.register(Predicate::default(), 0, false);
+        let mut slow = d.register(Predicate::default(), Trigger::All, 0, false);
+        let mut fast = d.register(Predicate::default(), Trigger::All, 0, false);
         for rev in 1..=4 {
             d.dispatch(&[ev(
                 EventType::Added,
@@ -360,8 +404,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn bookmarks_go_only_to_watchers_that_allow_them_and_never_backwards() {
         let d = dispatcher(16);
-        let mut with = d.register(Predicate::default(), 10, true);
-        let mut without = d.register(Predicate::default(), 10, false);
+        let mut with = d.register(Predicate::default(), Trigger::All, 10, true);
+        let mut without = d.register(Predicate::default(), Trigger::All, 10, false);
         d.progress(9);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         assert!(
@@ -370,9 +414,11 @@ mod tests {
         );
         d.progress(12);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
+        assert!(with.rx.try_recv().is_err(), "the retry is a second away");
+        d.send_due_bookmarks(Instant::now() + Duration::from_secs(62));
         assert!(matches!(with.rx.try_recv(), Ok(Delivery::Bookmark(12))));
         assert!(without.rx.try_recv().is_err());
-        d.send_due_bookmarks(Instant::now() + Duration::from_secs(62));
+        d.send_due_bookmarks(Instant::now() + Duration::from_secs(63));
         assert!(
             with.rx.try_recv().is_err(),
             "the next bookmark is an interval away"
