@@ -569,3 +569,182 @@ mod tests {
         assert_eq!(keys(&Predicate::default(), Some("/p/b/y")), ["/p/c/x"]);
     }
 }
+
+/// What each watcher receives through the trigger index equals, event for
+/// event and type for type, a brute-force filter of the whole history.
+#[cfg(test)]
+mod model_tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::dispatch::{transition, Delivery};
+    use crate::telemetry::Metrics;
+
+    const NODES: [&str; 4] = ["node-0", "node-1", "node-2", "node-3"];
+    const PHASES: [&str; 2] = ["Running", "Pending"];
+
+    fn resource() -> Arc<Resource> {
+        let mut r = Resource::for_tests(&["spec.nodeName", "status.phase"]);
+        r.indexed_fields = vec!["spec.nodeName".into(), "status.phase".into()];
+        Arc::new(r)
+    }
+
+    /// A change: which key (of 2 namespaces × 3 names), and the new state
+    /// (node, phase, app label, tier label) or a deletion.
+    type Step = (usize, Option<(usize, usize, usize, usize)>);
+
+    fn key_of(k: usize) -> (String, String) {
+        (format!("ns{}", k % 2), format!("p{}", k / 2))
+    }
+
+    fn object(
+        r: &Resource,
+        k: usize,
+        state: (usize, usize, usize, usize),
+        revision: Revision,
+    ) -> Object {
+        let (ns, name) = key_of(k);
+        let mut labels = serde_json::Map::new();
+        labels.insert("app".into(), ["web", "db"][state.2].into());
+        if state.3 > 0 {
+            labels.insert("tier".into(), ["", "a", "b"][state.3].into());
+        }
+        let v = serde_json::json!({
+            "metadata": {"labels": labels},
+            "spec": {"nodeName": NODES[state.0]},
+            "status": {"phase": PHASES[state.1]},
+        });
+        r.decode(
+            r.key(&ns, &name).as_bytes(),
+            v.to_string().as_bytes(),
+            revision,
+        )
+        .unwrap()
+    }
+
+    /// A watcher: when it joins (after how many steps), and its request.
+    #[derive(Debug, Clone)]
+    struct WatcherSpec {
+        joins_after: usize,
+        namespace: &'static str,
+        name: &'static str,
+        labels: &'static str,
+        fields: String,
+    }
+
+    fn watcher() -> impl Strategy<Value = WatcherSpec> {
+        let labels = prop::sample::select(vec![
+            "",
+            "app=web",
+            "app!=web",
+            "tier in (a,b)",
+            "tier notin (a)",
+            "!tier",
+            "tier",
+        ]);
+        let node = prop::option::of(0..NODES.len());
+        let phase = prop::option::of((0..PHASES.len(), any::<bool>()));
+        let scope = prop::sample::select(vec![("", ""), ("ns0", ""), ("ns1", "p1"), ("", "p0")]);
+        (0..40usize, scope, labels, node, phase).prop_map(
+            |(joins_after, (namespace, name), labels, node, phase)| {
+                let mut fields = Vec::new();
+                if let Some(n) = node {
+                    fields.push(format!("spec.nodeName={}", NODES[n]));
+                }
+                if let Some((p, eq)) = phase {
+                    fields.push(format!(
+                        "status.phase{}{}",
+                        if eq { "=" } else { "!=" },
+                        PHASES[p]
+                    ));
+                }
+                WatcherSpec {
+                    joins_after,
+                    namespace,
+                    name,
+                    labels,
+                    fields: fields.join(","),
+                }
+            },
+        )
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            0..6usize,
+            prop::option::weighted(0.8, (0..NODES.len(), 0..PHASES.len(), 0..2usize, 0..3usize)),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn trigger_index_dispatch_equals_brute_force(
+            steps in prop::collection::vec(step(), 1..40),
+            watchers in prop::collection::vec(watcher(), 1..12),
+        ) {
+            let r = resource();
+            let metrics = Metrics::default().resource("pods");
+            let d = Dispatcher::new(4096, Duration::from_secs(3600), metrics.clone());
+            let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
+            writer.replace(vec![], 1);
+
+            let mut model: BTreeMap<Arc<str>, Arc<Object>> = BTreeMap::new();
+            let mut history: Vec<Event> = Vec::new();
+            let mut subs = Vec::new();
+            for (i, (k, state)) in steps.iter().enumerate() {
+                for w in watchers.iter().filter(|w| w.joins_after == i) {
+                    let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields).unwrap();
+                    let sub = cache.watch(p.clone(), WatchFrom::State, false).unwrap().subscription;
+                    subs.push((p, history.len(), sub));
+                }
+                let revision = i as Revision + 2;
+                let (ns, name) = key_of(*k);
+                let key: Arc<str> = Arc::from(r.key(&ns, &name));
+                let object = state.map(|s| object(&r, *k, s, revision));
+                let prev = model.get(&key).cloned();
+                match &object {
+                    Some(o) => {
+                        model.insert(key.clone(), Arc::new(o.clone()));
+                        let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
+                        history.push(Event { revision, kind, object: Some(Arc::new(o.clone())), prev });
+                    }
+                    None if prev.is_some() => {
+                        model.remove(&key);
+                        history.push(Event { revision, kind: EventType::Deleted, object: None, prev });
+                    }
+                    None => {}
+                }
+                writer.apply(vec![Change { revision, key, object }]);
+            }
+
+            // Lists read through the indexes equal a scan of the model,
+            // whole and from after each key.
+            let snapshot = cache.snapshot();
+            for (p, _, _) in &subs {
+                let all: Vec<&str> = model.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
+                let listed: Vec<&str> = snapshot.select(&r, p, None).map(|o| &*o.key).collect();
+                prop_assert_eq!(&listed, &all, "list {:?}", p);
+                for after in model.keys() {
+                    let rest: Vec<&str> = all.iter().copied().filter(|k| *k > &**after).collect();
+                    let page: Vec<&str> = snapshot.select(&r, p, Some(after)).map(|o| &*o.key).collect();
+                    prop_assert_eq!(page, rest, "list {:?} after {}", p, after);
+                }
+            }
+
+            for (p, from, mut sub) in subs {
+                let want: Vec<(EventType, Object, Revision)> = history[from..]
+                    .iter()
+                    .filter_map(|e| transition(&p, e).map(|(t, o)| (t, (*o).clone(), e.revision)))
+                    .collect();
+                let mut got = Vec::new();
+                while let Ok(Delivery::Event { kind, object, revision }) = sub.rx.try_recv() {
+                    got.push((kind, (*object).clone(), revision));
+                }
+                prop_assert_eq!(got, want, "watcher {:?}", p);
+            }
+        }
+    }
+}
