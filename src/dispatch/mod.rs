@@ -4,7 +4,7 @@
 mod trigger;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -46,8 +46,15 @@ pub enum Ended {
 /// ADDED, keeps matching is MODIFIED, stops matching is DELETED (with the
 /// previous state), never matched is nothing.
 pub fn transition(p: &Predicate, event: &Event) -> Option<(EventType, Arc<Object>)> {
-    let now = event.object.as_ref().filter(|o| p.matches(o));
-    let before = event.prev.as_ref().filter(|o| p.matches(o));
+    transition_by(event, |o| p.matches(o))
+}
+
+fn transition_by(
+    event: &Event,
+    matches: impl Fn(&Object) -> bool,
+) -> Option<(EventType, Arc<Object>)> {
+    let now = event.object.as_ref().filter(|o| matches(o));
+    let before = event.prev.as_ref().filter(|o| matches(o));
     match (now, before) {
         (Some(o), Some(_)) => Some((EventType::Modified, o.clone())),
         (Some(o), None) => Some((EventType::Added, o.clone())),
@@ -58,7 +65,9 @@ pub fn transition(p: &Predicate, event: &Event) -> Option<(EventType, Arc<Object
 
 struct Entry {
     predicate: Predicate,
-    trigger: Trigger,
+    /// The predicate says no more than the watcher's trigger set, so being
+    /// reached through that set decides a match without reading it.
+    trigger_decides: bool,
     /// Events at or before this revision are already in the watcher's
     /// initial state or replay.
     start: Revision,
@@ -69,23 +78,15 @@ struct Entry {
 
 struct Watchers {
     next_id: u64,
-    by_id: HashMap<u64, Entry>,
-    index: TriggerIndex,
+    index: TriggerIndex<Entry>,
     /// When each watcher that allows bookmarks gets its next one; entries
     /// of watchers that left are dropped when they come due.
     bookmarks_due: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The newest revision dispatched (events or progress); bookmarks carry it.
     revision: Revision,
-    /// Reused between events so dispatch does not allocate.
-    scratch: Vec<u64>,
-}
-
-impl Watchers {
-    fn remove(&mut self, id: u64) {
-        if let Some(e) = self.by_id.remove(&id) {
-            self.index.remove(id, &e.trigger);
-        }
-    }
+    /// Watchers to drop after an event (queue full or closed); reused so
+    /// dispatch does not allocate.
+    gone: Vec<u64>,
 }
 
 /// The watchers of one resource.
@@ -120,8 +121,8 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut w = self.dispatcher.watchers.lock().unwrap();
-        w.remove(self.id);
-        self.dispatcher.metrics.watchers.set(w.by_id.len() as i64);
+        w.index.remove(self.id);
+        self.dispatcher.metrics.watchers.set(w.index.len() as i64);
     }
 }
 
@@ -130,11 +131,10 @@ impl Dispatcher {
         Self {
             watchers: Mutex::new(Watchers {
                 next_id: 0,
-                by_id: HashMap::new(),
                 index: TriggerIndex::default(),
                 bookmarks_due: BinaryHeap::new(),
                 revision: 0,
-                scratch: Vec::new(),
+                gone: Vec::new(),
             }),
             queue_len,
             bookmark_interval,
@@ -157,20 +157,28 @@ impl Dispatcher {
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
         w.next_id += 1;
-        w.index.insert(id, &trigger);
         if bookmarks {
             w.bookmarks_due.push(Reverse((due, id)));
         }
+        let trigger_decides = match &trigger {
+            Trigger::All => {
+                !predicate.has_selectors()
+                    && predicate.namespace().is_none()
+                    && predicate.name().is_none()
+            }
+            Trigger::Key(_) => predicate.is_only_name(),
+            Trigger::Field { field, .. } => predicate.is_only_field_pin(*field),
+        };
         let entry = Entry {
             predicate,
-            trigger,
+            trigger_decides,
             start,
             tx,
             bookmarks,
             ended: ended.clone(),
         };
-        w.by_id.insert(id, entry);
-        self.metrics.watchers.set(w.by_id.len() as i64);
+        w.index.insert(id, trigger, entry);
+        self.metrics.watchers.set(w.index.len() as i64);
         drop(w);
         Subscription {
             id,
@@ -181,7 +189,7 @@ impl Dispatcher {
     }
 
     pub fn len(&self) -> usize {
-        self.watchers.lock().unwrap().by_id.len()
+        self.watchers.lock().unwrap().index.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -197,19 +205,18 @@ impl Dispatcher {
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
-        let mut candidates = std::mem::take(&mut w.scratch);
+        let mut gone = std::mem::take(&mut w.gone);
         for event in events {
-            candidates.clear();
-            w.index.candidates(event, &mut candidates);
-            for id in &candidates {
-                let Some(entry) = w.by_id.get(id) else {
-                    continue;
-                };
+            w.index.for_each_candidate(event, |id, entry, via| {
                 if event.revision <= entry.start {
-                    continue;
+                    return;
                 }
-                let Some((kind, object)) = transition(&entry.predicate, event) else {
-                    continue;
+                let seen = match entry.trigger_decides {
+                    true => transition_by(event, |o| via.holds(o)),
+                    false => transition(&entry.predicate, event),
+                };
+                let Some((kind, object)) = seen else {
+                    return;
                 };
                 let delivery = Delivery::Event {
                     kind,
@@ -224,14 +231,17 @@ impl Dispatcher {
                         let _ = entry.ended.set(Ended::Slow {
                             resume_from: event.revision - 1,
                         });
-                        w.remove(*id);
+                        gone.push(id);
                     }
-                    Err(TrySendError::Closed(_)) => w.remove(*id),
+                    Err(TrySendError::Closed(_)) => gone.push(id),
                 }
+            });
+            for id in gone.drain(..) {
+                w.index.remove(id);
             }
         }
-        w.scratch = candidates;
-        self.metrics.watchers.set(w.by_id.len() as i64);
+        w.gone = gone;
+        self.metrics.watchers.set(w.index.len() as i64);
         drop(guard);
         self.metrics.deliveries.inc_by(delivered);
     }
@@ -254,12 +264,13 @@ impl Dispatcher {
                 break;
             }
             w.bookmarks_due.pop();
-            let Some(entry) = w.by_id.get(&id).filter(|e| e.bookmarks) else {
+            let revision = w.revision;
+            let Some(entry) = w.index.get_mut(id).filter(|e| e.bookmarks) else {
                 continue;
             };
             // Nothing newer than the watcher's start yet: try again soon.
-            let next = if w.revision > entry.start {
-                if entry.tx.try_send(Delivery::Bookmark(w.revision)).is_ok() {
+            let next = if revision > entry.start {
+                if entry.tx.try_send(Delivery::Bookmark(revision)).is_ok() {
                     sent += 1;
                 }
                 self.next_bookmark(now)

@@ -1,6 +1,6 @@
-//! The trigger index: which watchers an event can concern.
+//! The trigger index: watchers grouped by what can concern them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::object::{Event, Object};
@@ -19,63 +19,116 @@ pub enum Trigger {
     Field { field: usize, value: String },
 }
 
-/// Watcher ids by trigger.
-#[derive(Debug, Default)]
-pub struct TriggerIndex {
-    all: HashSet<u64>,
-    by_key: HashMap<Arc<str>, HashSet<u64>>,
-    /// One map per indexed field, by its position in the selectable fields.
-    by_field: HashMap<usize, HashMap<String, HashSet<u64>>>,
+type Set<T> = HashMap<u64, T>;
+
+/// What the set an event reached a watcher through says about the watcher:
+/// the key, or the field value, it is registered under.
+#[derive(Debug, Clone, Copy)]
+pub enum Via<'a> {
+    All,
+    Key(&'a str),
+    Field(usize, &'a str),
 }
 
-impl TriggerIndex {
-    pub fn insert(&mut self, id: u64, trigger: &Trigger) {
-        match trigger {
-            Trigger::All => self.all.insert(id),
-            Trigger::Key(k) => self.by_key.entry(k.clone()).or_default().insert(id),
+impl Via<'_> {
+    /// Whether `o` has the key or field value of this set.
+    pub fn holds(&self, o: &Object) -> bool {
+        match *self {
+            Via::All => true,
+            Via::Key(k) => &*o.key == k,
+            Via::Field(f, v) => o.fields.get(f).map(String::as_str) == Some(v),
+        }
+    }
+}
+
+/// Watchers (`T`, by id) in their trigger's set. Each set holds its
+/// watchers inline, so dispatch reaches an interested watcher with one
+/// lookup and never touches the others.
+#[derive(Debug)]
+pub struct TriggerIndex<T> {
+    /// Where each watcher is, to find it again.
+    triggers: HashMap<u64, Trigger>,
+    all: Set<T>,
+    by_key: HashMap<Arc<str>, Set<T>>,
+    /// One map per indexed field, by its position in the selectable fields.
+    by_field: HashMap<usize, HashMap<String, Set<T>>>,
+}
+
+impl<T> Default for TriggerIndex<T> {
+    fn default() -> Self {
+        Self {
+            triggers: HashMap::new(),
+            all: HashMap::new(),
+            by_key: HashMap::new(),
+            by_field: HashMap::new(),
+        }
+    }
+}
+
+impl<T> TriggerIndex<T> {
+    pub fn len(&self) -> usize {
+        self.triggers.len()
+    }
+
+    pub fn insert(&mut self, id: u64, trigger: Trigger, watcher: T) {
+        let set = match &trigger {
+            Trigger::All => &mut self.all,
+            Trigger::Key(k) => self.by_key.entry(k.clone()).or_default(),
             Trigger::Field { field, value } => self
                 .by_field
                 .entry(*field)
                 .or_default()
                 .entry(value.clone())
-                .or_default()
-                .insert(id),
+                .or_default(),
         };
+        set.insert(id, watcher);
+        self.triggers.insert(id, trigger);
     }
 
-    pub fn remove(&mut self, id: u64, trigger: &Trigger) {
-        match trigger {
-            Trigger::All => {
-                self.all.remove(&id);
-            }
+    pub fn remove(&mut self, id: u64) -> Option<T> {
+        let removed = match self.triggers.remove(&id)? {
+            Trigger::All => self.all.remove(&id),
             Trigger::Key(k) => {
-                if let Some(set) = self.by_key.get_mut(k) {
-                    set.remove(&id);
-                    if set.is_empty() {
-                        self.by_key.remove(k);
-                    }
+                let set = self.by_key.get_mut(&k)?;
+                let w = set.remove(&id);
+                if set.is_empty() {
+                    self.by_key.remove(&k);
                 }
+                w
             }
             Trigger::Field { field, value } => {
-                if let Some(values) = self.by_field.get_mut(field) {
-                    if let Some(set) = values.get_mut(value) {
-                        set.remove(&id);
-                        if set.is_empty() {
-                            values.remove(value);
-                        }
-                    }
+                let values = self.by_field.get_mut(&field)?;
+                let set = values.get_mut(&value)?;
+                let w = set.remove(&id);
+                if set.is_empty() {
+                    values.remove(&value);
                 }
+                w
+            }
+        };
+        removed
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        match self.triggers.get(&id)? {
+            Trigger::All => self.all.get_mut(&id),
+            Trigger::Key(k) => self.by_key.get_mut(k)?.get_mut(&id),
+            Trigger::Field { field, value } => {
+                self.by_field.get_mut(field)?.get_mut(value)?.get_mut(&id)
             }
         }
     }
 
-    /// Appends to `out` every watcher `event` can concern: those that pin
+    /// Calls `f` for every watcher `event` can concern: those that pin
     /// nothing, those on its key, and those pinned to its new or previous
-    /// value of an indexed field. No id appears twice.
-    pub fn candidates(&self, event: &Event, out: &mut Vec<u64>) {
-        out.extend(self.all.iter().copied());
-        if let Some(set) = self.by_key.get(event.key()) {
-            out.extend(set.iter().copied());
+    /// value of an indexed field; each once.
+    pub fn for_each_candidate(&self, event: &Event, mut f: impl FnMut(u64, &T, Via<'_>)) {
+        let mut visit = |set: &Set<T>, via: Via<'_>| set.iter().for_each(|(id, w)| f(*id, w, via));
+        visit(&self.all, Via::All);
+        if !self.by_key.is_empty() {
+            if let Some((k, set)) = self.by_key.get_key_value(event.key()) {
+                visit(set, Via::Key(k));
+            }
         }
         for (&field, values) in &self.by_field {
             let (now, before) = (field_of(&event.object, field), field_of(&event.prev, field));
@@ -83,8 +136,8 @@ impl TriggerIndex {
                 .into_iter()
                 .flatten()
             {
-                if let Some(set) = values.get(v) {
-                    out.extend(set.iter().copied());
+                if let Some((v, set)) = values.get_key_value(v) {
+                    visit(set, Via::Field(field, v));
                 }
             }
         }

@@ -71,6 +71,21 @@ impl Predicate {
         })
     }
 
+    /// Whether the predicate is exactly "selectable field `field` equals
+    /// some value", so an object's value of that field decides alone.
+    pub fn is_only_field_pin(&self, field: usize) -> bool {
+        self.namespace.is_none()
+            && self.name.is_none()
+            && self.labels.is_empty()
+            && matches!(&self.fields[..], [r] if r.equals && r.field == FieldRef::Selectable(field))
+    }
+
+    /// Whether the predicate is only a name (and namespace), so an object's
+    /// key decides alone.
+    pub fn is_only_name(&self) -> bool {
+        self.name.is_some() && self.labels.is_empty() && self.fields.is_empty()
+    }
+
     pub fn matches(&self, o: &Object) -> bool {
         self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
             && self.name.as_ref().is_none_or(|n| *n == o.name)

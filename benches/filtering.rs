@@ -1,0 +1,154 @@
+//! Cost of server-side filtering: dispatch per event as watchers grow, and
+//! List with an indexed field selector against a full scan.
+//!
+//! `cargo bench --bench filtering`
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use watchproxy::cache::{Change, WatchCache};
+use watchproxy::config::{CacheConfig, ValueFormat};
+use watchproxy::dispatch::{Dispatcher, Trigger};
+use watchproxy::object::{Event, EventType, Object, Resource};
+use watchproxy::selector::Predicate;
+use watchproxy::telemetry::Metrics;
+
+fn resource(indexed: bool) -> Resource {
+    Resource {
+        name: "pods".into(),
+        prefix: "/registry/pods".into(),
+        namespaced: true,
+        format: ValueFormat::Json,
+        selectable_fields: vec!["spec.nodeName".into()],
+        indexed_fields: if indexed {
+            vec!["spec.nodeName".into()]
+        } else {
+            vec![]
+        },
+    }
+}
+
+fn pod(r: &Resource, i: usize, node: usize, revision: u64) -> Object {
+    let v = format!(
+        r#"{{"metadata":{{"labels":{{"app":"web","i":"{i}"}}}},"spec":{{"nodeName":"node-{node}","containers":[{{"name":"c","image":"registry.example/app:1"}}]}}}}"#
+    );
+    r.decode(
+        format!("/registry/pods/ns-{}/pod-{i}", i % 10).as_bytes(),
+        v.as_bytes(),
+        revision,
+    )
+    .unwrap()
+}
+
+/// Each watcher pins its own node; each event modifies a pod on one node,
+/// so exactly one watcher is interested.
+fn dispatch(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dispatch_per_event");
+    group
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    for watchers in [100usize, 1_000, 10_000] {
+        for indexed in [true, false] {
+            let r = resource(indexed);
+            let d = Arc::new(Dispatcher::new(
+                64,
+                Duration::from_secs(3600),
+                Metrics::default().resource("pods"),
+            ));
+            let subs: Vec<_> = (0..watchers)
+                .map(|n| {
+                    let p =
+                        Predicate::new(&r, "", "", "", &format!("spec.nodeName=node-{n}")).unwrap();
+                    let trigger = match indexed {
+                        true => Trigger::Field {
+                            field: 0,
+                            value: format!("node-{n}"),
+                        },
+                        false => Trigger::All,
+                    };
+                    d.register(p, trigger, 0, false)
+                })
+                .collect();
+            let events: Vec<Arc<Event>> = (0..watchers)
+                .map(|n| {
+                    let (before, after) = (pod(&r, n, n, 1), pod(&r, n, n, 2));
+                    Arc::new(Event {
+                        revision: 2,
+                        kind: EventType::Modified,
+                        object: Some(Arc::new(after)),
+                        prev: Some(Arc::new(before)),
+                    })
+                })
+                .collect();
+            let mut subs = subs;
+            let name = if indexed { "indexed" } else { "unindexed" };
+            // In service an event has just been decoded, so it is in cache
+            // while the watchers are not: each iteration reads its event
+            // first, then times only the dispatch.
+            group.bench_with_input(BenchmarkId::new(name, watchers), &watchers, |b, _| {
+                b.iter_custom(|iters| {
+                    let mut spent = Duration::ZERO;
+                    for i in 0..iters as usize {
+                        let n = i % watchers;
+                        let e = &events[n];
+                        black_box((
+                            e.key().len(),
+                            &e.object.as_ref().unwrap().fields[0],
+                            &e.prev.as_ref().unwrap().fields[0],
+                        ));
+                        let t = Instant::now();
+                        d.dispatch(std::slice::from_ref(e));
+                        spent += t.elapsed();
+                        black_box(
+                            subs[n]
+                                .rx
+                                .try_recv()
+                                .expect("the interested watcher got it"),
+                        );
+                    }
+                    spent
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+/// 100,000 pods over 1,000 nodes; list the 100 pods of one node.
+fn list(c: &mut Criterion) {
+    let mut group = c.benchmark_group("list_100k_by_node");
+    group
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    for indexed in [true, false] {
+        let r = Arc::new(resource(indexed));
+        let m = Metrics::default().resource("pods");
+        let d = Dispatcher::new(64, Duration::from_secs(3600), m.clone());
+        let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, m);
+        writer.replace(vec![], 1);
+        let changes: Vec<Change> = (0..100_000)
+            .map(|i| {
+                let o = pod(&r, i, i % 1000, 2);
+                Change {
+                    revision: 2,
+                    key: o.key.clone(),
+                    object: Some(o),
+                }
+            })
+            .collect();
+        writer.apply(changes);
+        let snapshot = cache.snapshot();
+        let p = Predicate::new(&r, "", "", "", "spec.nodeName=node-7").unwrap();
+        assert_eq!(snapshot.select(&r, &p, None).count(), 100);
+        let name = if indexed { "indexed" } else { "full_scan" };
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(snapshot.select(&r, &p, None).count()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, dispatch, list);
+criterion_main!(benches);
