@@ -4,6 +4,7 @@
 mod index;
 pub mod ring;
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,6 +135,21 @@ pub struct WatchCache {
     progress: watch::Sender<Progress>,
     dispatcher: Arc<Dispatcher>,
     metrics: ResourceMetrics,
+    /// Recent snapshots at past revisions, newest last, so the pages of a
+    /// list cut at one revision do not each rebuild it.
+    past: Mutex<VecDeque<Snapshot>>,
+}
+
+/// How many past snapshots are kept for paged lists.
+const PAST_SNAPSHOTS: usize = 8;
+
+/// A revision the cache cannot show exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotInWindow {
+    /// Older than the event window.
+    TooOld(TooOld),
+    /// Newer than the cache.
+    Future { current: Revision },
 }
 
 impl WatchCache {
@@ -160,6 +176,7 @@ impl WatchCache {
             }),
             dispatcher: Arc::new(dispatcher),
             metrics,
+            past: Mutex::default(),
         });
         (cache.clone(), CacheWriter { cache })
     }
@@ -175,6 +192,65 @@ impl WatchCache {
             indexes: s.indexes.clone(),
             revision: s.revision,
         }
+    }
+
+    /// The objects exactly as of `revision`: the current state with every
+    /// later event in the window undone. Structural sharing makes this cost
+    /// the events undone, not the size of the store.
+    pub fn snapshot_at(&self, revision: Revision) -> Result<Snapshot, NotInWindow> {
+        if let Some(hit) = self
+            .past
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|p| p.revision == revision)
+        {
+            return Ok(hit.clone());
+        }
+        let (mut snapshot, later) = {
+            let s = self.state.lock().unwrap();
+            if revision > s.revision || !s.ready {
+                return Err(NotInWindow::Future {
+                    current: s.revision,
+                });
+            }
+            let later = s.ring.since(revision).map_err(NotInWindow::TooOld)?;
+            let snapshot = Snapshot {
+                store: s.store.clone(),
+                indexes: s.indexes.clone(),
+                revision,
+            };
+            (snapshot, later)
+        };
+        for e in later.iter().rev() {
+            let key: Arc<str> = Arc::from(e.key());
+            snapshot
+                .indexes
+                .update(&key, e.object.as_deref(), e.prev.as_deref());
+            match &e.prev {
+                Some(p) => snapshot.store.insert(key, p.clone()),
+                None => snapshot.store.remove(&key),
+            };
+        }
+        self.remember(snapshot.clone());
+        Ok(snapshot)
+    }
+
+    /// Keeps `snapshot` for the next pages of a list cut at its revision.
+    pub fn remember(&self, snapshot: Snapshot) {
+        let mut past = self.past.lock().unwrap();
+        if past.iter().any(|p| p.revision == snapshot.revision) {
+            return;
+        }
+        if past.len() == PAST_SNAPSHOTS {
+            past.pop_front();
+        }
+        past.push_back(snapshot);
+    }
+
+    /// The oldest revision the cache can show exactly.
+    pub fn oldest(&self) -> Revision {
+        self.state.lock().unwrap().ring.oldest()
     }
 
     pub fn watchers(&self) -> usize {
@@ -694,6 +770,7 @@ mod model_tests {
             let mut model: BTreeMap<Arc<str>, Arc<Object>> = BTreeMap::new();
             let mut history: Vec<Event> = Vec::new();
             let mut subs = Vec::new();
+            let mut states = vec![(1, model.clone())];
             for (i, (k, state)) in steps.iter().enumerate() {
                 for w in watchers.iter().filter(|w| w.joins_after == i) {
                     let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields).unwrap();
@@ -718,6 +795,20 @@ mod model_tests {
                     None => {}
                 }
                 writer.apply(vec![Change { revision, key, object }]);
+                states.push((revision, model.clone()));
+            }
+
+            // The state at every past revision is rebuilt exactly.
+            for (revision, state) in &states {
+                let at = cache.snapshot_at(*revision).unwrap();
+                let got: Vec<(&str, &Object)> = at.store.iter().map(|(k, o)| (&**k, &**o)).collect();
+                let want: Vec<(&str, &Object)> = state.iter().map(|(k, o)| (&**k, &**o)).collect();
+                prop_assert_eq!(got, want, "state at {}", revision);
+                for (p, _, _) in &subs {
+                    let listed: Vec<&str> = at.select(&r, p, None).map(|o| &*o.key).collect();
+                    let scanned: Vec<&str> = state.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
+                    prop_assert_eq!(listed, scanned, "indexed list at {}", revision);
+                }
             }
 
             // Lists read through the indexes equal a scan of the model,
