@@ -46,7 +46,7 @@ use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
 use object::Resource;
-use source::{spawn_reflector, Etcd};
+use source::{spawn_freshness, spawn_reflector, Etcd};
 use telemetry::Metrics;
 
 /// The sockets the service serves on, bound by the caller (so tests can
@@ -93,9 +93,20 @@ pub async fn run(
             writer,
             m.clone(),
             BOOKMARK_TICK,
+            rc.cache.max_events as u64,
             shutdown.clone(),
         ));
-        served.insert(resource.name.clone(), Served { cache, metrics: m });
+        let (freshness, checker) =
+            spawn_freshness(etcd.clone(), cache.clone(), m.clone(), shutdown.clone());
+        tasks.push(checker);
+        served.insert(
+            resource.name.clone(),
+            Served {
+                cache,
+                freshness,
+                metrics: m,
+            },
+        );
     }
 
     if let Some(listener) = listeners.metrics {

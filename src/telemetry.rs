@@ -78,6 +78,7 @@ pub struct Metrics {
     cache_revision: Family<ResourceLabel, Gauge>,
     window_events: Family<ResourceLabel, Gauge>,
     window_capacity: Family<ResourceLabel, Gauge>,
+    consistent_read_fallbacks: Family<ResourceLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -96,6 +97,7 @@ impl Default for Metrics {
             cache_revision: Family::default(),
             window_events: Family::default(),
             window_capacity: Family::default(),
+            consistent_read_fallbacks: Family::default(),
         };
         r.register(
             "events_received",
@@ -148,6 +150,11 @@ impl Default for Metrics {
             "Current capacity of the resume window",
             m.window_capacity.clone(),
         );
+        r.register(
+            "consistent_read_fallbacks",
+            "Consistent reads answered from etcd because the cache did not catch up in time",
+            m.consistent_read_fallbacks.clone(),
+        );
         Self {
             registry: Arc::new(r),
             ..m
@@ -171,6 +178,7 @@ impl Metrics {
             cache_revision: self.cache_revision.get_or_create(&l).clone(),
             window_events: self.window_events.get_or_create(&l).clone(),
             window_capacity: self.window_capacity.get_or_create(&l).clone(),
+            consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
             watchers_ended: self.watchers_ended.clone(),
             etcd_requests: self.etcd_requests.clone(),
         }
@@ -198,6 +206,7 @@ pub struct ResourceMetrics {
     pub cache_revision: Gauge,
     pub window_events: Gauge,
     pub window_capacity: Gauge,
+    pub consistent_read_fallbacks: Counter,
     watchers_ended: Family<EndLabels, Counter>,
     etcd_requests: Family<EtcdLabels, Counter>,
 }

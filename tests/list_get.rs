@@ -284,26 +284,44 @@ async fn not_older_than_waits_for_the_version_or_fails_as_too_large() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exact_list_returns_the_state_at_that_version() {
-    let (etcd, _proxy, mut client) = start_ready().await;
+async fn an_exact_list_returns_the_state_at_that_version_from_the_window_or_etcd() {
+    let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-
     let first = put_pod(&mut ec, "default", "a", &[("v", "1")], "").await;
     put_pod(&mut ec, "default", "a", &[("v", "2")], "").await;
+    let proxy = Proxy::start(&etcd.client_url).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
     put_pod(&mut ec, "default", "b", &[], "").await;
     let exact = |rv: u64| ListRequest {
         resource_version: rv.to_string(),
         resource_version_match: ResourceVersionMatch::Exact as i32,
         ..list_req("pods")
     };
+    let etcd_pages = || proxy.metric("watchproxy_etcd_requests_total", "request=\"exact_list_page\"");
+
+    // Before the list, yet inside the window read from etcd's history.
     let old = client.list(exact(first)).await.unwrap().into_inner();
     assert_eq!(old.resource_version, first.to_string());
     assert_eq!(old.items.len(), 1);
     assert_eq!(old.items[0].labels["v"], "1");
+    assert_eq!(etcd_pages(), 0.0, "served from the cache");
 
-    ec.compact(first as i64 + 1, None).await.unwrap();
-    let gone = client.list(exact(first)).await.unwrap_err();
+    // etcd compacts it away; the cache still shows it.
+    let now = put_pod(&mut ec, "default", "c", &[], "").await;
+    ec.compact(now as i64, None).await.unwrap();
+    let still = client.list(exact(first)).await.unwrap().into_inner();
+    assert_eq!(still.items[0].labels["v"], "1");
+
+    // A watchproxy started now reads history only from the compaction on,
+    // so it asks etcd, which no longer has the revision.
+    let late = Proxy::start(&etcd.client_url).await;
+    let mut late_client = late.client().await;
+    wait_ready(&mut late_client, "pods").await;
+    let gone = late_client.list(exact(first)).await.unwrap_err();
     assert_eq!(gone.code(), Code::OutOfRange, "{gone:?}");
+    let at_compaction = late_client.list(exact(now)).await.unwrap().into_inner();
+    assert_eq!(at_compaction.items.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

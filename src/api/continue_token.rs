@@ -20,15 +20,20 @@ pub struct ContinueToken {
     /// The last key returned; the next page starts after it.
     #[serde(rename = "k")]
     pub after: String,
+    /// The list is read from etcd (its revision is older than the cache's
+    /// window), and so are its pages.
+    #[serde(rename = "e", default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_etcd: bool,
 }
 
 impl ContinueToken {
-    pub fn new(resource: &Resource, revision: Revision, after: String) -> Self {
+    pub fn new(resource: &Resource, revision: Revision, after: String, from_etcd: bool) -> Self {
         Self {
             version: 1,
             resource: resource.name.clone(),
             revision,
             after,
+            from_etcd,
         }
     }
 
@@ -68,7 +73,7 @@ mod tests {
     #[test]
     fn tokens_round_trip_and_tampering_is_rejected() {
         let r = pods();
-        let t = ContinueToken::new(&r, 42, "/p/ns/a".into());
+        let t = ContinueToken::new(&r, 42, "/p/ns/a".into(), false);
         assert_eq!(ContinueToken::decode(&t.encode(), &r).unwrap(), t);
         let mut other = r.clone();
         other.name = "nodes".into();

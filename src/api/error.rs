@@ -46,6 +46,10 @@ pub enum ApiError {
     Compacted { revision: Revision },
     #[error("etcd is unavailable: {0}")]
     Etcd(#[from] EtcdError),
+    #[error("etcd is unavailable: {0}")]
+    EtcdShared(std::sync::Arc<EtcdError>),
+    #[error("continue token expired: resource version {revision} is no longer in the cache; start the list again")]
+    ContinueExpired { revision: Revision },
     #[error("watcher fell behind; resume from resource version {resume_from}")]
     TooSlow { resume_from: Revision },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
@@ -60,12 +64,15 @@ impl From<ApiError> for Status {
             | ApiError::BadVersion(_)
             | ApiError::InvalidArgument(_)
             | ApiError::BadContinue(_) => Code::InvalidArgument,
-            ApiError::TooOld { .. } | ApiError::Compacted { .. } => Code::OutOfRange,
+            ApiError::TooOld { .. }
+            | ApiError::Compacted { .. }
+            | ApiError::ContinueExpired { .. } => Code::OutOfRange,
             ApiError::TooSlow { .. } => Code::Aborted,
             ApiError::NotReady { .. }
             | ApiError::NotFresh { .. }
             | ApiError::TooLarge { .. }
             | ApiError::Etcd(_)
+            | ApiError::EtcdShared(_)
             | ApiError::ShuttingDown { .. } => Code::Unavailable,
         };
         let mut status = Status::new(code, e.to_string());

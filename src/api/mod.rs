@@ -13,21 +13,30 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::cache::{Initial, Snapshot, WatchCache, WatchFrom, WatchStart};
+use crate::cache::{Initial, NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
 use crate::dispatch::{transition, Delivery, Ended};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
-use crate::source::{Etcd, EtcdError};
+use crate::source::{Etcd, EtcdError, Freshness};
 use crate::telemetry::{EndReason, EtcdRequest, ResourceMetrics};
 use continue_token::ContinueToken;
 use error::ApiError;
 
-/// One served resource: its cache and its metrics.
+/// One served resource: its cache, its revision checks and its metrics.
 #[derive(Clone)]
 pub struct Served {
     pub cache: Arc<WatchCache>,
+    pub freshness: Arc<Freshness>,
     pub metrics: ResourceMetrics,
+}
+
+/// Where a read is answered from.
+enum Source {
+    /// The cache, at the snapshot's revision.
+    Cache(Snapshot),
+    /// etcd at this revision: the cache did not catch up in time.
+    Etcd(Revision),
 }
 
 /// The `WatchProxy` service.
@@ -66,70 +75,79 @@ impl Api {
         })
     }
 
-    /// A snapshot of the cache at `min` or later, or (no `min`) at least as
-    /// fresh as etcd is now. Freshness is proved by etcd (nothing under the
-    /// prefix changed since the cache's revision) or reached by waiting for
-    /// the watch to deliver; both are bounded by `freshness_wait`.
-    async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<Snapshot, ApiError> {
-        let deadline = Instant::now() + self.freshness_wait;
-        let cache = &s.cache;
-        let resource = &cache.resource;
-        cache
+    async fn ready(&self, s: &Served) -> Result<(), ApiError> {
+        s.cache
             .wait_for(0, self.freshness_wait)
             .await
+            .map(|_| ())
             .map_err(|_| ApiError::NotReady {
-                resource: resource.name.clone(),
-            })?;
-        let (start, end) = (resource.key_prefix(), resource.key_range_end());
+                resource: s.cache.resource.name.clone(),
+            })
+    }
+
+    /// Brings the cache to `min`, or (no `min`) to etcd's revision at the
+    /// time of the call, learned from a check shared with concurrent reads.
+    /// If the cache does not get there within `freshness_wait`, a version
+    /// etcd has not reached is "too large"; otherwise the read falls back
+    /// to etcd at its current revision (counted).
+    async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<Source, ApiError> {
+        self.ready(s).await?;
+        let cache = &s.cache;
+        if min.is_some_and(|m| cache.progress().revision >= m) {
+            return Ok(Source::Cache(cache.snapshot()));
+        }
+        let deadline = Instant::now() + self.freshness_wait;
+        let mut target = min;
         loop {
-            let at = cache.progress().revision;
-            if min.is_some_and(|m| at >= m) {
-                return Ok(cache.snapshot());
-            }
-            let (now, unchanged) = self
-                .etcd
-                .unchanged_since(&s.metrics, &start, &end, at)
-                .await?;
-            if unchanged {
-                cache.confirm_unchanged(at, now);
-            }
-            let target = min.unwrap_or(now);
+            // Each check also advances an idle cache that etcd proves
+            // unchanged, so waiting below ends at once in that case.
+            let now = s
+                .freshness
+                .current_revision()
+                .await
+                .map_err(ApiError::EtcdShared)?;
+            let target = *target.get_or_insert(now);
             let step = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(250));
             if cache.wait_for(target, step).await.is_ok() {
-                return Ok(cache.snapshot());
+                return Ok(Source::Cache(cache.snapshot()));
             }
             if Instant::now() >= deadline {
-                let current = cache.progress().revision;
-                return Err(match min {
-                    Some(requested) => ApiError::TooLarge { requested, current },
-                    None => ApiError::NotFresh {
-                        resource: resource.name.clone(),
-                    },
-                });
+                return match min {
+                    Some(requested) if requested > now => Err(ApiError::TooLarge {
+                        requested,
+                        current: cache.progress().revision,
+                    }),
+                    _ => {
+                        s.metrics.consistent_read_fallbacks.inc();
+                        Ok(Source::Etcd(now))
+                    }
+                };
             }
         }
     }
 
-    /// A snapshot for a request's resource version (not-older-than rules).
-    async fn snapshot_for(
-        &self,
-        s: &Served,
-        version: RequestedVersion,
-    ) -> Result<Snapshot, ApiError> {
+    /// Where to answer a read at a request's resource version
+    /// (not-older-than rules).
+    async fn source_for(&self, s: &Served, version: RequestedVersion) -> Result<Source, ApiError> {
         match version {
             RequestedVersion::Latest => self.catch_up(s, None).await,
             RequestedVersion::At(n) => self.catch_up(s, Some(n)).await,
             RequestedVersion::Any => {
-                s.cache
-                    .wait_for(0, self.freshness_wait)
-                    .await
-                    .map_err(|_| ApiError::NotReady {
-                        resource: s.cache.resource.name.clone(),
-                    })?;
-                Ok(s.cache.snapshot())
+                self.ready(s).await?;
+                Ok(Source::Cache(s.cache.snapshot()))
             }
+        }
+    }
+
+    /// A snapshot of the cache for a watch, which cannot fall back to etcd.
+    async fn cache_for(&self, s: &Served, version: RequestedVersion) -> Result<Snapshot, ApiError> {
+        match self.source_for(s, version).await? {
+            Source::Cache(snapshot) => Ok(snapshot),
+            Source::Etcd(_) => Err(ApiError::NotFresh {
+                resource: s.cache.resource.name.clone(),
+            }),
         }
     }
 
@@ -169,9 +187,20 @@ impl Api {
                 ));
             }
             let token = ContinueToken::decode(&req.continue_token, resource)?;
-            return self
-                .list_at(s, &predicate, token.revision, Some(&token.after), limit)
-                .await;
+            let after = Some(token.after.as_str());
+            if token.from_etcd {
+                return self
+                    .etcd_page(s, &predicate, token.revision, after, limit)
+                    .await;
+            }
+            return match s.cache.snapshot_at(token.revision) {
+                Ok(snapshot) => Ok(page_from_snapshot(s, &snapshot, &predicate, after, limit)),
+                Err(NotInWindow::TooOld(_)) | Err(NotInWindow::Future { .. }) => {
+                    Err(ApiError::ContinueExpired {
+                        revision: token.revision,
+                    })
+                }
+            };
         }
         if exact {
             let RequestedVersion::At(n) = version else {
@@ -179,17 +208,25 @@ impl Api {
                     "EXACT needs a resource_version other than \"\" and \"0\"".into(),
                 ));
             };
-            return self.list_at(s, &predicate, n, None, limit).await;
+            if let Source::Etcd(_) = self.catch_up(s, Some(n)).await? {
+                return self.etcd_page(s, &predicate, n, None, limit).await;
+            }
+            return match s.cache.snapshot_at(n) {
+                Ok(snapshot) => Ok(page_from_snapshot(s, &snapshot, &predicate, None, limit)),
+                Err(_) => self.etcd_page(s, &predicate, n, None, limit).await,
+            };
         }
-        let snapshot = self.snapshot_for(s, version).await?;
-        Ok(page_from_snapshot(
-            resource, &snapshot, &predicate, None, limit,
-        ))
+        match self.source_for(s, version).await? {
+            Source::Cache(snapshot) => {
+                Ok(page_from_snapshot(s, &snapshot, &predicate, None, limit))
+            }
+            Source::Etcd(revision) => self.etcd_page(s, &predicate, revision, None, limit).await,
+        }
     }
 
-    /// A page of the state exactly at `revision`: from the cache when it is
-    /// at that revision, otherwise from etcd at that revision.
-    async fn list_at(
+    /// A page of the state at `revision` read from etcd, for revisions the
+    /// cache cannot show.
+    async fn etcd_page(
         &self,
         s: &Served,
         predicate: &Predicate,
@@ -198,17 +235,9 @@ impl Api {
         limit: usize,
     ) -> Result<pb::ListResponse, ApiError> {
         let resource = &s.cache.resource;
-        let snapshot = s.cache.snapshot();
-        if snapshot.revision == revision {
-            return Ok(page_from_snapshot(
-                resource, &snapshot, predicate, after, limit,
-            ));
-        }
-        let prefix = match predicate.name() {
-            Some(name) if !resource.namespaced || predicate.namespace().is_some() => {
-                resource.key(predicate.namespace().unwrap_or(""), name)
-            }
-            _ => resource.namespace_prefix(predicate.namespace().unwrap_or("")),
+        let prefix = match resource.single_key(predicate.namespace(), predicate.name()) {
+            Some(key) => key,
+            None => resource.namespace_prefix(predicate.namespace().unwrap_or("")),
         };
         let end = if predicate.name().is_some() {
             format!("{prefix}\0")
@@ -245,9 +274,6 @@ impl Api {
                 Err(e) => return Err(e.into()),
             };
             for (k, v, rev) in &page.kvs {
-                if !k.starts_with(prefix.as_bytes()) {
-                    continue;
-                }
                 // Undecodable values are skipped here as in the cache.
                 if let Ok(o) = resource.decode(k, v, *rev) {
                     if predicate.matches(&o) {
@@ -284,13 +310,13 @@ impl Api {
             }
             _ => None,
         };
-        Ok(page_response(
-            resource,
+        let page = Page {
             revision,
-            items.iter(),
             more,
             remaining,
-        ))
+            from_etcd: true,
+        };
+        Ok(page_response(resource, items.iter(), page))
     }
 
     async fn get(&self, req: pb::GetRequest) -> Result<pb::Object, ApiError> {
@@ -308,12 +334,19 @@ impl Api {
             )));
         }
         let version = RequestedVersion::parse(&req.resource_version)?;
-        let snapshot = self.snapshot_for(s, version).await?;
         let key = resource.key(&req.namespace, &req.name);
-        match snapshot.store.get(key.as_str()) {
-            Some(o) => Ok(object_pb(o, o.revision)),
-            None => Err(ApiError::NotFound { key }),
-        }
+        let found = match self.source_for(s, version).await? {
+            Source::Cache(snapshot) => snapshot
+                .store
+                .get(key.as_str())
+                .map(|o| object_pb(o, o.revision)),
+            Source::Etcd(revision) => {
+                let predicate = Predicate::new(resource, &req.namespace, &req.name, "", "")?;
+                let page = self.etcd_page(s, &predicate, revision, None, 1).await?;
+                page.items.into_iter().next()
+            }
+        };
+        found.ok_or(ApiError::NotFound { key })
     }
 
     async fn watch(&self, req: pb::WatchRequest) -> Result<WatchEvents, ApiError> {
@@ -341,11 +374,11 @@ impl Api {
         }
         let from = match version {
             RequestedVersion::At(n) if !req.send_initial_events => {
-                self.catch_up(s, Some(n)).await?;
+                self.cache_for(s, version).await?;
                 WatchFrom::Revision(n)
             }
             v => {
-                self.snapshot_for(s, v).await?;
+                self.cache_for(s, v).await?;
                 WatchFrom::State
             }
         };
@@ -377,13 +410,24 @@ impl Api {
 
 type WatchEvents = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
+/// What a page says about the list it belongs to.
+struct Page {
+    revision: Revision,
+    more: bool,
+    remaining: Option<usize>,
+    from_etcd: bool,
+}
+
+/// A page of a snapshot. When more pages follow, the snapshot is kept so
+/// they are cut from the same revision.
 fn page_from_snapshot(
-    resource: &Resource,
+    s: &Served,
     snapshot: &Snapshot,
     predicate: &Predicate,
     after: Option<&str>,
     limit: usize,
 ) -> pb::ListResponse {
+    let resource = &s.cache.resource;
     let mut it = snapshot.select(resource, predicate, after);
     let items: Vec<&Arc<Object>> = it.by_ref().take(limit).collect();
     let remaining = if predicate.has_selectors() {
@@ -398,32 +442,35 @@ fn page_from_snapshot(
             .next()
             .is_some(),
     };
-    page_response(
-        resource,
-        snapshot.revision,
-        items.into_iter(),
+    if more {
+        s.cache.remember(snapshot.clone());
+    }
+    let page = Page {
+        revision: snapshot.revision,
         more,
         remaining,
-    )
+        from_etcd: false,
+    };
+    page_response(resource, items.into_iter(), page)
 }
 
 fn page_response<'a>(
     resource: &Resource,
-    revision: Revision,
     items: impl Iterator<Item = &'a Arc<Object>>,
-    more: bool,
-    remaining: Option<usize>,
+    page: Page,
 ) -> pb::ListResponse {
     let items: Vec<pb::Object> = items.map(|o| object_pb(o, o.revision)).collect();
     let continue_token = match items.last() {
-        Some(last) if more => ContinueToken::new(resource, revision, last.key.clone()).encode(),
+        Some(last) if page.more => {
+            ContinueToken::new(resource, page.revision, last.key.clone(), page.from_etcd).encode()
+        }
         _ => String::new(),
     };
     pb::ListResponse {
         items,
-        resource_version: revision.to_string(),
+        resource_version: page.revision.to_string(),
         continue_token,
-        remaining_item_count: remaining.filter(|_| more).map(|n| n as i64),
+        remaining_item_count: page.remaining.filter(|_| page.more).map(|n| n as i64),
     }
 }
 

@@ -422,6 +422,34 @@ impl CacheWriter {
         self.cache.dispatcher.progress(revision);
     }
 
+    /// Installs the first list, taken at `revision`, with the events that
+    /// led to it: the window then covers `(oldest, revision]`, so watches
+    /// resume from versions older than the list.
+    pub fn replace_with_history(
+        &mut self,
+        objects: Vec<Object>,
+        revision: Revision,
+        oldest: Revision,
+        history: Vec<Event>,
+    ) {
+        let store: Store = objects
+            .into_iter()
+            .map(|o| (o.key.clone(), Arc::new(o)))
+            .collect();
+        let mut s = self.cache.state.lock().unwrap();
+        debug_assert!(!s.ready, "history comes with the first list only");
+        s.indexes = FieldIndexes::build(&self.cache.resource.indexed_positions(), &store);
+        s.store = store;
+        s.ring.reset(oldest);
+        let now = Instant::now();
+        for e in history {
+            s.ring.push(Arc::new(e), now);
+        }
+        s.revision = revision;
+        s.ready = true;
+        self.publish(&s);
+    }
+
     /// Applies changes from the watch, in order.
     pub fn apply(&mut self, changes: Vec<Change>) {
         let now = Instant::now();

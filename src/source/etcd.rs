@@ -206,9 +206,23 @@ impl Etcd {
         end: &str,
         since: Revision,
     ) -> Result<(Revision, bool), EtcdError> {
+        self.unchanged_between(m, start, end, since, None).await
+    }
+
+    /// As [`Etcd::unchanged_since`], up to `until` instead of the latest
+    /// revision.
+    pub async fn unchanged_between(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+        since: Revision,
+        until: Option<Revision>,
+    ) -> Result<(Revision, bool), EtcdError> {
         let (now_count, now) = self
-            .count(m, EtcdRequest::current_revision, start, end, None, None)
+            .count(m, EtcdRequest::current_revision, start, end, until, None)
             .await?;
+        let now = until.unwrap_or(now);
         if now <= since {
             return Ok((now, true));
         }

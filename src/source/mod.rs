@@ -2,21 +2,24 @@
 //! etcd watch on it, feeding the watch cache.
 
 mod etcd;
+mod freshness;
+mod history;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType as EtcdEventType, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{WatchOptions, WatchResponse, WatchStream};
 use rand::Rng;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::cache::{CacheWriter, Change};
+use crate::cache::CacheWriter;
 use crate::object::{Object, Resource, Revision};
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
 pub use etcd::{Etcd, EtcdError};
+pub use freshness::{spawn_freshness, Freshness};
 
 /// What to do after an etcd failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +82,13 @@ pub struct Reflector {
     bookmark_tick: tokio::time::Interval,
     backoff: Backoff,
     listed_once: bool,
+    /// How many revisions before the first list to read into the window.
+    history_depth: u64,
 }
+
+/// How long reading history at start may take before the reflector starts
+/// without it.
+const HISTORY_BUDGET: Duration = Duration::from_secs(10);
 
 /// Starts the reflector of a resource. The task exits when `shutdown` is
 /// cancelled; etcd failures never end it.
@@ -88,6 +97,7 @@ pub fn spawn_reflector(
     writer: CacheWriter,
     metrics: ResourceMetrics,
     bookmark_tick: Duration,
+    history_depth: u64,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let resource = writer.cache().resource.clone();
@@ -102,6 +112,7 @@ pub fn spawn_reflector(
         bookmark_tick: tick,
         backoff: Backoff::default(),
         listed_once: false,
+        history_depth,
     };
     tokio::spawn(reflector.run(shutdown).instrument(span))
 }
@@ -120,9 +131,9 @@ impl Reflector {
     async fn step(&mut self, state: State) -> State {
         match state {
             State::Listing => match self.list().await {
-                Ok(revision) => {
+                Ok(next) => {
                     self.backoff.reset();
-                    State::Connecting { revision }
+                    next
                 }
                 Err(e) => self.recover(e, State::Listing),
             },
@@ -163,8 +174,11 @@ impl Reflector {
         }
     }
 
-    /// Lists the whole prefix in pages cut from one revision.
-    async fn list(&mut self) -> Result<Revision, EtcdError> {
+    /// Lists the whole prefix in pages cut from one revision. The first
+    /// list also reads the history before it into the event window, on the
+    /// watch that then goes on live; a later list (after compaction) turns
+    /// its difference with the cache into events instead.
+    async fn list(&mut self) -> Result<State, EtcdError> {
         let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
         let (kvs, revision) = self
             .etcd
@@ -174,18 +188,36 @@ impl Reflector {
             .iter()
             .filter_map(|(k, v, rev)| self.decode_or_count(k, v, *rev))
             .collect();
-        if self.listed_once {
+        let relist = std::mem::replace(&mut self.listed_once, true);
+        if relist {
             self.metrics.relists.inc();
         }
-        info!(
-            objects = objects.len(),
-            revision,
-            relist = self.listed_once,
-            "listed"
-        );
-        self.listed_once = true;
+        info!(objects = objects.len(), revision, relist, "listed");
+        if !relist && self.history_depth > 0 {
+            let read = history::read(
+                &self.etcd,
+                &self.metrics,
+                &self.resource,
+                revision,
+                self.history_depth,
+                HISTORY_BUDGET,
+            );
+            match read.await {
+                Ok(h) => {
+                    info!(events = h.events.len(), oldest = h.oldest, "read history");
+                    self.writer
+                        .replace_with_history(objects, revision, h.oldest, h.events);
+                    self.writer.apply(h.live);
+                    return Ok(State::Watching {
+                        stream: Box::new(h.stream),
+                        watch_id: h.watch_id,
+                    });
+                }
+                Err(e) => warn!(error = %e, "could not read history; resumes start at the list"),
+            }
+        }
         self.writer.replace(objects, revision);
-        Ok(revision)
+        Ok(State::Connecting { revision })
     }
 
     async fn connect(&mut self, revision: Revision) -> Result<WatchStream, EtcdError> {
@@ -245,27 +277,11 @@ impl Reflector {
             }
             return;
         }
-        let mut changes = Vec::with_capacity(response.events().len());
-        for event in response.events() {
-            let Some(kv) = event.kv() else { continue };
-            let revision = kv.mod_revision() as Revision;
-            let object = match event.event_type() {
-                EtcdEventType::Put => self.decode_or_count(kv.key(), kv.value(), revision),
-                EtcdEventType::Delete => None,
-            };
-            let Ok(key) = std::str::from_utf8(kv.key()) else {
-                self.metrics.undecodable.inc();
-                warn!(key = ?String::from_utf8_lossy(kv.key()), "skipping key that is not UTF-8");
-                continue;
-            };
-            // An undecodable new value removes the old state from the cache
-            // (the object as clients knew it is gone), as a deletion would.
-            changes.push(Change {
-                revision,
-                key: Arc::from(key),
-                object,
-            });
-        }
+        let changes = response
+            .events()
+            .iter()
+            .filter_map(|e| history::change(&self.resource, &self.metrics, e.kv()?, e.event_type()))
+            .collect();
         self.writer.apply(changes);
     }
 

@@ -1,0 +1,112 @@
+//! Consistent reads without an etcd request each: one revision check at a
+//! time per resource, shared by every read that waits for it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Etcd, EtcdError};
+use crate::cache::WatchCache;
+use crate::object::Revision;
+use crate::telemetry::ResourceMetrics;
+
+/// The outcome of one check, numbered by the order checks started in.
+#[derive(Debug, Clone)]
+struct Checked {
+    generation: u64,
+    /// etcd's revision when the check ran, or why it could not be read.
+    revision: Result<Revision, Arc<EtcdError>>,
+}
+
+/// Learns etcd's current revision for a resource's consistent reads.
+///
+/// A read must see a revision read from etcd after the read arrived, so it
+/// cannot reuse a check already running; it asks for the next one. Every
+/// read that arrives while a check runs shares that next check, so a burst
+/// of reads costs etcd one or two checks, not one each.
+pub struct Freshness {
+    /// Generations of checks started so far.
+    started: AtomicU64,
+    /// The highest generation any reader waits for.
+    wanted: AtomicU64,
+    wake: Notify,
+    done: watch::Sender<Checked>,
+}
+
+impl Freshness {
+    /// etcd's current revision, from a check that started after this call.
+    pub async fn current_revision(&self) -> Result<Revision, Arc<EtcdError>> {
+        let want = self.started.load(Ordering::SeqCst) + 1;
+        self.wanted.fetch_max(want, Ordering::SeqCst);
+        self.wake.notify_one();
+        let mut rx = self.done.subscribe();
+        let checked = rx
+            .wait_for(|c| c.generation >= want)
+            .await
+            .map_err(|_| Arc::new(EtcdError::StreamEnded))?;
+        checked.revision.clone()
+    }
+}
+
+/// Starts the checker of a resource; the task exits on `shutdown`.
+///
+/// Each check proves, with count-only reads, whether the cache's revision
+/// is already as new as etcd's (nothing under the prefix changed since);
+/// if so it advances the cache at once, otherwise the watch will deliver.
+pub fn spawn_freshness(
+    etcd: Etcd,
+    cache: Arc<WatchCache>,
+    metrics: ResourceMetrics,
+    shutdown: CancellationToken,
+) -> (Arc<Freshness>, tokio::task::JoinHandle<()>) {
+    let freshness = Arc::new(Freshness {
+        started: AtomicU64::new(0),
+        wanted: AtomicU64::new(0),
+        wake: Notify::new(),
+        done: watch::Sender::new(Checked {
+            generation: 0,
+            revision: Ok(0),
+        }),
+    });
+    let f = freshness.clone();
+    let span = tracing::info_span!("freshness", resource = %cache.resource.name);
+    let task = tokio::spawn(
+        async move {
+            let (start, end) = (cache.resource.key_prefix(), cache.resource.key_range_end());
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = f.wake.notified() => {}
+                }
+                while f.wanted.load(Ordering::SeqCst) > f.started.load(Ordering::SeqCst) {
+                    // Published before etcd is asked, so a reader that
+                    // sees the old count is served by a later check.
+                    let generation = f.started.fetch_add(1, Ordering::SeqCst) + 1;
+                    let since = cache.progress().revision;
+                    let revision = tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        r = etcd.unchanged_since(&metrics, &start, &end, since) => r,
+                    };
+                    let revision = match revision {
+                        Ok((now, unchanged)) => {
+                            if unchanged {
+                                cache.confirm_unchanged(since, now);
+                            }
+                            Ok(now)
+                        }
+                        Err(e) => Err(Arc::new(e)),
+                    };
+                    f.done.send_replace(Checked {
+                        generation,
+                        revision,
+                    });
+                }
+            }
+        }
+        .instrument(span),
+    );
+    (freshness, task)
+}

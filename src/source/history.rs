@@ -1,0 +1,213 @@
+//! Filling the event window from etcd's history at start, so clients that
+//! reconnect with the versions they had keep resuming after a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{EventType as EtcdEventType, KeyValue, WatchOptions, WatchStream};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::{Etcd, EtcdError};
+use crate::cache::Change;
+use crate::object::{Event, EventType, Object, Resource, Revision};
+use crate::telemetry::{EtcdRequest, ResourceMetrics};
+
+/// The changes under a prefix before a list, and the watch that goes on
+/// from them.
+pub struct History {
+    /// Every event in `(oldest, list revision]`, in order, with the
+    /// previous state of each object.
+    pub events: Vec<Event>,
+    pub oldest: Revision,
+    /// Changes after the list revision that arrived while reading history.
+    pub live: Vec<Change>,
+    pub stream: WatchStream,
+    pub watch_id: Option<i64>,
+}
+
+/// Reads the history of `resource` from up to `depth` revisions before
+/// `listed` (or from etcd's compaction point), on a watch with previous
+/// values, which then goes on as the resource's live watch.
+///
+/// etcd gives no marker for the end of history on a new watch (requested
+/// progress notifications may run ahead of events before 3.4.31 / 3.5.13),
+/// so the history counts as complete when an event after `listed` arrives,
+/// or when etcd proves that nothing under the prefix changed between the
+/// last event read and `listed`.
+pub async fn read(
+    etcd: &Etcd,
+    metrics: &ResourceMetrics,
+    resource: &Resource,
+    listed: Revision,
+    depth: u64,
+    budget: Duration,
+) -> Result<History, EtcdError> {
+    let deadline = Instant::now() + budget;
+    let mut from = listed.saturating_sub(depth).max(1);
+    let (start, end) = (resource.key_prefix(), resource.key_range_end());
+    'open: loop {
+        metrics.etcd_request(EtcdRequest::watch);
+        let options = WatchOptions::new()
+            .with_range(end.clone())
+            .with_start_revision(from as i64)
+            .with_progress_notify()
+            .with_prev_key();
+        let mut stream = etcd.watch(start.clone(), options).await?;
+        let (mut events, mut oldest, mut live) = (Vec::new(), from - 1, Vec::new());
+        let mut watch_id = None;
+        let mut seen = from - 1;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(EtcdError::Timeout);
+            }
+            // A quiet stream is the moment to ask etcd whether anything
+            // is still to come.
+            let quiet =
+                match tokio::time::timeout(left.min(Duration::from_millis(200)), stream.message())
+                    .await
+                {
+                    Ok(Ok(Some(r))) => {
+                        if r.canceled() {
+                            match r.compact_revision() {
+                                c if c > 0 && (c as Revision) > from => {
+                                    debug!(
+                                        compacted = c,
+                                        "history starts at etcd's compaction point"
+                                    );
+                                    from = c as Revision;
+                                    continue 'open;
+                                }
+                                _ => {
+                                    return Err(EtcdError::WatchCanceled(
+                                        r.cancel_reason().to_owned(),
+                                    ))
+                                }
+                            }
+                        }
+                        if r.created() {
+                            watch_id = Some(r.watch_id());
+                        }
+                        for e in r.events() {
+                            let Some(kv) = e.kv() else { continue };
+                            let revision = kv.mod_revision() as Revision;
+                            if revision > listed {
+                                live.extend(change(resource, metrics, kv, e.event_type()));
+                                continue;
+                            }
+                            seen = revision;
+                            match past_event(resource, kv, e.prev_kv(), e.event_type()) {
+                                Past::Event(ev) => events.push(ev),
+                                Past::Nothing => {}
+                                // The previous state is gone from etcd: resumes
+                                // from before this point cannot be exact.
+                                Past::Unknown => {
+                                    events.clear();
+                                    oldest = revision;
+                                }
+                            }
+                        }
+                        false
+                    }
+                    Ok(Ok(None)) => return Err(EtcdError::StreamEnded),
+                    Ok(Err(e)) => return Err(EtcdError::Client(e)),
+                    Err(_) => true,
+                };
+            let complete = !live.is_empty()
+                || seen >= listed
+                || quiet
+                    && etcd
+                        .unchanged_between(metrics, &start, &end, seen, Some(listed))
+                        .await?
+                        .1;
+            if complete {
+                return Ok(History {
+                    events,
+                    oldest,
+                    live,
+                    stream,
+                    watch_id,
+                });
+            }
+        }
+    }
+}
+
+enum Past {
+    Event(Event),
+    /// A key that never held a readable value.
+    Nothing,
+    /// A change whose previous state etcd no longer has.
+    Unknown,
+}
+
+fn past_event(
+    resource: &Resource,
+    kv: &KeyValue,
+    prev: Option<&KeyValue>,
+    t: EtcdEventType,
+) -> Past {
+    let revision = kv.mod_revision() as Revision;
+    let prev = prev.and_then(|p| {
+        resource
+            .decode(p.key(), p.value(), p.mod_revision() as Revision)
+            .ok()
+    });
+    let object = match t {
+        EtcdEventType::Put => resource.decode(kv.key(), kv.value(), revision).ok(),
+        EtcdEventType::Delete => None,
+    };
+    let existed_before = match t {
+        EtcdEventType::Put => kv.version() > 1,
+        EtcdEventType::Delete => true,
+    };
+    if existed_before && prev.is_none() && (t == EtcdEventType::Delete || object.is_some()) {
+        return Past::Unknown;
+    }
+    let kind = match (&object, &prev) {
+        (Some(_), Some(_)) => EventType::Modified,
+        (Some(_), None) => EventType::Added,
+        (None, Some(_)) => EventType::Deleted,
+        (None, None) => return Past::Nothing,
+    };
+    Past::Event(Event {
+        revision,
+        kind,
+        object: object.map(Arc::new),
+        prev: prev.map(Arc::new),
+    })
+}
+
+/// A watch event as a change to the cache; an undecodable new value is
+/// counted, logged and becomes a deletion of whatever the cache held. A key
+/// that is not UTF-8 is counted, logged and skipped.
+pub fn change(
+    resource: &Resource,
+    metrics: &ResourceMetrics,
+    kv: &KeyValue,
+    t: EtcdEventType,
+) -> Option<Change> {
+    let revision = kv.mod_revision() as Revision;
+    let object: Option<Object> = match t {
+        EtcdEventType::Put => match resource.decode(kv.key(), kv.value(), revision) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                metrics.undecodable.inc();
+                warn!(key = %String::from_utf8_lossy(kv.key()), revision, error = %e, "skipping undecodable value");
+                None
+            }
+        },
+        EtcdEventType::Delete => None,
+    };
+    let Ok(key) = std::str::from_utf8(kv.key()) else {
+        metrics.undecodable.inc();
+        warn!(key = ?String::from_utf8_lossy(kv.key()), "skipping key that is not UTF-8");
+        return None;
+    };
+    Some(Change {
+        revision,
+        key: Arc::from(key),
+        object,
+    })
+}
