@@ -298,7 +298,12 @@ async fn an_exact_list_returns_the_state_at_that_version_from_the_window_or_etcd
         resource_version_match: ResourceVersionMatch::Exact as i32,
         ..list_req("pods")
     };
-    let etcd_pages = || proxy.metric("watchproxy_etcd_requests_total", "request=\"exact_list_page\"");
+    let etcd_pages = || {
+        proxy.metric(
+            "watchproxy_etcd_requests_total",
+            "request=\"exact_list_page\"",
+        )
+    };
 
     // Before the list, yet inside the window read from etcd's history.
     let old = client.list(exact(first)).await.unwrap().into_inner();

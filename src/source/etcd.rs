@@ -3,7 +3,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, WatchOptions, WatchStream};
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, GetResponse, SortOrder, SortTarget, WatchOptions,
+    WatchStream,
+};
 
 use crate::object::Revision;
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
@@ -193,12 +196,14 @@ impl Etcd {
     }
 
     /// etcd's current revision `R`, and whether nothing in `[start, end)`
-    /// changed in `(since, R]`: no key created or modified (none has a mod
-    /// revision above `since`) and none deleted (as many keys as at `since`).
+    /// changed in `(since, R]`: no key created or modified (the newest mod
+    /// revision under the prefix is not above `since`) and none deleted (as
+    /// many keys as at `since`).
     ///
     /// This proves a cache at `since` is as fresh as etcd at `R` without
     /// relying on requested progress notifications, which etcd before
-    /// 3.4.31 / 3.5.13 may send ahead of undelivered events.
+    /// 3.4.31 / 3.5.13 may send ahead of undelivered events. When the cache
+    /// is already at `R` it costs one small read.
     pub async fn unchanged_since(
         &self,
         m: &ResourceMetrics,
@@ -219,36 +224,77 @@ impl Etcd {
         since: Revision,
         until: Option<Revision>,
     ) -> Result<(Revision, bool), EtcdError> {
-        let (now_count, now) = self
-            .count(m, EtcdRequest::current_revision, start, end, until, None)
-            .await?;
-        let now = until.unwrap_or(now);
+        let now = match until {
+            Some(u) => u,
+            None => self.current_revision(m, start, end).await?,
+        };
         if now <= since {
             return Ok((now, true));
         }
-        let then = self.count(
-            m,
-            EtcdRequest::current_revision,
-            start,
-            end,
-            Some(since),
-            None,
+        let counts = tokio::try_join!(
+            self.count(
+                m,
+                EtcdRequest::current_revision,
+                start,
+                end,
+                Some(since),
+                None
+            ),
+            self.count(
+                m,
+                EtcdRequest::current_revision,
+                start,
+                end,
+                Some(now),
+                None
+            ),
+            self.newest_mod_revision(m, start, end, now),
         );
-        let changed = self.count(
-            m,
-            EtcdRequest::current_revision,
-            start,
-            end,
-            Some(now),
-            Some(since + 1),
-        );
-        match tokio::try_join!(then, changed) {
-            Ok(((then_count, _), (changed, _))) => {
-                Ok((now, changed == 0 && then_count == now_count))
-            }
+        match counts {
+            Ok(((then, _), (at_now, _), newest)) => Ok((now, then == at_now && newest <= since)),
             Err(EtcdError::Compacted { .. }) => Ok((now, false)),
             Err(e) => Err(e),
         }
+    }
+
+    /// etcd's current revision, from the header of a one-key read.
+    async fn current_revision(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+    ) -> Result<Revision, EtcdError> {
+        m.etcd_request(EtcdRequest::current_revision);
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(1)
+            .with_keys_only();
+        let resp = self.get(start, options).await?;
+        Ok(resp.header().map_or(0, |h| h.revision() as Revision))
+    }
+
+    /// The highest mod revision among the keys in `[start, end)` at
+    /// `revision` (0 if there are none). etcd sorts before it applies the
+    /// limit, unlike `min_mod_revision`, which a count ignores.
+    async fn newest_mod_revision(
+        &self,
+        m: &ResourceMetrics,
+        start: &str,
+        end: &str,
+        revision: Revision,
+    ) -> Result<Revision, EtcdError> {
+        m.etcd_request(EtcdRequest::current_revision);
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_revision(revision as i64)
+            .with_keys_only()
+            .with_sort(SortTarget::Mod, SortOrder::Descend)
+            .with_limit(1);
+        let resp = self.get(start, options).await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map_or(0, |kv| kv.mod_revision() as Revision))
     }
 
     /// Opens a watch on a gRPC stream of its own.
