@@ -198,15 +198,6 @@ impl WatchCache {
     /// later event in the window undone. Structural sharing makes this cost
     /// the events undone, not the size of the store.
     pub fn snapshot_at(&self, revision: Revision) -> Result<Snapshot, NotInWindow> {
-        if let Some(hit) = self
-            .past
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|p| p.revision == revision)
-        {
-            return Ok(hit.clone());
-        }
         let (mut snapshot, later) = {
             let s = self.state.lock().unwrap();
             if revision > s.revision || !s.ready {
@@ -215,6 +206,15 @@ impl WatchCache {
                 });
             }
             let later = s.ring.since(revision).map_err(NotInWindow::TooOld)?;
+            if let Some(hit) = self
+                .past
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|p| p.revision == revision)
+            {
+                return Ok(hit.clone());
+            }
             let snapshot = Snapshot {
                 store: s.store.clone(),
                 indexes: s.indexes.clone(),
@@ -236,10 +236,13 @@ impl WatchCache {
         Ok(snapshot)
     }
 
-    /// Keeps `snapshot` for the next pages of a list cut at its revision.
+    /// Keeps `snapshot` for the next pages of a list cut at its revision,
+    /// for as long as that revision is in the event window.
     pub fn remember(&self, snapshot: Snapshot) {
+        let oldest = self.oldest();
         let mut past = self.past.lock().unwrap();
-        if past.iter().any(|p| p.revision == snapshot.revision) {
+        past.retain(|p| p.revision >= oldest);
+        if snapshot.revision < oldest || past.iter().any(|p| p.revision == snapshot.revision) {
             return;
         }
         if past.len() == PAST_SNAPSHOTS {

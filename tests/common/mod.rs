@@ -46,16 +46,30 @@ fn free_port() -> u16 {
 pub struct Etcd {
     pub client_url: String,
     peer_url: String,
+    progress_interval: &'static str,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl Etcd {
+    /// An etcd that sends watch progress notifications every second, so
+    /// idle resources advance quickly in tests.
     pub async fn start() -> Etcd {
+        Self::start_with_progress_interval("1s").await
+    }
+
+    /// An etcd with etcd's own default of ten minutes between progress
+    /// notifications, as most deployments run it.
+    pub async fn start_with_default_progress() -> Etcd {
+        Self::start_with_progress_interval("10m").await
+    }
+
+    async fn start_with_progress_interval(progress_interval: &'static str) -> Etcd {
         let dir = tempfile::tempdir().unwrap();
         let mut etcd = Etcd {
             client_url: format!("http://127.0.0.1:{}", free_port()),
             peer_url: format!("http://127.0.0.1:{}", free_port()),
+            progress_interval,
             dir,
             child: None,
         };
@@ -81,9 +95,10 @@ impl Etcd {
                 &self.peer_url,
             ])
             .arg(format!("--initial-cluster=test={}", self.peer_url))
-            // Periodic progress notifications every second, so idle
-            // resources advance (etcd's default is ten minutes).
-            .args(["--experimental-watch-progress-notify-interval", "1s"])
+            .args([
+                "--experimental-watch-progress-notify-interval",
+                self.progress_interval,
+            ])
             .args(["--logger", "zap", "--log-level", "warn"])
             .stdout(Stdio::null())
             .stderr(log)
@@ -410,10 +425,16 @@ pub async fn take_events(stream: &mut tonic::Streaming<WatchEvent>, n: usize) ->
 /// A fresh etcd and a watchproxy in front of it whose `pods` cache is ready.
 pub async fn start_ready() -> (Etcd, Proxy, WatchProxyClient<Channel>) {
     let etcd = Etcd::start().await;
+    let (proxy, client) = proxy_ready(&etcd).await;
+    (etcd, proxy, client)
+}
+
+/// A watchproxy in front of `etcd` whose `pods` cache is ready.
+pub async fn proxy_ready(etcd: &Etcd) -> (Proxy, WatchProxyClient<Channel>) {
     let proxy = Proxy::start(&etcd.client_url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    (etcd, proxy, client)
+    (proxy, client)
 }
 
 /// The resource version of a List of `resource` with version `rv`.

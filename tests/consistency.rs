@@ -1,0 +1,332 @@
+//! Consistency without etcd load: consistent reads from the cache, pages
+//! cut from one revision, and resuming across a restart of watchproxy.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tonic::Code;
+use watchproxy::config::Config;
+use watchproxy::pb::{EventType, ListRequest};
+
+fn list(resource: &str) -> ListRequest {
+    ListRequest {
+        resource: resource.into(),
+        ..Default::default()
+    }
+}
+
+/// Every request watchproxy made to etcd, of any kind, for any resource.
+fn etcd_requests(proxy: &Proxy) -> f64 {
+    let text = http_get(&proxy.metrics_addr.to_string(), "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with("watchproxy_etcd_requests_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_of_an_idle_resource_is_served_from_the_cache_at_once() {
+    // etcd's default: no progress notification for ten minutes, so only
+    // watchproxy's own proof that nothing changed can make the cache fresh.
+    let etcd = Etcd::start_with_default_progress().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "").await;
+    let (proxy, mut client) = proxy_ready(&etcd).await;
+    for i in 0..5 {
+        let elsewhere = ec.put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+        let elsewhere = elsewhere.header().unwrap().revision() as u64;
+        let resp = client.list(list("pods")).await.unwrap().into_inner();
+        assert!(resp.resource_version.parse::<u64>().unwrap() >= elsewhere);
+        assert_eq!(resp.items.len(), 1);
+    }
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_consistent_read_fallbacks_total",
+            "resource=\"pods\""
+        ),
+        0.0
+    );
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_etcd_requests_total",
+            "request=\"exact_list_page\""
+        ),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_consistent_lists_cost_etcd_a_handful_of_requests() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..50 {
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
+    }
+    let (proxy, client) = proxy_ready(&etcd).await;
+    put_pod(&mut ec, "ns", "fresh", &[], "").await;
+    let channels: Vec<_> = futures::future::join_all((0..4).map(|_| proxy.client())).await;
+    let before = etcd_requests(&proxy);
+    let lists: Vec<_> = (0..1000)
+        .map(|i| {
+            let mut c = if i % 5 == 0 {
+                client.clone()
+            } else {
+                channels[i % 4].clone()
+            };
+            tokio::spawn(
+                async move { c.list(list("pods")).await.unwrap().into_inner().items.len() },
+            )
+        })
+        .collect();
+    for l in lists {
+        assert_eq!(l.await.unwrap(), 51, "every list sees the last write");
+    }
+    let spent = etcd_requests(&proxy) - before;
+    println!("1,000 concurrent consistent lists cost {spent} etcd requests");
+    // Each check is one small read when the cache is fresh (up to four
+    // when it must prove nothing changed); a read shares the next check to
+    // start, so the cost follows the rate of checks, not of reads.
+    assert!(
+        spent <= 25.0,
+        "1,000 consistent lists cost {spent} etcd requests"
+    );
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_consistent_read_fallbacks_total",
+            "resource=\"pods\""
+        ),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_are_cut_from_the_first_pages_revision_while_writes_continue() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..250 {
+        put_pod(&mut ec, "ns", &format!("p{i:03}"), &[("v", "1")], "").await;
+    }
+    let (proxy, mut client) = proxy_ready(&etcd).await;
+    let mut token = String::new();
+    let mut seen = Vec::new();
+    let mut revisions = Vec::new();
+    let mut pages = 0;
+    loop {
+        let resp = client
+            .list(ListRequest {
+                limit: 60,
+                continue_token: token,
+                ..list("pods")
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        revisions.push(resp.resource_version.clone());
+        seen.extend(
+            resp.items
+                .iter()
+                .map(|o| (o.name.clone(), o.labels["v"].clone())),
+        );
+        pages += 1;
+        // Between pages: a new pod, a change and a deletion on later pages.
+        put_pod(&mut ec, "ns", &format!("new-{pages}"), &[], "").await;
+        put_pod(
+            &mut ec,
+            "ns",
+            &format!("p{:03}", 249 - pages),
+            &[("v", "2")],
+            "",
+        )
+        .await;
+        delete_key(&mut ec, &format!("/registry/pods/ns/p{:03}", 240 - pages)).await;
+        if resp.continue_token.is_empty() {
+            break;
+        }
+        token = resp.continue_token;
+    }
+    assert_eq!(pages, 5);
+    assert!(
+        revisions.windows(2).all(|w| w[0] == w[1]),
+        "one revision for all pages: {revisions:?}"
+    );
+    let want: Vec<(String, String)> = (0..250)
+        .map(|i| (format!("p{i:03}"), "1".to_string()))
+        .collect();
+    assert_eq!(seen, want, "every object once, as it was at the first page");
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_etcd_requests_total",
+            "request=\"exact_list_page\""
+        ),
+        0.0,
+        "pages come from the cache"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_token_whose_revision_left_the_window_is_out_of_range() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..10 {
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
+    }
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        .replace(
+            "indexed_fields: [spec.nodeName]",
+            "indexed_fields: [spec.nodeName]\n    cache: {min_events: 4, max_events: 4}",
+        );
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let first = client
+        .list(ListRequest {
+            limit: 3,
+            ..list("pods")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0..6 {
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[("round", "2")], "").await;
+    }
+    let err = client
+        .list(ListRequest {
+            limit: 3,
+            continue_token: first.continue_token,
+            ..list("pods")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    assert!(
+        err.message().contains("start the list again"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_resume_across_a_restart_of_watchproxy_without_out_of_range() {
+    const WATCHERS: usize = 300;
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..20 {
+        put_pod(
+            &mut ec,
+            "ns",
+            &format!("p{i}"),
+            &[],
+            &format!("node-{}", i % 4),
+        )
+        .await;
+    }
+    let (mut first, client) = proxy_ready(&etcd).await;
+
+    // Watchers over several connections, some filtered by node, follow
+    // their events and remember the last version they saw.
+    let mut streams = Vec::new();
+    let channels: Vec<_> = futures::future::join_all((0..6).map(|_| first.client())).await;
+    for i in 0..WATCHERS {
+        let mut c = if i % 7 == 0 {
+            client.clone()
+        } else {
+            channels[i % 6].clone()
+        };
+        let mut req = watch_req("pods", "0");
+        if i % 3 == 0 {
+            req.field_selector = format!("spec.nodeName=node-{}", i % 4);
+        }
+        streams.push((req.clone(), c.watch(req).await.unwrap().into_inner()));
+    }
+    // The last version each node's watchers see: a write concerns the node
+    // a pod moves to and the node it leaves.
+    let mut node_of: std::collections::HashMap<String, usize> =
+        (0..20).map(|i| (format!("p{i}"), i % 4)).collect();
+    let mut last_for_node = [0u64; 4];
+    let mut revs = Vec::new();
+    for i in 0..30 {
+        let (pod, node) = (format!("p{}", i % 25), i % 4);
+        let rev = put_pod(&mut ec, "ns", &pod, &[("w", "1")], &format!("node-{node}")).await;
+        last_for_node[node] = rev;
+        if let Some(old) = node_of.insert(pod, node) {
+            last_for_node[old] = rev;
+        }
+        revs.push(rev);
+    }
+    let last_write = *revs.last().unwrap();
+    let readers: Vec<_> = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, (req, mut s))| {
+            let until = if req.field_selector.is_empty() {
+                last_write
+            } else {
+                last_for_node[i % 4]
+            };
+            tokio::spawn(async move {
+                let mut last = 0u64;
+                while last < until {
+                    match next_event(&mut s).await {
+                        Ok(Some(e)) => last = last.max(summary(&e).2),
+                        other => panic!("watch ended early: {other:?}"),
+                    }
+                }
+                assert_eq!(last, until);
+                (req, last)
+            })
+        })
+        .collect();
+    let mut positions = Vec::new();
+    for r in readers {
+        positions.push(r.await.unwrap());
+    }
+
+    // Restart: the old instance goes away, writes continue, a new one starts.
+    first.stop().await;
+    for i in 0..10 {
+        revs.push(
+            put_pod(
+                &mut ec,
+                "ns",
+                &format!("q{i}"),
+                &[],
+                &format!("node-{}", i % 4),
+            )
+            .await,
+        );
+    }
+    let (second, client) = proxy_ready(&etcd).await;
+    let channels: Vec<_> = futures::future::join_all((0..6).map(|_| second.client())).await;
+    let mut out_of_range = 0;
+    let mut resumed = 0;
+    for (i, (mut req, last)) in positions.into_iter().enumerate() {
+        let mut c = if i % 7 == 0 {
+            client.clone()
+        } else {
+            channels[i % 6].clone()
+        };
+        req.resource_version = last.to_string();
+        match c.watch(req.clone()).await {
+            Ok(s) => {
+                let mut s = s.into_inner();
+                // The next event is the first write after its position.
+                let e = tokio::time::timeout(Duration::from_secs(10), s.message())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                assert!(summary(&e).2 > last && summary(&e).0 != EventType::Bookmark);
+                resumed += 1;
+            }
+            Err(e) if e.code() == Code::OutOfRange => out_of_range += 1,
+            Err(e) => panic!("resume from {last}: {e:?}"),
+        }
+    }
+    println!("after a restart, {resumed} of {WATCHERS} watchers resumed, {out_of_range} got OUT_OF_RANGE");
+    assert_eq!(out_of_range, 0);
+    assert_eq!(resumed, WATCHERS);
+}
