@@ -28,8 +28,12 @@ fn pod(r: &Resource, i: usize, generation: usize, revision: u64) -> Object {
         r#"{{"metadata":{{"labels":{{"app":"web","gen":"{generation}"}}}},"spec":{{"nodeName":"node-{}"}},"pad":"{pad}"}}"#,
         i % 1000
     );
-    r.decode(format!("/registry/pods/ns-{}/pod-{i}", i % 100).as_bytes(), v.as_bytes(), revision)
-        .unwrap()
+    r.decode(
+        format!("/registry/pods/ns-{}/pod-{i}", i % 100).as_bytes(),
+        v.as_bytes(),
+        revision,
+    )
+    .unwrap()
 }
 
 fn run(keep_snapshots: bool) -> (f64, f64) {
@@ -42,14 +46,27 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         indexed_fields: vec!["spec.nodeName".into()],
     });
     let m = Metrics::default().resource("pods");
-    let config = CacheConfig { min_events: 1024, max_events: 100 * 1024, freshness: Duration::from_secs(75) };
-    let (cache, mut writer) = WatchCache::new(r.clone(), &config, Dispatcher::new(64, Duration::from_secs(60), m.clone()), m);
+    let config = CacheConfig {
+        min_events: 1024,
+        max_events: 100 * 1024,
+        freshness: Duration::from_secs(75),
+    };
+    let (cache, mut writer) = WatchCache::new(
+        r.clone(),
+        &config,
+        Dispatcher::new(64, Duration::from_secs(60), m.clone()),
+        m,
+    );
     writer.replace((0..OBJECTS).map(|i| pod(&r, i, 0, 2)).collect(), 2);
     let base = rss_mib();
     for w in 0..WRITES {
         let rev = 3 + w as u64;
         let o = pod(&r, (w * 7919) % OBJECTS, 1, rev);
-        writer.apply(vec![Change { revision: rev, key: o.key.clone(), object: Some(o) }]);
+        writer.apply(vec![Change {
+            revision: rev,
+            key: o.key.clone(),
+            object: Some(o),
+        }]);
         // A paged list every 2,500 writes pins the state it started at.
         if keep_snapshots && w % 2_500 == 0 {
             cache.remember(cache.snapshot());
@@ -67,7 +84,10 @@ fn main() {
         return;
     }
     let measure = |variant: &str| -> (f64, f64) {
-        let out = std::process::Command::new(std::env::current_exe().unwrap()).arg(variant).output().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .arg(variant)
+            .output()
+            .unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let mut it = text.split_whitespace().map(|x| x.parse::<f64>().unwrap());
         (it.next().unwrap(), it.next().unwrap())
@@ -76,7 +96,16 @@ fn main() {
     let (base_with, with) = measure("with");
     println!("{OBJECTS} objects of about 1 KiB: {base:.0} MiB RSS after loading");
     println!("then {WRITES} writes (the window keeps every event and the objects it references):");
-    println!("  no snapshots kept:                   +{:.0} MiB", without - base);
-    println!("  8 snapshots kept at spaced revisions: +{:.0} MiB", with - base_with);
-    println!("  cost of the snapshots:                {:.0} MiB", (with - base_with) - (without - base));
+    println!(
+        "  no snapshots kept:                   +{:.0} MiB",
+        without - base
+    );
+    println!(
+        "  8 snapshots kept at spaced revisions: +{:.0} MiB",
+        with - base_with
+    );
+    println!(
+        "  cost of the snapshots:                {:.0} MiB",
+        (with - base_with) - (without - base)
+    );
 }

@@ -330,3 +330,93 @@ async fn watchers_resume_across_a_restart_of_watchproxy_without_out_of_range() {
     assert_eq!(out_of_range, 0);
     assert_eq!(resumed, WATCHERS);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
+    use watchproxy::api::{Api, Served};
+    use watchproxy::cache::WatchCache;
+    use watchproxy::dispatch::Dispatcher;
+    use watchproxy::object::Resource;
+    use watchproxy::pb::watch_proxy_server::WatchProxy;
+    use watchproxy::source::{spawn_freshness, Etcd as EtcdClient};
+    use watchproxy::telemetry::Metrics;
+
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "before", &[], "").await;
+
+    // A cache made ready from a list, whose reflector never runs: it stays
+    // at the list's revision whatever etcd does next.
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64");
+    let config = Config::from_yaml(&yaml).unwrap();
+    let resource = Arc::new(Resource::from(&config.resources[0]));
+    let metrics = Metrics::default();
+    let m = metrics.resource("pods");
+    let client = EtcdClient::connect(&config.etcd.endpoints, Duration::from_secs(2), 100)
+        .await
+        .unwrap();
+    let (kvs, listed) = client
+        .list_all(&m, &resource.key_prefix(), &resource.key_range_end(), None)
+        .await
+        .unwrap();
+    let objects = kvs
+        .iter()
+        .map(|(k, v, r)| resource.decode(k, v, *r).unwrap())
+        .collect();
+    let dispatcher = Dispatcher::new(64, Duration::from_secs(60), m.clone());
+    let (cache, mut writer) = WatchCache::new(
+        resource.clone(),
+        &config.resources[0].cache,
+        dispatcher,
+        m.clone(),
+    );
+    writer.replace(objects, listed);
+    let shutdown = CancellationToken::new();
+    let (freshness, checker) =
+        spawn_freshness(client.clone(), cache.clone(), m.clone(), shutdown.clone());
+    let served = HashMap::from([(
+        "pods".to_string(),
+        Served {
+            cache,
+            freshness,
+            metrics: m.clone(),
+        },
+    )]);
+    let api = Api::new(served, client, Duration::from_millis(600), shutdown.clone());
+
+    put_pod(&mut ec, "ns", "after", &[], "").await;
+    let resp = api
+        .list(tonic::Request::new(list("pods")))
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<&str> = resp.items.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["after", "before"],
+        "answered from etcd, with the write"
+    );
+    assert!(resp.resource_version.parse::<u64>().unwrap() > listed);
+    assert_eq!(m.consistent_read_fallbacks.get(), 1);
+    // "0" asks for no freshness and is answered by the stale cache.
+    let any = ListRequest {
+        resource_version: "0".into(),
+        ..list("pods")
+    };
+    assert_eq!(
+        api.list(tonic::Request::new(any))
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+            .len(),
+        1
+    );
+    shutdown.cancel();
+    checker.await.unwrap();
+}
