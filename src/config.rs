@@ -21,7 +21,66 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     #[serde(default)]
     pub watch: WatchConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// How long open calls get to finish after SIGTERM before the process
+    /// exits anyway.
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
     pub resources: Vec<ResourceConfig>,
+}
+
+/// Limits that protect the service from its clients.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Open watches in total; beyond, RESOURCE_EXHAUSTED.
+    #[serde(default = "default_max_watchers")]
+    pub max_watchers: usize,
+    /// Open watches per resource; beyond, RESOURCE_EXHAUSTED.
+    #[serde(default = "default_max_watchers_per_resource")]
+    pub max_watchers_per_resource: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
+    /// List and Get calls in progress at once; beyond, calls are shed
+    /// with RESOURCE_EXHAUSTED instead of queueing.
+    #[serde(default = "default_max_concurrent_unary")]
+    pub max_concurrent_unary: usize,
+    /// Largest gRPC message accepted or sent.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_watchers: default_max_watchers(),
+            max_watchers_per_resource: default_max_watchers_per_resource(),
+            max_concurrent_streams: default_max_concurrent_streams(),
+            max_concurrent_unary: default_max_concurrent_unary(),
+            max_message_bytes: default_max_message_bytes(),
+        }
+    }
+}
+
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_watchers() -> usize {
+    100_000
+}
+fn default_max_watchers_per_resource() -> usize {
+    50_000
+}
+fn default_max_concurrent_streams() -> u32 {
+    10_000
+}
+fn default_max_concurrent_unary() -> usize {
+    512
+}
+fn default_max_message_bytes() -> usize {
+    64 * 1024 * 1024
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -221,6 +280,24 @@ impl Config {
         }
         if self.watch.bookmark_interval.is_zero() {
             return Err(invalid("watch.bookmark_interval", "must be positive"));
+        }
+        let l = &self.limits;
+        for (field, v) in [
+            ("limits.max_watchers", l.max_watchers),
+            (
+                "limits.max_watchers_per_resource",
+                l.max_watchers_per_resource,
+            ),
+            (
+                "limits.max_concurrent_streams",
+                l.max_concurrent_streams as usize,
+            ),
+            ("limits.max_concurrent_unary", l.max_concurrent_unary),
+            ("limits.max_message_bytes", l.max_message_bytes),
+        ] {
+            if v == 0 {
+                return Err(invalid(field, "must be positive"));
+            }
         }
         if self.resources.is_empty() {
             return Err(invalid("resources", "at least one resource is required"));

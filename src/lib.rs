@@ -39,8 +39,9 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
+use api::server::ApiService;
 use api::{Api, Served};
 use cache::WatchCache;
 use config::Config;
@@ -105,6 +106,9 @@ pub async fn run(
                 cache,
                 freshness,
                 metrics: m,
+                watch_slots: Arc::new(tokio::sync::Semaphore::new(
+                    config.limits.max_watchers_per_resource,
+                )),
             },
         );
     }
@@ -118,15 +122,46 @@ pub async fn run(
         ));
     }
 
-    let api = Api::new(served, etcd, config.watch.freshness_wait, shutdown.clone());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let caches = served.values().map(|s| s.cache.clone()).collect();
+    tasks.push(api::health::spawn_health(health, caches, shutdown.clone()));
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building the reflection service")?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("building the reflection service")?;
+
+    let api = Api::new(
+        served,
+        etcd,
+        config.watch.freshness_wait,
+        config.limits.max_watchers,
+        shutdown.clone(),
+    );
     info!(addr = %listeners.grpc.local_addr()?, resources = config.resources.len(), "serving gRPC");
-    tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(pb::watch_proxy_server::WatchProxyServer::new(api))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), shutdown.cancelled())
-        .await
-        .context("serving gRPC")?;
+        .max_concurrent_streams(Some(config.limits.max_concurrent_streams))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(ApiService::new(api, &config.limits))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), shutdown.cancelled());
+    // After shutdown starts, open calls get the grace period to finish.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(config.shutdown_grace).await;
+    };
+    tokio::select! {
+        served = serve => served.context("serving gRPC")?,
+        _ = grace => warn!(grace = ?config.shutdown_grace, "grace period over; closing the remaining calls"),
+    }
 
     shutdown.cancel();
     for t in tasks {

@@ -385,9 +385,16 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
             cache,
             freshness,
             metrics: m.clone(),
+            watch_slots: Arc::new(tokio::sync::Semaphore::new(10)),
         },
     )]);
-    let api = Api::new(served, client, Duration::from_millis(600), shutdown.clone());
+    let api = Api::new(
+        served,
+        client,
+        Duration::from_millis(600),
+        10,
+        shutdown.clone(),
+    );
 
     put_pod(&mut ec, "ns", "after", &[], "").await;
     let resp = api

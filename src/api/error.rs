@@ -50,6 +50,8 @@ pub enum ApiError {
     EtcdShared(std::sync::Arc<EtcdError>),
     #[error("continue token expired: resource version {revision} is no longer in the cache; start the list again")]
     ContinueExpired { revision: Revision },
+    #[error("too many watches {scope}; retry later or on another replica")]
+    TooManyWatchers { scope: String },
     #[error("watcher fell behind; resume from resource version {resume_from}")]
     TooSlow { resume_from: Revision },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
@@ -68,6 +70,7 @@ impl From<ApiError> for Status {
             | ApiError::Compacted { .. }
             | ApiError::ContinueExpired { .. } => Code::OutOfRange,
             ApiError::TooSlow { .. } => Code::Aborted,
+            ApiError::TooManyWatchers { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
             | ApiError::NotFresh { .. }
             | ApiError::TooLarge { .. }

@@ -2,6 +2,8 @@
 
 mod continue_token;
 pub mod error;
+pub mod health;
+pub mod server;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -9,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -29,6 +32,8 @@ pub struct Served {
     pub cache: Arc<WatchCache>,
     pub freshness: Arc<Freshness>,
     pub metrics: ResourceMetrics,
+    /// One permit per open watch of this resource.
+    pub watch_slots: Arc<Semaphore>,
 }
 
 /// Where a read is answered from.
@@ -46,6 +51,8 @@ pub struct Api {
     etcd: Etcd,
     /// Bound on waiting for readiness, freshness or a requested version.
     freshness_wait: Duration,
+    /// One permit per open watch of any resource.
+    watch_slots: Arc<Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -54,12 +61,14 @@ impl Api {
         resources: HashMap<String, Served>,
         etcd: Etcd,
         freshness_wait: Duration,
+        max_watchers: usize,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             resources: Arc::new(resources),
             etcd,
             freshness_wait,
+            watch_slots: Arc::new(Semaphore::new(max_watchers)),
             shutdown,
         }
     }
@@ -372,6 +381,19 @@ impl Api {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown { last: None });
         }
+        let slots = (
+            self.watch_slots.clone().try_acquire_owned().map_err(|_| {
+                ApiError::TooManyWatchers {
+                    scope: "in total".into(),
+                }
+            })?,
+            s.watch_slots
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| ApiError::TooManyWatchers {
+                    scope: format!("for {}", resource.name),
+                })?,
+        );
         let from = match version {
             RequestedVersion::At(n) if !req.send_initial_events => {
                 self.cache_for(s, version).await?;
@@ -396,6 +418,7 @@ impl Api {
                 }
             })?;
         let stream = WatchStream {
+            _slots: slots,
             resource: resource.clone(),
             predicate,
             allow_bookmarks: req.allow_bookmarks,
@@ -511,6 +534,8 @@ fn bookmark_pb(revision: Revision, initial_events_end: bool) -> pb::WatchEvent {
 
 /// One client's watch, from its start to its end.
 struct WatchStream {
+    /// Held while the watch is open: its places in the watcher limits.
+    _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     resource: Arc<Resource>,
     predicate: Predicate,
     allow_bookmarks: bool,

@@ -260,6 +260,12 @@ impl WatchCache {
         self.dispatcher.len()
     }
 
+    /// Waits, without bound, until the first list is in.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.progress.subscribe();
+        let _ = rx.wait_for(|p| p.ready).await;
+    }
+
     /// Waits until the cache is ready and at `revision` or later.
     pub async fn wait_for(
         &self,

@@ -238,6 +238,9 @@ watch:
   bookmark_interval: 1s
   freshness_wait: 2s
   watcher_queue: QUEUE
+limits:
+  max_concurrent_unary: 4096
+shutdown_grace: 5s
 resources:
   - name: pods
     prefix: /registry/pods

@@ -1,0 +1,66 @@
+//! `grpc.health.v1`: overall and per-resource serving status.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::cache::WatchCache;
+
+/// The health service name of the API itself.
+pub const SERVICE: &str = "watchproxy.v1.WatchProxy";
+
+/// The health service name of one resource, e.g. `watchproxy.v1.WatchProxy/pods`.
+pub fn resource_service(resource: &str) -> String {
+    format!("{SERVICE}/{resource}")
+}
+
+/// Reports each resource SERVING once its cache is ready, and the server
+/// ("" and the API) once all are; everything NOT_SERVING at shutdown. The
+/// task exits after marking shutdown.
+pub fn spawn_health(
+    reporter: HealthReporter,
+    caches: Vec<Arc<WatchCache>>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let names: Vec<String> = caches
+            .iter()
+            .map(|c| resource_service(&c.resource.name))
+            .collect();
+        for name in ["", SERVICE]
+            .into_iter()
+            .chain(names.iter().map(String::as_str))
+        {
+            reporter
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+        let ready_all = async {
+            for (cache, name) in caches.iter().zip(&names) {
+                cache.wait_ready().await;
+                reporter
+                    .set_service_status(name, ServingStatus::Serving)
+                    .await;
+            }
+            for name in ["", SERVICE] {
+                reporter
+                    .set_service_status(name, ServingStatus::Serving)
+                    .await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = ready_all => shutdown.cancelled().await,
+        }
+        for name in ["", SERVICE]
+            .into_iter()
+            .chain(names.iter().map(String::as_str))
+        {
+            reporter
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+    })
+}
