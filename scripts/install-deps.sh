@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing watchproxy needs, when it is missing:
 # protoc (for the protobuf build scripts), etcd (for the tests and the
-# demo) and grpcurl (the tests call the service with it, as users do). Uses
+# demo), grpcurl (the tests call the service with it, as users do) and
+# promtool (the tests lint /metrics with it). Uses
 # Debian/Ubuntu packages and PyPI; elsewhere it says what to install.
 set -euo pipefail
 
@@ -13,6 +14,9 @@ fi
 
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+# promtool checks the /metrics exposition in the tests; the package's
+# server is never started.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ -z "${WATCHPROXY_ETCD_BIN:-}" ] && ! command -v etcd >/dev/null 2>&1; then
   missing+=(etcd-server etcd-client)
 fi
@@ -27,7 +31,9 @@ sudo=""
 echo "installing ${missing[*]} ..." >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-# The Debian package must not leave a system etcd running on 2379.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
-  $sudo systemctl stop etcd || true
-fi
+# The Debian packages must not leave a system etcd or Prometheus running.
+for unit in etcd prometheus; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
+    $sudo systemctl stop "$unit" || true
+  fi
+done

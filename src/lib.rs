@@ -141,6 +141,7 @@ pub async fn run(
         etcd,
         config.watch.freshness_wait,
         config.limits.max_watchers,
+        metrics.clone(),
         shutdown.clone(),
     );
     info!(addr = %listeners.grpc.local_addr()?, resources = config.resources.len(), "serving gRPC");

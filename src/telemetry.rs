@@ -6,7 +6,9 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use prometheus_client::registry::Unit;
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default
@@ -56,6 +58,29 @@ pub enum EtcdRequest {
     exact_list_page,
 }
 
+/// The state of a reflector.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum ReflectorState {
+    listing,
+    connecting,
+    watching,
+    backoff,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    resource: String,
+    state: ReflectorState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    resource: String,
+    method: &'static str,
+    code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EtcdLabels {
     resource: String,
@@ -79,6 +104,14 @@ pub struct Metrics {
     window_events: Family<ResourceLabel, Gauge>,
     window_capacity: Family<ResourceLabel, Gauge>,
     consistent_read_fallbacks: Family<ResourceLabel, Counter>,
+    cache_lag: Family<ResourceLabel, Gauge>,
+    reflector_state: Family<StateLabels, Gauge>,
+    calls: Family<CallLabels, Histogram, fn() -> Histogram>,
+}
+
+fn call_histogram() -> Histogram {
+    // 0.25 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 17))
 }
 
 impl Default for Metrics {
@@ -98,6 +131,9 @@ impl Default for Metrics {
             window_events: Family::default(),
             window_capacity: Family::default(),
             consistent_read_fallbacks: Family::default(),
+            cache_lag: Family::default(),
+            reflector_state: Family::default(),
+            calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
         };
         r.register(
             "events_received",
@@ -155,6 +191,22 @@ impl Default for Metrics {
             "Consistent reads answered from etcd because the cache did not catch up in time",
             m.consistent_read_fallbacks.clone(),
         );
+        r.register(
+            "cache_lag_revisions",
+            "How far the cache's revision was behind etcd's at the last revision check",
+            m.cache_lag.clone(),
+        );
+        r.register(
+            "reflector_state",
+            "1 for the state each resource's reflector is in",
+            m.reflector_state.clone(),
+        );
+        r.register_with_unit(
+            "call_duration",
+            "Time to answer List and Get, and to start a Watch, by resource, method and status code",
+            Unit::Seconds,
+            m.calls.clone(),
+        );
         Self {
             registry: Arc::new(r),
             ..m
@@ -179,9 +231,22 @@ impl Metrics {
             window_events: self.window_events.get_or_create(&l).clone(),
             window_capacity: self.window_capacity.get_or_create(&l).clone(),
             consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
+            cache_lag: self.cache_lag.get_or_create(&l).clone(),
+            reflector_state: self.reflector_state.clone(),
             watchers_ended: self.watchers_ended.clone(),
             etcd_requests: self.etcd_requests.clone(),
         }
+    }
+
+    /// Records one call: `resource` is the requested one if configured,
+    /// else "unknown" (so clients cannot grow the label set).
+    pub fn call(&self, resource: &str, method: &'static str, code: tonic::Code, seconds: f64) {
+        let labels = CallLabels {
+            resource: resource.to_owned(),
+            method,
+            code: format!("{code:?}"),
+        };
+        self.calls.get_or_create(&labels).observe(seconds);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -207,6 +272,8 @@ pub struct ResourceMetrics {
     pub window_events: Gauge,
     pub window_capacity: Gauge,
     pub consistent_read_fallbacks: Counter,
+    pub cache_lag: Gauge,
+    reflector_state: Family<StateLabels, Gauge>,
     watchers_ended: Family<EndLabels, Counter>,
     etcd_requests: Family<EtcdLabels, Counter>,
 }
@@ -221,6 +288,20 @@ impl ResourceMetrics {
             .inc();
     }
 
+    /// Marks `state` as the reflector's only current state.
+    pub fn reflector_state(&self, state: ReflectorState) {
+        use ReflectorState::*;
+        for s in [listing, connecting, watching, backoff] {
+            let labels = StateLabels {
+                resource: self.name.clone(),
+                state: s,
+            };
+            self.reflector_state
+                .get_or_create(&labels)
+                .set(i64::from(s == state));
+        }
+    }
+
     pub fn etcd_request(&self, request: EtcdRequest) {
         self.etcd_requests
             .get_or_create(&EtcdLabels {
@@ -231,25 +312,39 @@ impl ResourceMetrics {
     }
 }
 
-/// Serves `/metrics` in the Prometheus text format until `shutdown`.
+/// Serves `/metrics` until `shutdown`: OpenMetrics to scrapers that ask
+/// for it (Prometheus does), the classic Prometheus text format (0.0.4)
+/// otherwise, which is what `promtool check metrics` and most tools read.
 pub fn spawn_metrics_server(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    use axum::http::header::CONTENT_TYPE;
+    use axum::http::header::{ACCEPT, CONTENT_TYPE};
+    use axum::http::HeaderMap;
     let app = axum::Router::new().route(
         "/metrics",
-        axum::routing::get(move || {
+        axum::routing::get(move |headers: HeaderMap| {
             let body = metrics.encode();
+            let openmetrics = headers
+                .get(ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .is_some_and(|a| a.contains("application/openmetrics-text"));
             async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    body,
-                )
+                if openmetrics {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        body,
+                    )
+                } else {
+                    (
+                        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                        prometheus_text(&body),
+                    )
+                }
             }
         }),
     );
@@ -259,4 +354,43 @@ pub fn spawn_metrics_server(
             tracing::error!(error = %e, "metrics server failed");
         }
     })
+}
+
+/// OpenMetrics text as the classic Prometheus text format: counters are
+/// described under their `_total` sample name, and the `# UNIT` and
+/// `# EOF` lines, which that format lacks, are dropped.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(described.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples() {
+        let om = "# HELP a_b Things.\n# TYPE a_b counter\na_b_total{r=\"x\"} 1\n# HELP g G.\n# TYPE g gauge\n# UNIT g seconds\ng 2\n# EOF\n";
+        let text = prometheus_text(om);
+        assert_eq!(text, "# HELP a_b_total Things.\n# TYPE a_b_total counter\na_b_total{r=\"x\"} 1\n# HELP g G.\n# TYPE g gauge\ng 2\n");
+    }
 }

@@ -393,6 +393,7 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
         client,
         Duration::from_millis(600),
         10,
+        metrics.clone(),
         shutdown.clone(),
     );
 

@@ -316,3 +316,67 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
     assert!(exit.success(), "{exit:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool_and_move_when_events_flow() {
+    let (etcd, proxy, mut client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let mut stream = client
+        .watch(watch_req("pods", "0"))
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0..3 {
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
+    }
+    take_events(&mut stream, 3).await;
+    let text = http_get(&proxy.metrics_addr.to_string(), "/metrics");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(text.as_str(), |(_, b)| b)
+        .to_owned();
+    let promtool = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("promtool")).find(|p| p.is_file()))
+        .unwrap_or_else(|| panic!("promtool is required by this test: run ./scripts/install-deps.sh (apt-get install -y prometheus)"));
+    let checked = tokio::task::block_in_place(|| {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    });
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let m = |name: &str, labels: &str| metric_value(&body, name, labels);
+    assert!(m("watchproxy_events_received_total", "resource=\"pods\"") >= 3.0);
+    assert!(m("watchproxy_deliveries_total", "resource=\"pods\"") >= 3.0);
+    assert_eq!(m("watchproxy_watchers", "resource=\"pods\""), 1.0);
+    assert_eq!(m("watchproxy_reflector_state", "state=\"watching\""), 1.0);
+    assert!(
+        m(
+            "watchproxy_call_duration_seconds_count",
+            "method=\"List\",code=\"Ok\""
+        ) >= 1.0
+    );
+    assert!(
+        m(
+            "watchproxy_call_duration_seconds_count",
+            "method=\"Watch\",code=\"Ok\""
+        ) >= 1.0
+    );
+    assert!(m("watchproxy_cache_objects", "resource=\"pods\"") >= 3.0);
+}

@@ -22,7 +22,7 @@ use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Re
 use crate::pb;
 use crate::selector::Predicate;
 use crate::source::{Etcd, EtcdError, Freshness};
-use crate::telemetry::{EndReason, EtcdRequest, ResourceMetrics};
+use crate::telemetry::{EndReason, EtcdRequest, Metrics, ResourceMetrics};
 use continue_token::ContinueToken;
 use error::ApiError;
 
@@ -53,6 +53,7 @@ pub struct Api {
     freshness_wait: Duration,
     /// One permit per open watch of any resource.
     watch_slots: Arc<Semaphore>,
+    metrics: Metrics,
     shutdown: CancellationToken,
 }
 
@@ -62,6 +63,7 @@ impl Api {
         etcd: Etcd,
         freshness_wait: Duration,
         max_watchers: usize,
+        metrics: Metrics,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
@@ -69,8 +71,31 @@ impl Api {
             etcd,
             freshness_wait,
             watch_slots: Arc::new(Semaphore::new(max_watchers)),
+            metrics,
             shutdown,
         }
+    }
+
+    /// Times a call and records it by resource, method and status code.
+    async fn timed<T>(
+        &self,
+        resource: &str,
+        method: &'static str,
+        call: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, Status> {
+        let started = Instant::now();
+        let result = call.await.map_err(Status::from);
+        let code = result
+            .as_ref()
+            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        let resource = if self.resources.contains_key(resource) {
+            resource
+        } else {
+            "unknown"
+        };
+        self.metrics
+            .call(resource, method, code, started.elapsed().as_secs_f64());
+        result
     }
 
     fn served(&self, name: &str) -> Result<&Served, ApiError> {
@@ -650,19 +675,33 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        Ok(Response::new(self.list(request.into_inner()).await?))
+        let req = request.into_inner();
+        let resource = req.resource.clone();
+        Ok(Response::new(
+            self.timed(&resource, "List", self.list(req)).await?,
+        ))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::Object>, Status> {
-        Ok(Response::new(self.get(request.into_inner()).await?))
+        let req = request.into_inner();
+        let resource = req.resource.clone();
+        Ok(Response::new(
+            self.timed(&resource, "Get", self.get(req)).await?,
+        ))
     }
 
     type WatchStream = WatchEvents;
 
+    /// Timed until the stream starts; how a watch ends is counted in
+    /// `watchproxy_watchers_ended_total`.
     async fn watch(
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Ok(Response::new(self.watch(request.into_inner()).await?))
+        let req = request.into_inner();
+        let resource = req.resource.clone();
+        Ok(Response::new(
+            self.timed(&resource, "Watch", self.watch(req)).await?,
+        ))
     }
 }

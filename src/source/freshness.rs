@@ -95,6 +95,8 @@ pub fn spawn_freshness(
                             if unchanged {
                                 cache.confirm_unchanged(since, now);
                             }
+                            let at = cache.progress().revision;
+                            metrics.cache_lag.set(now.saturating_sub(at) as i64);
                             Ok(now)
                         }
                         Err(e) => Err(Arc::new(e)),

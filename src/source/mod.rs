@@ -16,7 +16,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::cache::CacheWriter;
 use crate::object::{Object, Resource, Revision};
-use crate::telemetry::{EtcdRequest, ResourceMetrics};
+use crate::telemetry::{EtcdRequest, ReflectorState, ResourceMetrics};
 
 pub use etcd::{Etcd, EtcdError};
 pub use freshness::{spawn_freshness, Freshness};
@@ -129,6 +129,12 @@ impl Reflector {
     }
 
     async fn step(&mut self, state: State) -> State {
+        self.metrics.reflector_state(match &state {
+            State::Listing => ReflectorState::listing,
+            State::Connecting { .. } => ReflectorState::connecting,
+            State::Watching { .. } => ReflectorState::watching,
+            State::Backoff { .. } => ReflectorState::backoff,
+        });
         match state {
             State::Listing => match self.list().await {
                 Ok(next) => {
