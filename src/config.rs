@@ -94,6 +94,22 @@ pub struct EtcdConfig {
     /// Deadline of each unary etcd request (list pages, revision checks).
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// TLS to etcd (`https://` endpoints): a CA to trust and, for client
+    /// certificate authentication, a certificate and key.
+    #[serde(default)]
+    pub tls: Option<EtcdTls>,
+}
+
+/// PEM files for TLS to etcd.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTls {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    /// The name to verify etcd's certificate against, when it differs from
+    /// the endpoint's host.
+    pub server_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +214,7 @@ impl Default for EtcdConfig {
             endpoints: vec!["http://127.0.0.1:2379".to_owned()],
             list_page_size: default_list_page_size(),
             request_timeout: default_request_timeout(),
+            tls: None,
         }
     }
 }
@@ -271,6 +288,11 @@ impl Config {
                 "etcd.endpoints",
                 "at least one endpoint is required",
             ));
+        }
+        if let Some(tls) = &self.etcd.tls {
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return Err(invalid("etcd.tls", "cert_file and key_file go together"));
+            }
         }
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));

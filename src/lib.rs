@@ -58,6 +58,23 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
 }
 
+/// Reads the PEM files of the etcd TLS settings.
+fn etcd_tls(tls: &config::EtcdTls) -> anyhow::Result<etcd_client::TlsOptions> {
+    let read =
+        |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = &tls.ca_file {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        options = options.domain_name(name.clone());
+    }
+    Ok(options)
+}
+
 /// How often the reflectors look for due bookmarks.
 const BOOKMARK_TICK: Duration = Duration::from_millis(250);
 
@@ -70,8 +87,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::default();
-    let etcd = Etcd::connect(
+    let tls = config.etcd.tls.as_ref().map(etcd_tls).transpose()?;
+    let etcd = Etcd::connect_with_tls(
         &config.etcd.endpoints,
+        tls,
         config.etcd.request_timeout,
         config.etcd.list_page_size,
     )

@@ -11,6 +11,10 @@ use crate::cache::WatchCache;
 /// The health service name of the API itself.
 pub const SERVICE: &str = "watchproxy.v1.WatchProxy";
 
+/// SERVING while the process runs (until shutdown), whatever etcd does:
+/// for liveness probes, which must not restart a pod that waits for etcd.
+pub const LIVENESS: &str = "liveness";
+
 /// The health service name of one resource, e.g. `watchproxy.v1.WatchProxy/pods`.
 pub fn resource_service(resource: &str) -> String {
     format!("{SERVICE}/{resource}")

@@ -4,8 +4,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, GetResponse, SortOrder, SortTarget, WatchOptions,
-    WatchStream,
+    Client, ConnectOptions, GetOptions, GetResponse, SortOrder, SortTarget, TlsOptions,
+    WatchOptions, WatchStream,
 };
 
 use crate::object::Revision;
@@ -74,11 +74,24 @@ impl Etcd {
         timeout: Duration,
         page_size: i64,
     ) -> Result<Self, EtcdError> {
-        let options = ConnectOptions::new()
+        Self::connect_with_tls(endpoints, None, timeout, page_size).await
+    }
+
+    /// As [`Etcd::connect`], with TLS settings for `https://` endpoints.
+    pub async fn connect_with_tls(
+        endpoints: &[String],
+        tls: Option<TlsOptions>,
+        timeout: Duration,
+        page_size: i64,
+    ) -> Result<Self, EtcdError> {
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
+        if let Some(tls) = tls {
+            options = options.with_tls(tls);
+        }
         let client = Client::connect(endpoints, Some(options)).await?;
         Ok(Self {
             client,

@@ -1,0 +1,121 @@
+{{- define "watchproxy.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "watchproxy.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "watchproxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "watchproxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "watchproxy.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "watchproxy.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "watchproxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "watchproxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The config.yaml watchproxy reads: the user's config plus what the chart owns. */}}
+{{- define "watchproxy.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- $_ := set $config "listen" (printf "0.0.0.0:%v" .Values.ports.grpc) }}
+{{- $_ := set $config "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
+{{- if .Values.etcdTLS.enabled }}
+{{- $tls := dict "ca_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.caKey) "cert_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.certKey) "key_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.keyKey) }}
+{{- if .Values.etcdTLS.serverName }}
+{{- $_ := set $tls "server_name" .Values.etcdTLS.serverName }}
+{{- end }}
+{{- $_ := set $config.etcd "tls" $tls }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The watchproxy container. Other charts run watchproxy as a sidecar by adding
+this chart as a dependency and, in their pod spec:
+  containers:
+    {{- include "watchproxy.sidecar.containers" .Subcharts.watchproxy | nindent 4 }}
+  volumes:
+    {{- include "watchproxy.sidecar.volumes" .Subcharts.watchproxy | nindent 4 }}
+plus the ConfigMap this chart renders (it is rendered in sidecar mode too).
+The application then dials 127.0.0.1:<ports.grpc>.
+*/}}
+{{- define "watchproxy.sidecar.containers" -}}
+- name: watchproxy
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["serve", "--config", "/etc/watchproxy/config/config.yaml", "--log-format", {{ .Values.logFormat | quote }}]
+  env:
+    - name: RUST_LOG
+      value: {{ .Values.logLevel | quote }}
+    {{- with .Values.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: grpc
+      containerPort: {{ .Values.ports.grpc }}
+      protocol: TCP
+    - name: metrics
+      containerPort: {{ .Values.ports.metrics }}
+      protocol: TCP
+  # Liveness asks only whether the process answers; readiness whether every
+  # resource's cache is filled (NOT_SERVING also during shutdown).
+  livenessProbe:
+    grpc:
+      port: {{ .Values.ports.grpc }}
+      service: liveness
+    periodSeconds: 10
+    failureThreshold: 3
+  readinessProbe:
+    grpc:
+      port: {{ .Values.ports.grpc }}
+      service: watchproxy.v1.WatchProxy
+    periodSeconds: 5
+    failureThreshold: 2
+  startupProbe:
+    grpc:
+      port: {{ .Values.ports.grpc }}
+      service: liveness
+    periodSeconds: 2
+    failureThreshold: 30
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: watchproxy-config
+      mountPath: /etc/watchproxy/config
+      readOnly: true
+    {{- if .Values.etcdTLS.enabled }}
+    - name: watchproxy-etcd-tls
+      mountPath: /etc/watchproxy/etcd-tls
+      readOnly: true
+    {{- end }}
+{{- end }}
+
+{{- define "watchproxy.sidecar.volumes" -}}
+- name: watchproxy-config
+  configMap:
+    name: {{ include "watchproxy.fullname" . }}
+{{- if .Values.etcdTLS.enabled }}
+- name: watchproxy-etcd-tls
+  secret:
+    secretName: {{ required "etcdTLS.secretName is required when etcdTLS.enabled" .Values.etcdTLS.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}

@@ -1,0 +1,185 @@
+//! The Helm chart renders in standalone and sidecar modes, its manifests
+//! validate against the Kubernetes schemas, and the config it renders is
+//! one watchproxy accepts.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use watchproxy::config::Config;
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/watchproxy");
+
+fn tool(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} is required by the chart tests: run ./scripts/install-deps.sh")
+        })
+}
+
+fn run(cmd: &mut Command, input: Option<&str>) -> (bool, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = input {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn render(values: &str) -> String {
+    let values = format!("{CHART}/ci/{values}");
+    let (ok, out) = run(
+        Command::new(tool("helm")).args(["template", "r", CHART, "-f", &values]),
+        None,
+    );
+    assert!(ok, "helm template -f {values}:\n{out}");
+    out
+}
+
+/// The documents of a multi-document YAML stream.
+fn documents(text: &str) -> Vec<serde_yaml_ng::Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_yaml_ng::Value| !v.is_null())
+        .collect()
+}
+
+fn kinds(docs: &[serde_yaml_ng::Value]) -> Vec<String> {
+    docs.iter()
+        .map(|d| d["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn rendered_config(docs: &[serde_yaml_ng::Value]) -> Config {
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    Config::from_yaml(cm["data"]["config.yaml"].as_str().unwrap())
+        .expect("watchproxy accepts the rendered config")
+}
+
+#[test]
+fn the_chart_lints_strictly() {
+    let (ok, out) = run(
+        Command::new(tool("helm")).args(["lint", "--strict", CHART]),
+        None,
+    );
+    assert!(ok, "{out}");
+    for values in ["default-values.yaml", "sidecar-values.yaml"] {
+        let file = format!("{CHART}/ci/{values}");
+        let (ok, out) = run(
+            Command::new(tool("helm")).args(["lint", "--strict", CHART, "-f", &file]),
+            None,
+        );
+        assert!(ok, "{values}: {out}");
+    }
+}
+
+#[test]
+fn both_modes_render_manifests_that_validate() {
+    for values in ["default-values.yaml", "sidecar-values.yaml"] {
+        let manifests = render(values);
+        let (ok, out) = run(
+            Command::new(tool("kubernetes-validate")).args(["--strict", "-"]),
+            Some(&manifests),
+        );
+        assert!(ok, "{values}: kubernetes-validate:\n{out}");
+        assert!(!out.contains("ERROR"), "{out}");
+    }
+}
+
+#[test]
+fn standalone_mode_is_a_service_in_front_of_probed_non_root_pods() {
+    let docs = documents(&render("default-values.yaml"));
+    let kinds = kinds(&docs);
+    for k in [
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(&k.to_owned()), "{k} in {kinds:?}");
+    }
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        c["readinessProbe"]["grpc"]["service"],
+        "watchproxy.v1.WatchProxy"
+    );
+    assert_eq!(c["livenessProbe"]["grpc"]["service"], "liveness");
+    let config = rendered_config(&docs);
+    assert_eq!(config.listen.to_string(), "0.0.0.0:50051");
+    assert!(config.etcd.tls.is_none());
+}
+
+#[test]
+fn sidecar_mode_puts_watchproxy_next_to_the_app_with_etcd_client_certificates() {
+    let docs = documents(&render("sidecar-values.yaml"));
+    let kinds = kinds(&docs);
+    assert!(
+        !kinds.contains(&"Service".to_owned()),
+        "no Service in sidecar mode: {kinds:?}"
+    );
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let names: Vec<&str> = pod["containers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kubelet-like", "watchproxy"]);
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    assert!(volumes
+        .iter()
+        .any(|v| v["secret"]["secretName"] == "etcd-client-certs"));
+    let config = rendered_config(&docs);
+    let tls = config.etcd.tls.expect("TLS to etcd");
+    assert_eq!(
+        tls.cert_file.unwrap().to_str().unwrap(),
+        "/etc/watchproxy/etcd-tls/tls.crt"
+    );
+    assert_eq!(tls.server_name.as_deref(), Some("etcd.kube-system.svc"));
+    assert_eq!(config.etcd.endpoints, ["https://etcd.kube-system.svc:2379"]);
+}
+
+#[test]
+fn values_that_break_the_schema_fail() {
+    for set in [
+        "replicaCount=two",
+        "config.etcd.endpoints[0]=etcd:2379",
+        "logFormat=xml",
+    ] {
+        let (ok, out) = run(
+            Command::new(tool("helm")).args(["lint", "--strict", CHART, "--set", set]),
+            None,
+        );
+        assert!(!ok, "{set} should fail: {out}");
+    }
+}
