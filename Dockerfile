@@ -1,0 +1,22 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: compile in the Rust image, run on distroless as non-root
+# (UID 65532, as the Helm chart's securityContext expects).
+
+FROM rust:1.88-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+# Dependencies first, so source changes do not rebuild them.
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY proto proto
+RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && cargo build --release --locked --bin watchproxy || true
+COPY src src
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin watchproxy
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/watchproxy /usr/local/bin/watchproxy
+USER 65532:65532
+EXPOSE 50051 9091
+# The chart mounts the configuration here; see examples/config.yaml.
+ENTRYPOINT ["/usr/local/bin/watchproxy"]
+CMD ["serve", "--config", "/etc/watchproxy/config/config.yaml", "--log-format", "json"]
