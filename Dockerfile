@@ -8,6 +8,8 @@ WORKDIR /src
 # Dependencies first, so source changes do not rebuild them.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
+# Cargo.toml names the benchmark target, so its file must exist to build.
+COPY benches benches
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked --bin watchproxy || true
 COPY src src
