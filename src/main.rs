@@ -106,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
             etcd_endpoints,
             log_format,
         } => {
-            telemetry::init_logging(matches!(log_format, LogFormat::Json));
+            let _traces = telemetry::init(matches!(log_format, LogFormat::Json))?;
             let mut config = Config::from_file(&config)?;
             config.listen = listen.unwrap_or(config.listen);
             config.metrics_listen = metrics_listen.or(config.metrics_listen);

@@ -380,3 +380,142 @@ async fn metrics_pass_promtool_and_move_when_events_flow() {
     );
     assert!(m("watchproxy_cache_objects", "resource=\"pods\"") >= 3.0);
 }
+
+/// An OTLP/gRPC trace receiver: what a collector would get.
+mod otlp {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    use opentelemetry_proto::tonic::trace::v1::Span;
+
+    #[derive(Clone, Default)]
+    pub struct Receiver(pub Arc<Mutex<Vec<Span>>>);
+
+    #[tonic::async_trait]
+    impl TraceService for Receiver {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let spans = request
+                .into_inner()
+                .resource_spans
+                .into_iter()
+                .flat_map(|r| r.scope_spans)
+                .flat_map(|s| s.spans);
+            self.0.lock().unwrap().extend(spans);
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    pub async fn start() -> (String, Receiver) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let receiver = Receiver::default();
+        let server = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(receiver.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(server);
+        (url, receiver)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_reach_an_otlp_receiver_and_continue_the_callers_trace() {
+    let etcd = Etcd::start().await;
+    let (otlp_url, receiver) = otlp::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64");
+    std::fs::write(&config, format!("listen: 127.0.0.1:{port}\n{yaml}")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchproxy"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut client = None;
+    for _ in 0..100 {
+        if let Ok(c) =
+            watchproxy::pb::watch_proxy_client::WatchProxyClient::connect(url.clone()).await
+        {
+            client = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = client.expect("watchproxy listens");
+    wait_ready(&mut client, "pods").await;
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut req = tonic::Request::new(ListRequest {
+        resource: "pods".into(),
+        label_selector: "app=web".into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-00f067aa0ba902b7-01")
+            .parse()
+            .unwrap(),
+    );
+    client.list(req).await.unwrap();
+
+    let want: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let mut found = None;
+    for _ in 0..100 {
+        found = receiver
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.trace_id == want && s.name == "List")
+            .cloned();
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = tokio::task::block_in_place(|| child.wait());
+    let span =
+        found.expect("the List span reaches the receiver within 10 s, in the caller's trace");
+    let attr = |k: &str| {
+        span.attributes
+            .iter()
+            .find(|a| a.key == k)
+            .and_then(|a| a.value.clone())
+            .map(|v| format!("{:?}", v.value))
+    };
+    assert!(
+        attr("resource").unwrap().contains("pods"),
+        "{:?}",
+        span.attributes
+    );
+    assert!(attr("label_selector").unwrap().contains("app=web"));
+    assert!(attr("code").unwrap().contains("Ok"));
+    assert_eq!(
+        span.parent_span_id,
+        vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+    );
+}

@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::cache::{Initial, NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
 use crate::dispatch::{transition, Delivery, Ended};
@@ -669,39 +670,109 @@ impl WatchStream {
     }
 }
 
+/// The span of one call, continuing the caller's trace; `code` is filled
+/// in when the call is answered.
+fn call_span(
+    method: &'static str,
+    metadata: &tonic::metadata::MetadataMap,
+    resource: &str,
+    labels: &str,
+    fields: &str,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "call",
+        otel.name = method,
+        rpc.method = method,
+        resource,
+        label_selector = labels,
+        field_selector = fields,
+        code = tracing::field::Empty,
+    );
+    crate::telemetry::continue_trace(&span, metadata);
+    span
+}
+
 #[tonic::async_trait]
 impl pb::watch_proxy_server::WatchProxy for Api {
     async fn list(
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let resource = req.resource.clone();
-        Ok(Response::new(
-            self.timed(&resource, "List", self.list(req)).await?,
-        ))
+        let span = call_span(
+            "List",
+            &metadata,
+            &resource,
+            &req.label_selector,
+            &req.field_selector,
+        );
+        let answer = self
+            .timed(&resource, "List", self.list(req))
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "code",
+            format!(
+                "{:?}",
+                answer
+                    .as_ref()
+                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
+            ),
+        );
+        Ok(Response::new(answer?))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::Object>, Status> {
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let resource = req.resource.clone();
-        Ok(Response::new(
-            self.timed(&resource, "Get", self.get(req)).await?,
-        ))
+        let span = call_span("Get", &metadata, &resource, "", "");
+        let answer = self
+            .timed(&resource, "Get", self.get(req))
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "code",
+            format!(
+                "{:?}",
+                answer
+                    .as_ref()
+                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
+            ),
+        );
+        Ok(Response::new(answer?))
     }
 
     type WatchStream = WatchEvents;
 
-    /// Timed until the stream starts; how a watch ends is counted in
-    /// `watchproxy_watchers_ended_total`.
+    /// Timed and traced until the stream starts; how a watch ends is
+    /// counted in `watchproxy_watchers_ended_total`.
     async fn watch(
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let resource = req.resource.clone();
-        Ok(Response::new(
-            self.timed(&resource, "Watch", self.watch(req)).await?,
-        ))
+        let span = call_span(
+            "Watch",
+            &metadata,
+            &resource,
+            &req.label_selector,
+            &req.field_selector,
+        );
+        let answer = self
+            .timed(&resource, "Watch", self.watch(req))
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "code",
+            format!(
+                "{:?}",
+                answer
+                    .as_ref()
+                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
+            ),
+        );
+        Ok(Response::new(answer?))
     }
 }
