@@ -2,8 +2,9 @@
 # Installs what building and testing watchproxy needs, when it is missing:
 # protoc (for the protobuf build scripts), etcd (for the tests and the
 # demo), grpcurl (the tests call the service with it, as users do),
-# promtool (the tests lint /metrics with it), and Helm and
-# kubernetes-validate (the tests render and validate the chart). Uses
+# promtool (the tests lint /metrics with it), Helm and
+# kubernetes-validate (the tests render and validate the chart), and
+# grpcio for the Python client example the tests run. Uses
 # Debian/Ubuntu packages, PyPI and npm; elsewhere it says what to install.
 set -euo pipefail
 
@@ -26,6 +27,11 @@ if ! command -v helm >/dev/null 2>&1; then
     { echo "install Helm 3 (https://helm.sh/docs/intro/install/) and put it on PATH" >&2; exit 1; }
   rm -rf "$tmp"
   command -v helm >/dev/null 2>&1 || echo "helm was installed in $bin; add it to PATH" >&2
+fi
+# The Python client example, run by the tests.
+if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
+  echo "installing grpcio and grpcio-tools ..." >&2
+  python3 -m pip install -q grpcio grpcio-tools
 fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "installing kubernetes-validate ..." >&2

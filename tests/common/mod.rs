@@ -276,10 +276,16 @@ impl Proxy {
     }
 
     pub async fn start_config(config: Config) -> Proxy {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(config, grpc).await
+    }
+
+    /// Serves on a given listener, e.g. the port of an instance stopped
+    /// before, so clients reconnect to the same address.
+    pub async fn start_on(config: Config, grpc: tokio::net::TcpListener) -> Proxy {
         if std::env::var_os("RUST_LOG").is_some() {
             watchproxy::telemetry::init_logging(false);
         }
-        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
         let shutdown = CancellationToken::new();

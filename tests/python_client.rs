@@ -1,0 +1,138 @@
+//! A client in another language: the Python informer in examples/python
+//! lists, watches with a selector, resumes after watchproxy restarts and
+//! lists again when its version has expired, ending with etcd's state.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use etcd_client::GetOptions;
+use watchproxy::config::Config;
+
+async fn listener_at(addr: SocketAddr) -> tokio::net::TcpListener {
+    for _ in 0..50 {
+        if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("cannot bind {addr} again");
+}
+
+fn python() -> Command {
+    let ok = Command::new("python3")
+        .args(["-c", "import grpc, grpc_tools"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "python3 with grpcio and grpcio-tools is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools)");
+    Command::new("python3")
+}
+
+/// Waits for the informer to log `event` for the `nth` time.
+fn wait_for_log(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, event: &str, nth: usize) {
+    while seen.iter().filter(|l| l.contains(event)).count() < nth {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!("no {event:?} #{nth} from the informer; it said: {seen:#?}")
+            });
+        seen.push(line);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..10 {
+        let app = if i % 2 == 0 { "web" } else { "db" };
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
+    }
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64");
+    let config = Config::from_yaml(&yaml).unwrap();
+    let first = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = first.local_addr().unwrap();
+    let mut proxy = Proxy::start_on(config.clone(), first).await;
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/informer.py");
+    let mut child = python()
+        .args([
+            script,
+            &addr.to_string(),
+            "pods",
+            "--selector",
+            "app=web",
+            "--until",
+            "stop",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "listed", 1));
+
+    // Changes the informer follows: an update, a new object, a deletion,
+    // and an object that starts matching the selector.
+    put_pod(&mut ec, "ns", "p0", &[("app", "web"), ("v", "2")], "").await;
+    put_pod(&mut ec, "ns", "p10", &[("app", "web")], "").await;
+    delete_key(&mut ec, "/registry/pods/ns/p2").await;
+    put_pod(&mut ec, "ns", "p1", &[("app", "web")], "").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Restart: the informer resumes from its version on the new instance.
+    proxy.stop().await;
+    put_pod(&mut ec, "ns", "p12", &[("app", "web")], "").await;
+    let mut proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
+    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "resuming", 1));
+    put_pod(&mut ec, "ns", "p14", &[("app", "web")], "").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Restart after etcd compacted past the informer's version: too old,
+    // so it lists again.
+    proxy.stop().await;
+    delete_key(&mut ec, "/registry/pods/ns/p4").await;
+    let now = put_pod(&mut ec, "ns", "p16", &[("app", "web")], "").await;
+    ec.compact(now as i64, None).await.unwrap();
+    let _proxy = Proxy::start_on(config, listener_at(addr).await).await;
+    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "listed", 2));
+    put_pod(&mut ec, "ns", "stop", &[("app", "web")], "").await;
+
+    let out = tokio::task::block_in_place(|| child.wait_with_output()).unwrap();
+    assert!(out.status.success(), "informer failed: {seen:#?}");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: BTreeMap<String, String> = serde_json::from_value(result["objects"].clone()).unwrap();
+    let want: BTreeMap<String, String> = ec
+        .get("/registry/pods/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap()
+        .kvs()
+        .iter()
+        .filter(|kv| String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_owned(),
+                kv.mod_revision().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "the informer's copy is etcd's state");
+    assert!(seen.iter().any(|l| l.contains("too old")), "{seen:#?}");
+    assert!(result["resumes"].as_u64().unwrap() >= 2, "{result}");
+    assert_eq!(result["lists"], 2, "{result}");
+}
