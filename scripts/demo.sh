@@ -44,9 +44,9 @@ Try, in another terminal:
   ./target/release/watchproxy list pods -l app=web,tier=frontend
   ./target/release/watchproxy watch pods --field-selector spec.nodeName=node-7
   ./target/release/watchproxy demo-load --etcd-endpoints $endpoint --count 200   # changes to watch
-or with grpcurl (server reflection is not enabled yet; pass the proto):
-  grpcurl -plaintext -import-path proto -proto watchproxy/v1/watchproxy.proto \\
-    -d '{"resource":"pods","field_selector":"spec.nodeName=node-7"}' $LISTEN watchproxy.v1.WatchProxy/Watch
+or with grpcurl (through server reflection):
+  grpcurl -plaintext $LISTEN list
+  grpcurl -plaintext -d '{"resource":"pods","field_selector":"spec.nodeName=node-7"}' $LISTEN watchproxy.v1.WatchProxy/Watch
 
 MSG
 ./target/release/watchproxy serve --config examples/config.yaml \
