@@ -519,3 +519,30 @@ async fn traces_reach_an_otlp_receiver_and_continue_the_callers_trace() {
         vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ends_at_the_clients_deadline() {
+    let (_etcd, _proxy, mut client) = start_ready().await;
+    // Waits up to freshness_wait (2 s) for a version etcd has not reached.
+    let mut req = tonic::Request::new(ListRequest {
+        resource: "pods".into(),
+        resource_version: "999999".into(),
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_millis(300));
+    let started = Instant::now();
+    let err = client.list(req).await.unwrap_err();
+    // tonic's server answers an expired grpc-timeout with CANCELLED
+    // ("Timeout expired"); a client enforcing its deadline reports
+    // DEADLINE_EXCEEDED itself. Either way the call ends at the deadline.
+    assert!(
+        err.code() == Code::DeadlineExceeded
+            || (err.code() == Code::Cancelled && err.message() == "Timeout expired"),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+}
