@@ -234,10 +234,16 @@ async fn watcher_and_call_limits_answer_resource_exhausted() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
-    let etcd = Etcd::start().await;
-    let mut ec = etcd.client().await;
+/// The real binary serving `etcd` with the test configuration and extra
+/// environment, and a client connected to it once its cache is ready.
+async fn spawn_binary(
+    etcd: &Etcd,
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    watchproxy::pb::watch_proxy_client::WatchProxyClient<tonic::transport::Channel>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -252,23 +258,31 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_watchproxy"))
         .args(["serve", "--config"])
         .arg(&config)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    let mut client = None;
     for _ in 0..100 {
-        if let Ok(c) =
+        if let Ok(mut c) =
             watchproxy::pb::watch_proxy_client::WatchProxyClient::connect(url.clone()).await
         {
-            client = Some(c);
-            break;
+            wait_ready(&mut c, "pods").await;
+            return (child, c, dir);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut client = client.expect("watchproxy listens");
-    wait_ready(&mut client, "pods").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("watchproxy does not listen on {url}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let (mut child, mut client, _dir) = spawn_binary(&etcd, &[]).await;
     let mut stream = client
         .watch(watch_req("pods", "0"))
         .await
@@ -429,39 +443,11 @@ mod otlp {
 async fn traces_reach_an_otlp_receiver_and_continue_the_callers_trace() {
     let etcd = Etcd::start().await;
     let (otlp_url, receiver) = otlp::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64");
-    std::fs::write(&config, format!("listen: 127.0.0.1:{port}\n{yaml}")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_watchproxy"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut client = None;
-    for _ in 0..100 {
-        if let Ok(c) =
-            watchproxy::pb::watch_proxy_client::WatchProxyClient::connect(url.clone()).await
-        {
-            client = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut client = client.expect("watchproxy listens");
-    wait_ready(&mut client, "pods").await;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let (mut child, mut client, _dir) = spawn_binary(&etcd, &env).await;
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let mut req = tonic::Request::new(ListRequest {

@@ -670,26 +670,43 @@ impl WatchStream {
     }
 }
 
-/// The span of one call, continuing the caller's trace; `code` is filled
-/// in when the call is answered.
-fn call_span(
+/// What a call is about, for its span and its metrics.
+struct CallInfo<'a> {
     method: &'static str,
-    metadata: &tonic::metadata::MetadataMap,
-    resource: &str,
-    labels: &str,
-    fields: &str,
-) -> tracing::Span {
-    let span = tracing::info_span!(
-        "call",
-        otel.name = method,
-        rpc.method = method,
-        resource,
-        label_selector = labels,
-        field_selector = fields,
-        code = tracing::field::Empty,
-    );
-    crate::telemetry::continue_trace(&span, metadata);
-    span
+    resource: String,
+    label_selector: &'a str,
+    field_selector: &'a str,
+}
+
+impl Api {
+    /// Answers a call in its span (continuing the caller's trace), timed
+    /// and recorded by resource, method and status code.
+    async fn answer<T>(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        info: CallInfo<'_>,
+        call: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<Response<T>, Status> {
+        let span = tracing::info_span!(
+            "call",
+            otel.name = info.method,
+            rpc.method = info.method,
+            resource = %info.resource,
+            label_selector = info.label_selector,
+            field_selector = info.field_selector,
+            code = tracing::field::Empty,
+        );
+        crate::telemetry::continue_trace(&span, metadata);
+        let answer = self
+            .timed(&info.resource, info.method, call)
+            .instrument(span.clone())
+            .await;
+        let code = answer
+            .as_ref()
+            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        span.record("code", format!("{code:?}"));
+        answer.map(Response::new)
+    }
 }
 
 #[tonic::async_trait]
@@ -699,48 +716,25 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let resource = req.resource.clone();
-        let span = call_span(
-            "List",
-            &metadata,
-            &resource,
-            &req.label_selector,
-            &req.field_selector,
-        );
-        let answer = self
-            .timed(&resource, "List", self.list(req))
-            .instrument(span.clone())
-            .await;
-        span.record(
-            "code",
-            format!(
-                "{:?}",
-                answer
-                    .as_ref()
-                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
-            ),
-        );
-        Ok(Response::new(answer?))
+        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
+        let info = CallInfo {
+            method: "List",
+            resource: req.resource.clone(),
+            label_selector: &labels,
+            field_selector: &fields,
+        };
+        self.answer(&metadata, info, self.list(req)).await
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::Object>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let resource = req.resource.clone();
-        let span = call_span("Get", &metadata, &resource, "", "");
-        let answer = self
-            .timed(&resource, "Get", self.get(req))
-            .instrument(span.clone())
-            .await;
-        span.record(
-            "code",
-            format!(
-                "{:?}",
-                answer
-                    .as_ref()
-                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
-            ),
-        );
-        Ok(Response::new(answer?))
+        let info = CallInfo {
+            method: "Get",
+            resource: req.resource.clone(),
+            label_selector: "",
+            field_selector: "",
+        };
+        self.answer(&metadata, info, self.get(req)).await
     }
 
     type WatchStream = WatchEvents;
@@ -752,27 +746,13 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let resource = req.resource.clone();
-        let span = call_span(
-            "Watch",
-            &metadata,
-            &resource,
-            &req.label_selector,
-            &req.field_selector,
-        );
-        let answer = self
-            .timed(&resource, "Watch", self.watch(req))
-            .instrument(span.clone())
-            .await;
-        span.record(
-            "code",
-            format!(
-                "{:?}",
-                answer
-                    .as_ref()
-                    .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
-            ),
-        );
-        Ok(Response::new(answer?))
+        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
+        let info = CallInfo {
+            method: "Watch",
+            resource: req.resource.clone(),
+            label_selector: &labels,
+            field_selector: &fields,
+        };
+        self.answer(&metadata, info, self.watch(req)).await
     }
 }
