@@ -165,6 +165,9 @@ pub async fn run(
     );
     info!(addr = %listeners.grpc.local_addr()?, resources = config.resources.len(), "serving gRPC");
     let serve = tonic::transport::Server::builder()
+        // Events go out as they happen; Nagle would hold small writes back
+        // for the peer's delayed ACK (tens of milliseconds).
+        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(config.limits.max_concurrent_streams))

@@ -1,0 +1,595 @@
+//! Load generator: the same watch load against watchproxy, etcd's own gRPC
+//! proxy and etcd directly, measured side by side in one run.
+//!
+//! For each target it starts a fresh etcd on loopback (and the proxy or
+//! watchproxy in front of it), preloads Kubernetes-shaped objects, opens the
+//! watchers over a number of connections, writes at a steady rate with a
+//! send timestamp in every value, and reports deliveries, latency, missed
+//! events, server CPU and memory. In `node` mode watcher i wants only
+//! objects on node i mod M: watchproxy filters for it, etcd and grpc-proxy
+//! clients receive everything and filter themselves.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use etcd_client::{Client, WatchOptions};
+use tonic::transport::Channel;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{EventType, WatchRequest};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Target {
+    Watchproxy,
+    GrpcProxy,
+    Etcd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    /// Every watcher wants every event.
+    All,
+    /// Watcher i wants the objects on node i mod --nodes.
+    Node,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Watch load against watchproxy, etcd grpc-proxy and etcd, side by side")]
+struct Args {
+    #[arg(long, default_value_t = 2000)]
+    objects: usize,
+    /// Approximate size of each object's value.
+    #[arg(long, default_value_t = 1024)]
+    object_bytes: usize,
+    #[arg(long, default_value_t = 1000)]
+    watchers: usize,
+    /// gRPC connections the watchers are spread over.
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Writes per second.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    /// Seconds of writing.
+    #[arg(long, default_value_t = 20)]
+    duration: u64,
+    #[arg(long, value_enum, default_value = "all")]
+    mode: Mode,
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "watchproxy,grpc-proxy,etcd"
+    )]
+    targets: Vec<Target>,
+    /// Seconds to wait after the writer stops for deliveries still under way.
+    #[arg(long, default_value_t = 10)]
+    drain: u64,
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: PathBuf,
+    /// Defaults to the `watchproxy` binary next to this one.
+    #[arg(long)]
+    watchproxy_bin: Option<PathBuf>,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+struct Report {
+    target: String,
+    writes: u64,
+    write_seconds: f64,
+    /// The write rate reached (an overloaded etcd slows the writer down).
+    writes_per_s: f64,
+    deliveries_per_s: f64,
+    useful_per_s: f64,
+    latency_ms_p50: f64,
+    latency_ms_p99: f64,
+    latency_ms_max: f64,
+    missed: u64,
+    server_cpu_s: f64,
+    etcd_cpu_s: f64,
+    front_cpu_s: f64,
+    etcd_peak_rss_mib: f64,
+    front_peak_rss_mib: f64,
+}
+
+const PREFIX: &str = "/bench/pods";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// user + system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
+        let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = after_comm.split_whitespace().collect();
+        let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        ticks / 100.0
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
+
+async fn start_etcd(bin: &PathBuf, dir: &std::path::Path) -> anyhow::Result<(Proc, String)> {
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let child = Command::new(bin)
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+        ])
+        .arg(format!("--initial-cluster=bench=http://127.0.0.1:{peer}"))
+        .args([
+            "--quota-backend-bytes",
+            "8589934592",
+            "--logger",
+            "zap",
+            "--log-level",
+            "error",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "starting {} (install etcd: apt-get install -y etcd-server)",
+                bin.display()
+            )
+        })?;
+    let proc = Proc(child);
+    for _ in 0..200 {
+        if let Ok(mut c) = Client::connect([&url], None).await {
+            if c.status().await.is_ok() {
+                return Ok((proc, url));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("etcd did not start")
+}
+
+async fn wait_port(port: u16) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("nothing listens on {port}")
+}
+
+fn object(i: usize, nodes: usize, bytes: usize, sent: u128) -> String {
+    let pad = "x".repeat(bytes.saturating_sub(260));
+    format!(
+        r#"{{"kind":"Pod","metadata":{{"name":"pod-{i}","namespace":"bench","labels":{{"app":"bench"}},"annotations":{{"sent":"{sent}"}}}},"spec":{{"nodeName":"node-{}","containers":[{{"name":"c","image":"registry.example/app:1"}}]}},"status":{{"phase":"Running"}},"pad":"{pad}"}}"#,
+        i % nodes
+    )
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The send timestamp and node of a value written by [`object`].
+fn parse(value: &[u8]) -> (u128, &[u8]) {
+    let text = value;
+    let find = |needle: &[u8]| {
+        text.windows(needle.len())
+            .position(|w| w == needle)
+            .map(|p| p + needle.len())
+    };
+    let sent = find(br#""sent":""#)
+        .map(|at| {
+            text[at..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0u128, |n, d| n * 10 + u128::from(d - b'0'))
+        })
+        .unwrap_or(0);
+    let node = find(br#""nodeName":""#)
+        .map(|at| {
+            let end = text[at..].iter().position(|b| *b == b'"').unwrap_or(0);
+            &text[at..at + end]
+        })
+        .unwrap_or(b"");
+    (sent, node)
+}
+
+/// What one watcher saw.
+#[derive(Default)]
+struct Seen {
+    received: u64,
+    useful: u64,
+    /// Latencies of useful events, in microseconds.
+    latencies: Vec<u32>,
+}
+
+impl Seen {
+    /// Counts a delivery; true if the watcher wanted it.
+    fn record(&mut self, value: &[u8], wanted_node: Option<&[u8]>) -> bool {
+        self.received += 1;
+        let (sent, node) = parse(value);
+        if wanted_node.is_some_and(|w| w != node) || sent == 0 {
+            return false;
+        }
+        self.useful += 1;
+        let micros = now_nanos().saturating_sub(sent) / 1000;
+        self.latencies.push(micros.min(u32::MAX as u128) as u32);
+        true
+    }
+}
+
+async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
+    // etcd's data on tmpfs where there is one: the disk's fsync latency is
+    // not what is measured, and it is the same for every target.
+    let dir = match std::path::Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm")?,
+        false => tempfile::tempdir()?,
+    };
+    let (etcd, etcd_url) = start_etcd(&args.etcd_bin, dir.path()).await?;
+    let mut ec = Client::connect([&etcd_url], None).await?;
+    for chunk in (0..args.objects).collect::<Vec<_>>().chunks(100) {
+        let ops: Vec<_> = chunk
+            .iter()
+            .map(|&i| {
+                etcd_client::TxnOp::put(
+                    format!("{PREFIX}/bench/pod-{i}"),
+                    object(i, args.nodes, args.object_bytes, 0),
+                    None,
+                )
+            })
+            .collect();
+        ec.txn(etcd_client::Txn::new().and_then(ops)).await?;
+    }
+    let start_rev = ec
+        .get(PREFIX, None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+
+    // The server the watchers talk to.
+    let (front, endpoint): (Option<Proc>, String) = match target {
+        Target::Etcd => (None, etcd_url.clone()),
+        Target::GrpcProxy => {
+            let port = free_port();
+            let child = Command::new(&args.etcd_bin)
+                .args([
+                    "grpc-proxy",
+                    "start",
+                    "--endpoints",
+                    etcd_url.trim_start_matches("http://"),
+                ])
+                .arg(format!("--listen-addr=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting etcd grpc-proxy")?;
+            let p = Proc(child);
+            wait_port(port).await?;
+            (Some(p), format!("http://127.0.0.1:{port}"))
+        }
+        Target::Watchproxy => {
+            let port = free_port();
+            let config = dir.path().join("watchproxy.yaml");
+            std::fs::write(
+                &config,
+                format!(
+                    "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
+                ),
+            )?;
+            let bin = match &args.watchproxy_bin {
+                Some(b) => b.clone(),
+                None => std::env::current_exe()?.with_file_name("watchproxy"),
+            };
+            let child = Command::new(&bin)
+                .args(["serve", "--config"])
+                .arg(&config)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?;
+            let p = Proc(child);
+            wait_port(port).await?;
+            (Some(p), format!("http://127.0.0.1:{port}"))
+        }
+    };
+
+    // Watchers, spread over connections; each reports once it is open.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let opened = Arc::new(AtomicU64::new(0));
+    // Useful deliveries so far, over all watchers.
+    let useful = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    let mut wp_channels = Vec::new();
+    let mut etcd_clients = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        match target {
+            Target::Watchproxy => {
+                wp_channels.push(Channel::from_shared(endpoint.clone())?.connect().await?)
+            }
+            _ => etcd_clients.push(Client::connect([&endpoint], None).await?),
+        }
+    }
+    for i in 0..args.watchers {
+        let node = format!("node-{}", i % args.nodes);
+        let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
+        let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
+        match target {
+            Target::Watchproxy => {
+                let mut client = WatchProxyClient::new(wp_channels[i % wp_channels.len()].clone());
+                let req = WatchRequest {
+                    resource: "pods".into(),
+                    field_selector: if wanted.is_some() {
+                        format!("spec.nodeName={node}")
+                    } else {
+                        String::new()
+                    },
+                    resource_version: start_rev.to_string(),
+                    ..Default::default()
+                };
+                tasks.push(tokio::spawn(async move {
+                    let mut seen = Seen::default();
+                    let mut stream = client.watch(req).await?.into_inner();
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    loop {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            m = stream.message() => match m? {
+                                Some(e) if e.r#type != EventType::Bookmark as i32 => {
+                                    let value = e.object.map(|o| o.value).unwrap_or_default();
+                                    if seen.record(&value, None) {
+                                        counted.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                                Some(_) => {}
+                                None => break,
+                            },
+                        }
+                    }
+                    anyhow::Ok(seen)
+                }));
+            }
+            _ => {
+                let mut client = etcd_clients[i % etcd_clients.len()].clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut seen = Seen::default();
+                    let options = WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(start_rev + 1);
+                    let mut stream = client.watch(PREFIX, Some(options)).await?;
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    loop {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            m = stream.message() => match m? {
+                                Some(r) => {
+                                    for e in r.events() {
+                                        if let Some(kv) = e.kv() {
+                                            if seen.record(kv.value(), wanted.as_deref()) {
+                                                counted.fetch_add(1, Ordering::Relaxed);
+                                            }
+                                        }
+                                    }
+                                }
+                                None => break,
+                            },
+                        }
+                    }
+                    anyhow::Ok(seen)
+                }));
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while opened.load(Ordering::Relaxed) < args.watchers as u64 {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {} watchers opened",
+                opened.load(Ordering::Relaxed),
+                args.watchers
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Steady writes, each to a random object, carrying its send time.
+    let cpu = |p: &Option<Proc>| p.as_ref().map_or(0.0, Proc::cpu_seconds);
+    let (etcd_cpu0, front_cpu0) = (etcd.cpu_seconds(), cpu(&front));
+    let total = args.rate * args.duration;
+    let mut per_node: HashMap<usize, u64> = HashMap::new();
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / args.rate.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..total {
+        tick.tick().await;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = (x % args.objects as u64) as usize;
+        *per_node.entry(i % args.nodes).or_default() += 1;
+        let key = format!("{PREFIX}/bench/pod-{i}");
+        ec.put(
+            key,
+            object(i, args.nodes, args.object_bytes, now_nanos()),
+            None,
+        )
+        .await?;
+    }
+    let write_seconds = started.elapsed().as_secs_f64();
+    let expected = |w: usize| match args.mode {
+        Mode::All => total,
+        Mode::Node => per_node.get(&(w % args.nodes)).copied().unwrap_or(0),
+    };
+    let want_total: u64 = (0..args.watchers).map(expected).sum();
+
+    // Let deliveries under way arrive (all of them, or until the drain
+    // bound), then stop the watchers.
+    let drain_until = Instant::now() + Duration::from_secs(args.drain);
+    while useful.load(Ordering::Relaxed) < want_total && Instant::now() < drain_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (etcd_cpu, front_cpu) = (etcd.cpu_seconds() - etcd_cpu0, cpu(&front) - front_cpu0);
+    stop.cancel();
+    let mut all = Seen::default();
+    for t in tasks {
+        if let Ok(Ok(seen)) = t.await {
+            all.received += seen.received;
+            all.useful += seen.useful;
+            all.latencies.extend(seen.latencies);
+        }
+    }
+    all.latencies.sort_unstable();
+    let pct = |q: f64| -> f64 {
+        if all.latencies.is_empty() {
+            return 0.0;
+        }
+        let idx = ((all.latencies.len() as f64 - 1.0) * q).round() as usize;
+        f64::from(all.latencies[idx]) / 1000.0
+    };
+    Ok(Report {
+        target: format!("{target:?}"),
+        writes: total,
+        write_seconds,
+        writes_per_s: total as f64 / write_seconds,
+        deliveries_per_s: all.received as f64 / write_seconds,
+        useful_per_s: all.useful as f64 / write_seconds,
+        latency_ms_p50: pct(0.50),
+        latency_ms_p99: pct(0.99),
+        latency_ms_max: pct(1.0),
+        missed: want_total.saturating_sub(all.useful),
+        server_cpu_s: etcd_cpu + front_cpu,
+        etcd_cpu_s: etcd_cpu,
+        front_cpu_s: front_cpu,
+        etcd_peak_rss_mib: etcd.peak_rss_mib(),
+        front_peak_rss_mib: front.as_ref().map_or(0.0, Proc::peak_rss_mib),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut reports = Vec::new();
+    for &target in &args.targets {
+        eprintln!(
+            "{target:?}: {} watchers over {} connections, {} writes/s for {} s, mode {:?} ...",
+            args.watchers, args.connections, args.rate, args.duration, args.mode
+        );
+        let report = run_target(&args, target)
+            .await
+            .with_context(|| format!("{target:?}"))?;
+        reports.push(report);
+    }
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{} objects of ~{} B, {} watchers over {} connections, {} writes/s for {} s, mode {:?}",
+        args.objects,
+        args.object_bytes,
+        args.watchers,
+        args.connections,
+        args.rate,
+        args.duration,
+        args.mode
+    )?;
+    writeln!(
+        out,
+        "{:<11} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10}",
+        "target",
+        "writes/s",
+        "deliveries/s",
+        "useful/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "missed",
+        "server cpu",
+        "etcd cpu",
+        "front cpu",
+        "etcd MiB",
+        "front MiB"
+    )?;
+    for r in &reports {
+        writeln!(out, "{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib)?;
+    }
+    if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
+        for other in reports.iter().filter(|r| r.target != "Watchproxy") {
+            let front = if other.front_cpu_s > 0.0 {
+                format!(", front CPU {:.2} : 1", wp.front_cpu_s / other.front_cpu_s)
+            } else {
+                String::new()
+            };
+            writeln!(
+                out,
+                "watchproxy : {:<10} server CPU {:.2} : 1{front}, useful deliveries per server CPU-second {:.0} vs {:.0}",
+                other.target,
+                wp.server_cpu_s / other.server_cpu_s.max(1e-9),
+                wp.useful_per_s * wp.write_seconds / wp.server_cpu_s.max(1e-9),
+                other.useful_per_s * other.write_seconds / other.server_cpu_s.max(1e-9),
+            )?;
+        }
+    }
+    print!("{out}");
+    if let Some(path) = &args.json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(
+                &serde_json::json!({"args": format!("{args:?}"), "results": reports}),
+            )?,
+        )?;
+    }
+    Ok(())
+}
