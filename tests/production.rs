@@ -297,23 +297,9 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = loop {
-        match next_event(&mut stream).await {
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("SIGTERM ends a watch with an error"),
-            Err(s) => break s,
-        }
-    };
+    let (status, _) = until_error(&mut stream).await;
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    let resume: u64 = status
-        .metadata()
-        .get("watchproxy-resume-resource-version")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(resume >= rev);
+    assert!(resume_version(&status) >= rev);
     let exit = tokio::task::block_in_place(|| {
         for _ in 0..200 {
             if let Some(s) = child.try_wait().unwrap() {

@@ -53,8 +53,10 @@ async fn follow(
                         matches!(s.code(), Code::Aborted | Code::Unavailable),
                         "{s:?}"
                     );
-                    if let Some(v) = s.metadata().get("watchproxy-resume-resource-version") {
-                        last = v.to_str().unwrap().parse().unwrap();
+                    if s.metadata()
+                        .contains_key("watchproxy-resume-resource-version")
+                    {
+                        last = resume_version(&s);
                     }
                     resumes += 1;
                     break;
@@ -71,14 +73,7 @@ async fn the_cache_recovers_when_etcd_restarts_and_watchers_see_no_gap() {
     let proxy = Proxy::start(&etcd.client_url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let start = client
-        .list(ListRequest {
-            resource: "pods".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let start: u64 = start.into_inner().resource_version.parse().unwrap();
+    let start = list_version(&mut client, "pods", "").await;
 
     // The watch is open across the restart.
     let mut watcher = client.clone();
@@ -257,22 +252,10 @@ async fn a_slow_watcher_is_aborted_and_resumes_without_loss_while_a_fast_one_kee
 
     // Now the slow one reads: what was queued, then ABORTED with a version.
     let mut got = Vec::new();
-    let status = loop {
-        match next_event(&mut slow).await {
-            Ok(Some(e)) => got.push(summary(&e).2),
-            Ok(None) => panic!("a slow watcher ends with an error"),
-            Err(s) => break s,
-        }
-    };
+    let (status, delivered) = until_error(&mut slow).await;
+    got.extend(delivered);
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
-    let resume: u64 = status
-        .metadata()
-        .get("watchproxy-resume-resource-version")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let resume = resume_version(&status);
     assert!(
         got.len() < WRITES,
         "the slow watcher was cut before the end"
@@ -377,25 +360,9 @@ async fn shutdown_ends_watches_with_unavailable_and_the_version_to_resume_from()
     let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
     take_events(&mut stream, 1).await;
 
-    let reader = tokio::spawn(async move {
-        loop {
-            match next_event(&mut stream).await {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("shutdown ends a watch with an error"),
-                Err(s) => return s,
-            }
-        }
-    });
+    let reader = tokio::spawn(async move { until_error(&mut stream).await.0 });
     proxy.stop().await;
     let status = reader.await.unwrap();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    let resume: u64 = status
-        .metadata()
-        .get("watchproxy-resume-resource-version")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(resume >= rev);
+    assert!(resume_version(&status) >= rev);
 }

@@ -29,42 +29,34 @@ pub fn spawn_health(
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let names: Vec<String> = caches
+        let resources: Vec<String> = caches
             .iter()
             .map(|c| resource_service(&c.resource.name))
             .collect();
-        for name in ["", SERVICE]
+        let all: Vec<&str> = ["", SERVICE]
             .into_iter()
-            .chain(names.iter().map(String::as_str))
-        {
-            reporter
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
-        }
+            .chain(resources.iter().map(String::as_str))
+            .collect();
+        set(&reporter, &all, ServingStatus::NotServing).await;
+        set(&reporter, &[LIVENESS], ServingStatus::Serving).await;
         let ready_all = async {
-            for (cache, name) in caches.iter().zip(&names) {
+            for (cache, name) in caches.iter().zip(&resources) {
                 cache.wait_ready().await;
-                reporter
-                    .set_service_status(name, ServingStatus::Serving)
-                    .await;
+                set(&reporter, &[name], ServingStatus::Serving).await;
             }
-            for name in ["", SERVICE] {
-                reporter
-                    .set_service_status(name, ServingStatus::Serving)
-                    .await;
-            }
+            set(&reporter, &["", SERVICE], ServingStatus::Serving).await;
         };
         tokio::select! {
             _ = shutdown.cancelled() => {}
             _ = ready_all => shutdown.cancelled().await,
         }
-        for name in ["", SERVICE]
-            .into_iter()
-            .chain(names.iter().map(String::as_str))
-        {
-            reporter
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
-        }
+        set(&reporter, &all, ServingStatus::NotServing).await;
+        set(&reporter, &[LIVENESS], ServingStatus::NotServing).await;
     })
+}
+
+async fn set(reporter: &HealthReporter, names: &[&str], status: ServingStatus) {
+    for name in names {
+        reporter.set_service_status(*name, status).await;
+    }
 }

@@ -462,3 +462,25 @@ pub async fn list_version(client: &mut WatchProxyClient<Channel>, resource: &str
         .parse()
         .unwrap()
 }
+
+/// The version a status tells the client to resume from.
+pub fn resume_version(status: &tonic::Status) -> u64 {
+    let v = status
+        .metadata()
+        .get("watchproxy-resume-resource-version")
+        .expect("a resume version");
+    v.to_str().unwrap().parse().unwrap()
+}
+
+/// Reads a watch until it ends with an error, returning the error and the
+/// versions of the events before it.
+pub async fn until_error(stream: &mut tonic::Streaming<WatchEvent>) -> (tonic::Status, Vec<u64>) {
+    let mut seen = Vec::new();
+    loop {
+        match next_event(stream).await {
+            Ok(Some(e)) => seen.push(summary(&e).2),
+            Ok(None) => panic!("the watch ended with OK, not an error"),
+            Err(status) => return (status, seen),
+        }
+    }
+}
