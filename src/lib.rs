@@ -105,7 +105,8 @@ pub async fn run(
             config.watch.watcher_queue,
             config.watch.bookmark_interval,
             m.clone(),
-        );
+        )
+        .with_encoder(Arc::new(api::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
         tasks.push(spawn_reflector(
             etcd.clone(),

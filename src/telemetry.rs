@@ -180,6 +180,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     events_received: Family<ResourceLabel, Counter>,
     deliveries: Family<ResourceLabel, Counter>,
+    encodings: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
     relists: Family<ResourceLabel, Counter>,
     watchers: Family<ResourceLabel, Gauge>,
@@ -207,6 +208,7 @@ impl Default for Metrics {
             registry: Arc::default(),
             events_received: Family::default(),
             deliveries: Family::default(),
+            encodings: Family::default(),
             undecodable: Family::default(),
             relists: Family::default(),
             watchers: Family::default(),
@@ -230,6 +232,11 @@ impl Default for Metrics {
             "deliveries",
             "Events and bookmarks queued to watchers",
             m.deliveries.clone(),
+        );
+        r.register(
+            "encodings",
+            "Live events encoded for the wire; each is shared by every watcher it is delivered to",
+            m.encodings.clone(),
         );
         r.register(
             "undecodable_values",
@@ -309,6 +316,7 @@ impl Metrics {
             name: name.to_owned(),
             events_received: self.events_received.get_or_create(&l).clone(),
             deliveries: self.deliveries.get_or_create(&l).clone(),
+            encodings: self.encodings.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
             relists: self.relists.get_or_create(&l).clone(),
             watchers: self.watchers.get_or_create(&l).clone(),
@@ -350,6 +358,7 @@ pub struct ResourceMetrics {
     name: String,
     pub events_received: Counter,
     pub deliveries: Counter,
+    pub encodings: Counter,
     pub undecodable: Counter,
     pub relists: Counter,
     pub watchers: Gauge,

@@ -377,4 +377,13 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
         proxy.metric("watchproxy_watchers", "resource=\"pods\""),
         WATCHERS as f64
     );
+    // Each event was encoded once, however many watchers got it.
+    assert_eq!(
+        proxy.metric("watchproxy_encodings_total", "resource=\"pods\""),
+        WRITES as f64
+    );
+    assert!(
+        proxy.metric("watchproxy_deliveries_total", "resource=\"pods\"")
+            >= (WATCHERS * WRITES) as f64
+    );
 }

@@ -10,7 +10,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -384,7 +386,8 @@ impl Api {
         found.ok_or(ApiError::NotFound { key })
     }
 
-    async fn watch(&self, req: pb::WatchRequest) -> Result<WatchEvents, ApiError> {
+    /// Starts a watch; its stream yields each event encoded for the wire.
+    async fn watch(&self, req: pb::WatchRequest) -> Result<EncodedEvents, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
         let predicate = Predicate::new(
@@ -458,6 +461,19 @@ impl Api {
 }
 
 type WatchEvents = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+/// A watch's events, each an encoded `WatchEvent`.
+pub type EncodedEvents = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+/// Encodes a change as a `WatchEvent`. The dispatcher calls it once per
+/// event and type, and every watcher shares the bytes.
+pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Bytes {
+    Bytes::from(event_pb(kind, o, revision).encode_to_vec())
+}
+
+fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Bytes {
+    Bytes::from(bookmark_pb(revision, initial_events_end).encode_to_vec())
+}
 
 /// What a page says about the list it belongs to.
 struct Page {
@@ -595,7 +611,7 @@ impl WatchStream {
     /// The initial events (the state, or the replay from the window), then
     /// live deliveries, until the client leaves, the timeout passes, the
     /// watcher falls behind or the server shuts down.
-    fn run(self, start: WatchStart) -> impl Stream<Item = Result<pb::WatchEvent, Status>> + Send {
+    fn run(self, start: WatchStart) -> impl Stream<Item = Result<Bytes, Status>> + Send {
         async_stream::stream! {
             // Taken by name: the stream captures only the fields it uses,
             // and the watch's places in the limits must live as long as it.
@@ -610,17 +626,17 @@ impl WatchStream {
                     let objects: Vec<Arc<Object>> =
                         snapshot.select(&self.resource, &self.predicate, None).cloned().collect();
                     for o in objects {
-                        yield Ok(event_pb(EventType::Added, &o, o.revision));
+                        yield Ok(encode_event(EventType::Added, &o, o.revision));
                     }
                     last = Some(revision);
                     if self.initial_events_end {
-                        yield Ok(bookmark_pb(revision, true));
+                        yield Ok(encode_bookmark(revision, true));
                     }
                 }
                 Initial::Replay(events) => {
                     for e in &events {
                         if let Some((kind, o)) = transition(&self.predicate, e) {
-                            yield Ok(event_pb(kind, &o, e.revision));
+                            yield Ok(encode_event(kind, &o, e.revision));
                         }
                     }
                     last = Some(revision);
@@ -636,14 +652,14 @@ impl WatchStream {
                     d = subscription.rx.recv() => Step::Next(d),
                 };
                 match step {
-                    Step::Next(Some(Delivery::Event { kind, object, revision })) => {
+                    Step::Next(Some(Delivery::Event { kind, object, revision, encoded })) => {
                         last = Some(revision);
-                        yield Ok(event_pb(kind, &object, revision));
+                        yield Ok(encoded.unwrap_or_else(|| encode_event(kind, &object, revision)));
                     }
                     Step::Next(Some(Delivery::Bookmark(revision))) => {
                         last = Some(revision);
                         if self.allow_bookmarks {
-                            yield Ok(bookmark_pb(revision, false));
+                            yield Ok(encode_bookmark(revision, false));
                         }
                     }
                     Step::Next(None) => {
@@ -667,6 +683,25 @@ impl WatchStream {
                 }
             }
         }
+    }
+}
+
+impl Api {
+    /// Answers a Watch with its events encoded, for the handler that sends
+    /// them as they are.
+    pub async fn watch_encoded(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<EncodedEvents>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
+        let info = CallInfo {
+            method: "Watch",
+            resource: req.resource.clone(),
+            label_selector: &labels,
+            field_selector: &fields,
+        };
+        self.answer(&metadata, info, self.watch(req)).await
     }
 }
 
@@ -753,6 +788,15 @@ impl pb::watch_proxy_server::WatchProxy for Api {
             label_selector: &labels,
             field_selector: &fields,
         };
-        self.answer(&metadata, info, self.watch(req)).await
+        // Reached only when the generated server is mounted directly; the
+        // service normally answers Watch with the encoded events as they
+        // are (see `server::ApiService`).
+        let events = self.answer(&metadata, info, self.watch(req)).await?;
+        let decoded = events.into_inner().map(|item| {
+            item.and_then(|bytes| {
+                pb::WatchEvent::decode(bytes).map_err(|e| Status::internal(e.to_string()))
+            })
+        });
+        Ok(Response::new(Box::pin(decoded) as WatchEvents))
     }
 }

@@ -10,8 +10,12 @@ use tonic::Status;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use super::Api;
+use bytes::{BufMut, Bytes};
+use tonic::codec::{Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
+
+use super::{Api, EncodedEvents};
 use crate::config::LimitsConfig;
+use crate::pb;
 use crate::pb::watch_proxy_server::WatchProxyServer;
 
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
@@ -28,6 +32,10 @@ pub struct ApiService {
 
 impl ApiService {
     pub fn new(api: Api, limits: &LimitsConfig) -> Self {
+        let streaming = BoxCloneSyncService::new(WatchHandler {
+            api: api.clone(),
+            max_message_bytes: limits.max_message_bytes,
+        });
         let grpc = WatchProxyServer::new(api)
             .max_decoding_message_size(limits.max_message_bytes)
             .max_encoding_message_size(limits.max_message_bytes)
@@ -35,13 +43,86 @@ impl ApiService {
             .accept_compressed(CompressionEncoding::Zstd)
             .send_compressed(CompressionEncoding::Gzip)
             .send_compressed(CompressionEncoding::Zstd);
-        let streaming = BoxCloneSyncService::new(grpc.clone());
         let unary = ServiceBuilder::new()
             .load_shed()
             .concurrency_limit(limits.max_concurrent_unary)
             .service(grpc);
         let unary = BoxCloneSyncService::new(ShedAsStatus(unary));
         Self { streaming, unary }
+    }
+}
+
+/// Serves Watch with each event's bytes as the dispatcher encoded them once
+/// for all its watchers, instead of encoding them again per watcher.
+#[derive(Clone)]
+struct WatchHandler {
+    api: Api,
+    max_message_bytes: usize,
+}
+
+impl Service<http::Request<Body>> for WatchHandler {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (api, max) = (self.api.clone(), self.max_message_bytes);
+        Box::pin(async move {
+            let mut encodings = EnabledCompressionEncodings::default();
+            encodings.enable(CompressionEncoding::Gzip);
+            encodings.enable(CompressionEncoding::Zstd);
+            let mut grpc = tonic::server::Grpc::new(PreEncoded)
+                .apply_compression_config(encodings, encodings)
+                .apply_max_message_size_config(Some(max), Some(max));
+            Ok(grpc.server_streaming(WatchCall(api), req).await)
+        })
+    }
+}
+
+struct WatchCall(Api);
+
+impl tonic::server::ServerStreamingService<pb::WatchRequest> for WatchCall {
+    type Response = Bytes;
+    type ResponseStream = EncodedEvents;
+    type Future =
+        futures::future::BoxFuture<'static, Result<tonic::Response<EncodedEvents>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<pb::WatchRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.watch_encoded(request).await })
+    }
+}
+
+/// Decodes requests with prost; writes responses that are already encoded.
+#[derive(Default)]
+struct PreEncoded;
+
+impl Codec for PreEncoded {
+    type Encode = Bytes;
+    type Decode = pb::WatchRequest;
+    type Encoder = PreEncoded;
+    type Decoder = tonic_prost::ProstDecoder<pb::WatchRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        PreEncoded
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+impl Encoder for PreEncoded {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
     }
 }
 

@@ -579,6 +579,7 @@ mod tests {
                 kind,
                 object,
                 revision,
+                ..
             } = d
             {
                 out.push((kind, object.key.to_string(), revision));
@@ -868,7 +869,7 @@ mod model_tests {
                     .filter_map(|e| transition(&p, e).map(|(t, o)| (t, (*o).clone(), e.revision)))
                     .collect();
                 let mut got = Vec::new();
-                while let Ok(Delivery::Event { kind, object, revision }) = sub.rx.try_recv() {
+                while let Ok(Delivery::Event { kind, object, revision, .. }) = sub.rx.try_recv() {
                     got.push((kind, (*object).clone(), revision));
                 }
                 prop_assert_eq!(got, want, "watcher {:?}", p);

@@ -8,6 +8,7 @@ use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -19,6 +20,10 @@ use crate::telemetry::ResourceMetrics;
 pub use trigger::Trigger;
 use trigger::TriggerIndex;
 
+/// Turns a change as a watcher sees it into the bytes sent on the wire.
+/// Given by the API layer, so dispatch knows nothing of the wire format.
+pub type Encode = Arc<dyn Fn(EventType, &Object, Revision) -> Bytes + Send + Sync>;
+
 /// What a watcher's queue carries.
 #[derive(Debug, Clone)]
 pub enum Delivery {
@@ -28,6 +33,9 @@ pub enum Delivery {
         kind: EventType,
         object: Arc<Object>,
         revision: Revision,
+        /// The encoded change, made once per event and type and shared by
+        /// every watcher it goes to (when the dispatcher has an encoder).
+        encoded: Option<Bytes>,
     },
     /// Progress with nothing to show: the watcher has seen everything up to
     /// this revision.
@@ -101,6 +109,7 @@ pub struct Dispatcher {
     queue_len: usize,
     bookmark_interval: Duration,
     metrics: ResourceMetrics,
+    encode: Option<Encode>,
 }
 
 /// A registered watcher's receiving end; dropping it unregisters.
@@ -139,7 +148,14 @@ impl Dispatcher {
             queue_len,
             bookmark_interval,
             metrics,
+            encode: None,
         }
+    }
+
+    /// Encodes each delivered change once, for all its watchers.
+    pub fn with_encoder(mut self, encode: Encode) -> Self {
+        self.encode = Some(encode);
+        self
     }
 
     /// Adds a watcher that receives events after `start`, registered under
@@ -206,7 +222,10 @@ impl Dispatcher {
         let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
         let mut gone = std::mem::take(&mut w.gone);
+        let mut encodings = 0;
         for event in events {
+            // One encoding per type this event is delivered as.
+            let mut encoded: [Option<Bytes>; 3] = [None, None, None];
             w.index.for_each_candidate(event, |id, entry, via| {
                 if event.revision <= entry.start {
                     return;
@@ -218,10 +237,19 @@ impl Dispatcher {
                 let Some((kind, object)) = seen else {
                     return;
                 };
+                let encoded = self.encode.as_ref().map(|encode| {
+                    encoded[kind as usize]
+                        .get_or_insert_with(|| {
+                            encodings += 1;
+                            encode(kind, &object, event.revision)
+                        })
+                        .clone()
+                });
                 let delivery = Delivery::Event {
                     kind,
                     object,
                     revision: event.revision,
+                    encoded,
                 };
                 match entry.tx.try_send(delivery) {
                     Ok(()) => delivered += 1,
@@ -244,6 +272,7 @@ impl Dispatcher {
         self.metrics.watchers.set(w.index.len() as i64);
         drop(guard);
         self.metrics.deliveries.inc_by(delivered);
+        self.metrics.encodings.inc_by(encodings);
     }
 
     /// Records progress without events (an etcd progress notification).
@@ -410,6 +439,50 @@ mod tests {
         assert_eq!(d.len(), 1);
         drop(fast);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn each_event_is_encoded_once_per_type_for_all_its_watchers() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = calls.clone();
+        let encode: Encode = Arc::new(move |kind, _, revision| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Bytes::from(format!("{kind}@{revision}"))
+        });
+        let d = Arc::new(
+            Dispatcher::new(
+                16,
+                Duration::from_secs(60),
+                Metrics::default().resource("pods"),
+            )
+            .with_encoder(encode),
+        );
+        let mut node1: Vec<_> = (0..50)
+            .map(|_| d.register(on_node("node-1"), Trigger::All, 0, false))
+            .collect();
+        let mut node2: Vec<_> = (0..50)
+            .map(|_| d.register(on_node("node-2"), Trigger::All, 0, false))
+            .collect();
+        let moved = ev(
+            EventType::Modified,
+            Some(obj("a", "node-2", 6)),
+            Some(obj("a", "node-1", 5)),
+            6,
+        );
+        d.dispatch(&[moved]);
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::Relaxed),
+            2,
+            "DELETED once and ADDED once"
+        );
+        let encoded = |s: &mut Subscription| match s.rx.try_recv() {
+            Ok(Delivery::Event {
+                encoded: Some(b), ..
+            }) => b,
+            other => panic!("{other:?}"),
+        };
+        assert!(node1.iter_mut().all(|s| encoded(s) == "DELETED@6"));
+        assert!(node2.iter_mut().all(|s| encoded(s) == "ADDED@6"));
     }
 
     #[tokio::test(start_paused = true)]
