@@ -644,10 +644,14 @@ impl WatchStream {
             }
             let timer = tokio::time::sleep(self.timeout.unwrap_or(Duration::MAX / 4));
             tokio::pin!(timer);
+            // Made once: a new `cancelled()` per poll would register a new
+            // waiter on the token every watch shares, under its lock.
+            let shutdown = self.shutdown.cancelled();
+            tokio::pin!(shutdown);
             loop {
                 let step = tokio::select! {
                     biased;
-                    _ = self.shutdown.cancelled() => Step::Shutdown,
+                    _ = &mut shutdown => Step::Shutdown,
                     _ = &mut timer, if self.timeout.is_some() => Step::Timeout,
                     d = subscription.rx.recv() => Step::Next(d),
                 };
