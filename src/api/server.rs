@@ -11,7 +11,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use bytes::{BufMut, Bytes};
-use tonic::codec::{Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
 
 use super::{Api, EncodedEvents};
 use crate::config::LimitsConfig;
@@ -123,6 +123,12 @@ impl Encoder for PreEncoded {
     fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.put(item);
         Ok(())
+    }
+
+    /// A watch is idle most of its life: start each stream's buffer small
+    /// (tonic's default takes 8 KiB per stream up front) and let it grow.
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(1024, 32 * 1024)
     }
 }
 
