@@ -698,23 +698,38 @@ impl Api {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<EncodedEvents>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
-        let info = CallInfo {
-            method: "Watch",
-            resource: req.resource.clone(),
-            label_selector: &labels,
-            field_selector: &fields,
-        };
+        let info = CallInfo::new(
+            "Watch",
+            &req.resource,
+            &req.label_selector,
+            &req.field_selector,
+        );
         self.answer(&metadata, info, self.watch(req)).await
     }
 }
 
 /// What a call is about, for its span and its metrics.
-struct CallInfo<'a> {
+struct CallInfo {
     method: &'static str,
     resource: String,
-    label_selector: &'a str,
-    field_selector: &'a str,
+    label_selector: String,
+    field_selector: String,
+}
+
+impl CallInfo {
+    fn new(
+        method: &'static str,
+        resource: &str,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> Self {
+        Self {
+            method,
+            resource: resource.to_owned(),
+            label_selector: label_selector.to_owned(),
+            field_selector: field_selector.to_owned(),
+        }
+    }
 }
 
 impl Api {
@@ -723,7 +738,7 @@ impl Api {
     async fn answer<T>(
         &self,
         metadata: &tonic::metadata::MetadataMap,
-        info: CallInfo<'_>,
+        info: CallInfo,
         call: impl std::future::Future<Output = Result<T, ApiError>>,
     ) -> Result<Response<T>, Status> {
         let span = tracing::info_span!(
@@ -731,8 +746,8 @@ impl Api {
             otel.name = info.method,
             rpc.method = info.method,
             resource = %info.resource,
-            label_selector = info.label_selector,
-            field_selector = info.field_selector,
+            label_selector = %info.label_selector,
+            field_selector = %info.field_selector,
             code = tracing::field::Empty,
         );
         crate::telemetry::continue_trace(&span, metadata);
@@ -755,24 +770,18 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
-        let info = CallInfo {
-            method: "List",
-            resource: req.resource.clone(),
-            label_selector: &labels,
-            field_selector: &fields,
-        };
+        let info = CallInfo::new(
+            "List",
+            &req.resource,
+            &req.label_selector,
+            &req.field_selector,
+        );
         self.answer(&metadata, info, self.list(req)).await
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::Object>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let info = CallInfo {
-            method: "Get",
-            resource: req.resource.clone(),
-            label_selector: "",
-            field_selector: "",
-        };
+        let info = CallInfo::new("Get", &req.resource, "", "");
         self.answer(&metadata, info, self.get(req)).await
     }
 
@@ -784,18 +793,10 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let (metadata, _, req) = request.into_parts();
-        let (labels, fields) = (req.label_selector.clone(), req.field_selector.clone());
-        let info = CallInfo {
-            method: "Watch",
-            resource: req.resource.clone(),
-            label_selector: &labels,
-            field_selector: &fields,
-        };
         // Reached only when the generated server is mounted directly; the
         // service normally answers Watch with the encoded events as they
         // are (see `server::ApiService`).
-        let events = self.answer(&metadata, info, self.watch(req)).await?;
+        let events = self.watch_encoded(request).await?;
         let decoded = events.into_inner().map(|item| {
             item.and_then(|bytes| {
                 pb::WatchEvent::decode(bytes).map_err(|e| Status::internal(e.to_string()))

@@ -84,6 +84,8 @@ pub struct Reflector {
     listed_once: bool,
     /// How many revisions before the first list to read into the window.
     history_depth: u64,
+    /// The state last published in `watchproxy_reflector_state`.
+    shown_state: Option<ReflectorState>,
 }
 
 /// How long reading history at start may take before the reflector starts
@@ -113,6 +115,7 @@ pub fn spawn_reflector(
         backoff: Backoff::default(),
         listed_once: false,
         history_depth,
+        shown_state: None,
     };
     tokio::spawn(reflector.run(shutdown).instrument(span))
 }
@@ -129,12 +132,17 @@ impl Reflector {
     }
 
     async fn step(&mut self, state: State) -> State {
-        self.metrics.reflector_state(match &state {
+        let shown = match &state {
             State::Listing => ReflectorState::listing,
             State::Connecting { .. } => ReflectorState::connecting,
             State::Watching { .. } => ReflectorState::watching,
             State::Backoff { .. } => ReflectorState::backoff,
-        });
+        };
+        // Watching lasts many steps (one per etcd response); publish changes only.
+        if self.shown_state != Some(shown) {
+            self.metrics.reflector_state(shown);
+            self.shown_state = Some(shown);
+        }
         match state {
             State::Listing => match self.list().await {
                 Ok(next) => {
