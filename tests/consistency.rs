@@ -240,7 +240,7 @@ async fn watchers_resume_across_a_restart_of_watchproxy_without_out_of_range() {
         if i % 3 == 0 {
             req.field_selector = format!("spec.nodeName=node-{}", i % 4);
         }
-        streams.push((req.clone(), c.watch(req).await.unwrap().into_inner()));
+        streams.push((req.clone(), open_watch(&mut c, req).await));
     }
     // The last version each node's watchers see: a write concerns the node
     // a pod moves to and the node it leaves.

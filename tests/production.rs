@@ -283,11 +283,7 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     let (mut child, mut client, _dir) = spawn_binary(&etcd, &[]).await;
-    let mut stream = client
-        .watch(watch_req("pods", "0"))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "0")).await;
     let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
     take_events(&mut stream, 1).await;
 
@@ -321,11 +317,7 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
 async fn metrics_pass_promtool_and_move_when_events_flow() {
     let (etcd, proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let mut stream = client
-        .watch(watch_req("pods", "0"))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "0")).await;
     for i in 0..3 {
         put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
     }

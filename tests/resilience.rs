@@ -10,7 +10,7 @@ use common::*;
 use tonic::transport::Channel;
 use tonic::Code;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
-use watchproxy::pb::{EventType, ListRequest};
+use watchproxy::pb::EventType;
 
 use EventType::{Added, Deleted, Modified};
 
@@ -125,24 +125,9 @@ async fn a_compaction_while_cut_off_relists_and_emits_the_difference() {
     let proxy = Proxy::start(&forwarder.url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let mut stream = client
-        .watch(watch_req("pods", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "")).await;
     assert_eq!(take_events(&mut stream, 3).await.len(), 3);
-    let before: u64 = client
-        .list(ListRequest {
-            resource: "pods".into(),
-            resource_version: "0".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .resource_version
-        .parse()
-        .unwrap();
+    let before = list_version(&mut client, "pods", "0").await;
 
     forwarder.cut();
     put_pod(&mut ec, "ns", "change", &[("v", "2")], "").await;
@@ -185,16 +170,8 @@ async fn a_compaction_while_cut_off_relists_and_emits_the_difference() {
         .map(summary)
         .collect();
     assert_eq!(again, got);
-    let items = client
-        .list(ListRequest {
-            resource: "pods".into(),
-            ..Default::default()
-        })
+    let names: Vec<String> = list_items(&mut client, "pods")
         .await
-        .unwrap();
-    let names: Vec<String> = items
-        .into_inner()
-        .items
         .into_iter()
         .map(|o| o.name)
         .collect();
@@ -289,24 +266,13 @@ async fn undecodable_values_are_skipped_and_counted_without_stopping_the_stream(
     let proxy = Proxy::start(&etcd.client_url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let list = client
-        .list(ListRequest {
-            resource: "pods".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(list.into_inner().items.len(), 1);
+    assert_eq!(list_items(&mut client, "pods").await.len(), 1);
     assert_eq!(
         proxy.metric("watchproxy_undecodable_values_total", "resource=\"pods\""),
         2.0
     );
 
-    let mut stream = client
-        .watch(watch_req("pods", "0"))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "0")).await;
     take_events(&mut stream, 1).await;
     ec.put("/registry/pods/ns/watched-bad", "{\"metadata\":", None)
         .await
@@ -347,16 +313,9 @@ async fn undecodable_values_are_skipped_and_counted_without_stopping_the_stream(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_watches_with_unavailable_and_the_version_to_resume_from() {
-    let etcd = Etcd::start().await;
+    let (etcd, mut proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
-    let mut proxy = Proxy::start(&etcd.client_url).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
-    let mut stream = client
-        .watch(watch_req("pods", "0"))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "0")).await;
     let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
     take_events(&mut stream, 1).await;
 

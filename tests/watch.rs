@@ -20,11 +20,7 @@ async fn watch_delivers_changes_in_etcd_order_with_types_and_versions() {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 
-    let mut stream = client
-        .watch(watch_req("pods", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = open_watch(&mut client, watch_req("pods", "")).await;
     let initial = take_events(&mut stream, 1).await;
     assert_eq!(summary(&initial[0]), (Added, "default/a".into(), r0));
 
@@ -142,7 +138,7 @@ async fn send_initial_events_ends_with_a_bookmark_then_streams_changes() {
         allow_bookmarks: true,
         ..watch_req("pods", "")
     };
-    let mut stream = client.watch(req).await.unwrap().into_inner();
+    let mut stream = open_watch(&mut client, req).await;
     let mut initial = Vec::new();
     let end = loop {
         let e = next_event(&mut stream).await.unwrap().unwrap();
@@ -176,12 +172,12 @@ async fn idle_watchers_that_allow_bookmarks_get_them_periodically() {
         allow_bookmarks: true,
         ..watch_req("pods", "0")
     };
-    let mut with = client.watch(with).await.unwrap().into_inner();
+    let mut with = open_watch(&mut client, with).await;
     let without = WatchRequest {
         timeout_seconds: 4,
         ..watch_req("pods", "0")
     };
-    let mut without = client.watch(without).await.unwrap().into_inner();
+    let mut without = open_watch(&mut client, without).await;
     // Another prefix moves etcd's revision; progress notifications carry it
     // to the idle resource, and bookmarks to its watchers.
     let elsewhere = ec
@@ -219,7 +215,7 @@ async fn watch_timeout_ends_the_stream_with_ok() {
         timeout_seconds: 1,
         ..watch_req("pods", "0")
     };
-    let mut stream = client.watch(req).await.unwrap().into_inner();
+    let mut stream = open_watch(&mut client, req).await;
     assert!(
         next_event(&mut stream).await.unwrap().is_none(),
         "the stream ends with OK"
@@ -246,7 +242,7 @@ async fn a_single_object_watch_sees_only_that_object() {
         name: "target".into(),
         ..watch_req("pods", "")
     };
-    let mut stream = client.watch(req).await.unwrap().into_inner();
+    let mut stream = open_watch(&mut client, req).await;
     assert_eq!(
         summary(&take_events(&mut stream, 1).await[0]).1,
         "ns/target"
@@ -269,21 +265,9 @@ async fn selectors_turn_changes_into_added_and_deleted_per_watcher() {
         label_selector: label.into(),
         ..watch_req("pods", "0")
     };
-    let mut node1 = client
-        .watch(watch("spec.nodeName=node-1", ""))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut node2 = client
-        .watch(watch("spec.nodeName=node-2", ""))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut web = client
-        .watch(watch("", "app=web"))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut node1 = open_watch(&mut client, watch("spec.nodeName=node-1", "")).await;
+    let mut node2 = open_watch(&mut client, watch("spec.nodeName=node-2", "")).await;
+    let mut web = open_watch(&mut client, watch("", "app=web")).await;
 
     let r1 = put_pod(&mut ec, "ns", "p", &[], "node-1").await;
     let r2 = put_pod(&mut ec, "ns", "p", &[("app", "web")], "node-2").await;
@@ -339,7 +323,7 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
         } else {
             client.clone()
         };
-        streams.push(c.watch(watch_req("pods", "0")).await.unwrap().into_inner());
+        streams.push(open_watch(&mut c, watch_req("pods", "0")).await);
         if i % 50 == 0 {
             client = c;
         }

@@ -484,3 +484,29 @@ pub async fn until_error(stream: &mut tonic::Streaming<WatchEvent>) -> (tonic::S
         }
     }
 }
+
+/// Opens a watch that must be accepted.
+pub async fn open_watch(
+    client: &mut WatchProxyClient<Channel>,
+    req: pb::WatchRequest,
+) -> tonic::Streaming<WatchEvent> {
+    client
+        .watch(req)
+        .await
+        .expect("the watch is accepted")
+        .into_inner()
+}
+
+/// The items of a consistent List of a whole resource.
+pub async fn list_items(client: &mut WatchProxyClient<Channel>, resource: &str) -> Vec<pb::Object> {
+    let req = pb::ListRequest {
+        resource: resource.into(),
+        ..Default::default()
+    };
+    client
+        .list(req)
+        .await
+        .expect("the list succeeds")
+        .into_inner()
+        .items
+}
