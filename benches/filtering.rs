@@ -70,7 +70,7 @@ fn dispatch(c: &mut Criterion) {
                         },
                         false => Trigger::All,
                     };
-                    d.register(p, trigger, 0, false)
+                    d.register(p, trigger, 0, false, false)
                 })
                 .collect();
             let events: Vec<Arc<Event>> = (0..watchers)

@@ -40,6 +40,7 @@ fn main() {
                 },
                 0,
                 false,
+                false,
             )
         })
         .collect();

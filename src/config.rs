@@ -119,7 +119,8 @@ pub struct WatchConfig {
     /// jitter, so they do not all wake together).
     #[serde(default = "default_bookmark_interval", with = "humantime_serde")]
     pub bookmark_interval: Duration,
-    /// Events a watcher may have queued before it counts as too slow.
+    /// Events a watcher may have queued; when its queue fills it reads the
+    /// event window by itself until it has caught up.
     #[serde(default = "default_watcher_queue")]
     pub watcher_queue: usize,
     /// How long a request for a resource version the cache has not reached
@@ -297,8 +298,8 @@ impl Config {
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));
         }
-        if self.watch.watcher_queue == 0 {
-            return Err(invalid("watch.watcher_queue", "must be positive"));
+        if self.watch.watcher_queue < 2 {
+            return Err(invalid("watch.watcher_queue", "must be at least 2"));
         }
         if self.watch.bookmark_interval.is_zero() {
             return Err(invalid("watch.bookmark_interval", "must be positive"));

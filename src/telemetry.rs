@@ -121,7 +121,8 @@ struct ResourceLabel {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
 pub enum EndReason {
-    slow,
+    /// Fell behind further than the event window reaches.
+    expired,
     timeout,
     client_gone,
     shutdown,
@@ -181,6 +182,8 @@ pub struct Metrics {
     events_received: Family<ResourceLabel, Counter>,
     deliveries: Family<ResourceLabel, Counter>,
     encodings: Family<ResourceLabel, Counter>,
+    fell_behind: Family<ResourceLabel, Counter>,
+    replayed: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
     relists: Family<ResourceLabel, Counter>,
     watchers: Family<ResourceLabel, Gauge>,
@@ -209,6 +212,8 @@ impl Default for Metrics {
             events_received: Family::default(),
             deliveries: Family::default(),
             encodings: Family::default(),
+            fell_behind: Family::default(),
+            replayed: Family::default(),
             undecodable: Family::default(),
             relists: Family::default(),
             watchers: Family::default(),
@@ -237,6 +242,16 @@ impl Default for Metrics {
             "encodings",
             "Live events encoded for the wire; each is shared by every watcher it is delivered to",
             m.encodings.clone(),
+        );
+        r.register(
+            "watchers_fell_behind",
+            "Times a watcher's queue filled: it went on from the event window by itself",
+            m.fell_behind.clone(),
+        );
+        r.register(
+            "replayed_events",
+            "Events watchers that fell behind read from the event window",
+            m.replayed.clone(),
         );
         r.register(
             "undecodable_values",
@@ -317,6 +332,8 @@ impl Metrics {
             events_received: self.events_received.get_or_create(&l).clone(),
             deliveries: self.deliveries.get_or_create(&l).clone(),
             encodings: self.encodings.get_or_create(&l).clone(),
+            fell_behind: self.fell_behind.get_or_create(&l).clone(),
+            replayed: self.replayed.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
             relists: self.relists.get_or_create(&l).clone(),
             watchers: self.watchers.get_or_create(&l).clone(),
@@ -359,6 +376,8 @@ pub struct ResourceMetrics {
     pub events_received: Counter,
     pub deliveries: Counter,
     pub encodings: Counter,
+    pub fell_behind: Counter,
+    pub replayed: Counter,
     pub undecodable: Counter,
     pub relists: Counter,
     pub watchers: Gauge,

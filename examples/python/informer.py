@@ -93,7 +93,7 @@ class Informer:
                     log(event="too old; listing again", details=e.details())
                     self.relist()
                     continue
-                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED):
+                if code == grpc.StatusCode.UNAVAILABLE:
                     named = dict(e.trailing_metadata() or ()).get("watchproxy-resume-resource-version")
                     if named:
                         self.version = named

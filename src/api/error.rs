@@ -52,8 +52,6 @@ pub enum ApiError {
     ContinueExpired { revision: Revision },
     #[error("too many watches {scope}; retry later or on another replica")]
     TooManyWatchers { scope: String },
-    #[error("watcher fell behind; resume from resource version {resume_from}")]
-    TooSlow { resume_from: Revision },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
     ShuttingDown { last: Option<Revision> },
 }
@@ -69,7 +67,6 @@ impl From<ApiError> for Status {
             ApiError::TooOld { .. }
             | ApiError::Compacted { .. }
             | ApiError::ContinueExpired { .. } => Code::OutOfRange,
-            ApiError::TooSlow { .. } => Code::Aborted,
             ApiError::TooManyWatchers { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
             | ApiError::NotFresh { .. }
@@ -82,7 +79,6 @@ impl From<ApiError> for Status {
         let (resume, current) = match e {
             ApiError::TooOld { current, .. } => (None, Some(current)),
             ApiError::TooLarge { current, .. } => (None, Some(current)),
-            ApiError::TooSlow { resume_from } => (Some(resume_from), None),
             ApiError::ShuttingDown { last } => (last, None),
             _ => (None, None),
         };
@@ -127,7 +123,6 @@ mod tests {
                 },
                 Code::Unavailable,
             ),
-            (ApiError::TooSlow { resume_from: 7 }, Code::Aborted),
             (ApiError::ShuttingDown { last: Some(7) }, Code::Unavailable),
             (
                 ApiError::NotReady {
@@ -148,7 +143,7 @@ mod tests {
             s.message().contains("too old resource version") && s.message().contains("current: 9")
         );
         assert_eq!(s.metadata().get(CURRENT_VERSION_KEY).unwrap(), "9");
-        let s = Status::from(ApiError::TooSlow { resume_from: 7 });
+        let s = Status::from(ApiError::ShuttingDown { last: Some(7) });
         assert_eq!(s.metadata().get(RESUME_VERSION_KEY).unwrap(), "7");
     }
 }

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::cache::{Initial, NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{transition, Delivery, Ended};
+use crate::cache::{NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
+use crate::dispatch::{Next, View, Watcher};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
@@ -448,7 +448,7 @@ impl Api {
             })?;
         let stream = WatchStream {
             _slots: slots,
-            resource: resource.clone(),
+            cache: s.cache.clone(),
             predicate,
             allow_bookmarks: req.allow_bookmarks,
             initial_events_end: req.send_initial_events,
@@ -578,7 +578,7 @@ fn bookmark_pb(revision: Revision, initial_events_end: bool) -> pb::WatchEvent {
 struct WatchStream {
     /// Held while the watch is open: its places in the watcher limits.
     _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
-    resource: Arc<Resource>,
+    cache: Arc<WatchCache>,
     predicate: Predicate,
     allow_bookmarks: bool,
     initial_events_end: bool,
@@ -601,93 +601,85 @@ impl Drop for EndCounter {
     }
 }
 
-enum Step {
-    Shutdown,
-    Timeout,
-    Next(Option<Delivery>),
+fn view_bytes(view: &View) -> Bytes {
+    match &view.encoded {
+        Some(b) => b.clone(),
+        None => encode_event(view.kind, &view.object, view.revision),
+    }
 }
 
 impl WatchStream {
-    /// The initial events (the state, or the replay from the window), then
-    /// live deliveries, until the client leaves, the timeout passes, the
-    /// watcher falls behind or the server shuts down.
+    /// The initial state (if asked for), then changes: live from the queue,
+    /// or read from the window while the watcher is behind, until the client
+    /// leaves, the timeout passes, the server shuts down or the watcher falls
+    /// further behind than the window reaches.
     fn run(self, start: WatchStart) -> impl Stream<Item = Result<Bytes, Status>> + Send {
         async_stream::stream! {
             // Taken by name: the stream captures only the fields it uses,
             // and the watch's places in the limits must live as long as it.
             let _slots = self._slots;
-            let WatchStart { initial, revision, mut subscription } = start;
+            let WatchStart { state, revision, subscription } = start;
             let mut end = EndCounter { metrics: self.metrics.clone(), reason: None };
-            // The version a client may resume from; none until the initial
-            // state has been sent whole.
-            let mut last: Option<Revision>;
-            match initial {
-                Initial::State(snapshot) => {
-                    let objects: Vec<Arc<Object>> =
-                        snapshot.select(&self.resource, &self.predicate, None).cloned().collect();
-                    for o in objects {
-                        yield Ok(encode_event(EventType::Added, &o, o.revision));
-                    }
-                    last = Some(revision);
-                    if self.initial_events_end {
-                        yield Ok(encode_bookmark(revision, true));
-                    }
+            let behind = state.is_none();
+            if let Some(snapshot) = state {
+                let objects: Vec<Arc<Object>> =
+                    snapshot.select(&self.cache.resource, &self.predicate, None).cloned().collect();
+                for o in objects {
+                    yield Ok(encode_event(EventType::Added, &o, o.revision));
                 }
-                Initial::Replay(events) => {
-                    for e in &events {
-                        if let Some((kind, o)) = transition(&self.predicate, e) {
-                            yield Ok(encode_event(kind, &o, e.revision));
-                        }
-                    }
-                    last = Some(revision);
+                if self.initial_events_end {
+                    yield Ok(encode_bookmark(revision, true));
                 }
             }
-            let timer = tokio::time::sleep(self.timeout.unwrap_or(Duration::MAX / 4));
+            let mut watcher = Watcher::new(subscription, self.predicate, revision, behind);
+            let deadline = self.timeout.map(|t| Instant::now() + t);
+            let timer = tokio::time::sleep_until(deadline.unwrap_or_else(far_future));
             tokio::pin!(timer);
             // Made once: a new `cancelled()` per poll would register a new
             // waiter on the token every watch shares, under its lock.
             let shutdown = self.shutdown.cancelled();
             tokio::pin!(shutdown);
             loop {
-                let step = tokio::select! {
+                let next = tokio::select! {
                     biased;
-                    _ = &mut shutdown => Step::Shutdown,
-                    _ = &mut timer, if self.timeout.is_some() => Step::Timeout,
-                    d = subscription.rx.recv() => Step::Next(d),
-                };
-                match step {
-                    Step::Next(Some(Delivery::Event { kind, object, revision, encoded })) => {
-                        last = Some(revision);
-                        yield Ok(encoded.unwrap_or_else(|| encode_event(kind, &object, revision)));
+                    _ = &mut shutdown => Next::Closed,
+                    _ = &mut timer, if deadline.is_some() => {
+                        end.reason = Some(EndReason::timeout);
+                        break;
                     }
-                    Step::Next(Some(Delivery::Bookmark(revision))) => {
-                        last = Some(revision);
+                    next = watcher.next(&self.cache) => next,
+                };
+                match next {
+                    Next::Event(view) => yield Ok(view_bytes(&view)),
+                    Next::Bookmark(revision) => {
                         if self.allow_bookmarks {
                             yield Ok(encode_bookmark(revision, false));
                         }
                     }
-                    Step::Next(None) => {
-                        end.reason = Some(EndReason::slow);
-                        let resume_from = match subscription.ended() {
-                            Some(Ended::Slow { resume_from }) => resume_from,
-                            None => last.unwrap_or(revision),
-                        };
-                        yield Err(ApiError::TooSlow { resume_from }.into());
+                    Next::Expired { after, oldest } => {
+                        end.reason = Some(EndReason::expired);
+                        yield Err(ApiError::TooOld {
+                            requested: after,
+                            oldest,
+                            current: self.cache.progress().revision,
+                        }.into());
                         break;
                     }
-                    Step::Timeout => {
-                        end.reason = Some(EndReason::timeout);
-                        break;
-                    }
-                    Step::Shutdown => {
+                    // The dispatcher goes away only with the server.
+                    Next::Closed => {
                         end.reason = Some(EndReason::shutdown);
-                        yield Err(ApiError::ShuttingDown { last }.into());
+                        yield Err(ApiError::ShuttingDown { last: Some(watcher.revision()) }.into());
                         break;
                     }
                 }
             }
         }
     }
+}
+
+/// A deadline that never comes, for watches without a timeout.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 impl Api {

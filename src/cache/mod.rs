@@ -113,15 +113,12 @@ pub enum WatchFrom {
     Revision(Revision),
 }
 
-/// What a new watcher sends before live changes.
-pub enum Initial {
-    State(Snapshot),
-    Replay(Vec<Arc<Event>>),
-}
-
 pub struct WatchStart {
-    pub initial: Initial,
-    /// The revision live delivery continues from.
+    /// The state to send first as ADDED events, when starting from it.
+    /// Without it the watcher starts behind and reads the window itself.
+    pub state: Option<Snapshot>,
+    /// The watcher has seen everything up to this revision once `state`
+    /// is sent.
     pub revision: Revision,
     pub subscription: Subscription,
 }
@@ -329,23 +326,50 @@ impl WatchCache {
         bookmarks: bool,
     ) -> Result<WatchStart, TooOld> {
         let s = self.state.lock().unwrap();
-        let initial = match from {
-            WatchFrom::State => Initial::State(Snapshot {
-                store: s.store.clone(),
-                indexes: s.indexes.clone(),
-                revision: s.revision,
-            }),
-            WatchFrom::Revision(r) => Initial::Replay(s.ring.since(r)?),
+        let (state, revision) = match from {
+            WatchFrom::State => {
+                let snapshot = Snapshot {
+                    store: s.store.clone(),
+                    indexes: s.indexes.clone(),
+                    revision: s.revision,
+                };
+                (Some(snapshot), s.revision)
+            }
+            WatchFrom::Revision(r) if r < s.ring.oldest() => {
+                return Err(TooOld {
+                    oldest: s.ring.oldest(),
+                })
+            }
+            WatchFrom::Revision(r) => (None, r),
         };
         let trigger = self.trigger(&predicate, &s.indexes);
-        let subscription = self
-            .dispatcher
-            .register(predicate, trigger, s.revision, bookmarks);
+        let subscription =
+            self.dispatcher
+                .register(predicate, trigger, revision, bookmarks, state.is_none());
         Ok(WatchStart {
-            initial,
-            revision: s.revision,
+            state,
+            revision,
             subscription,
         })
+    }
+
+    /// The next events after `after` (whole revisions, about `max`) for a
+    /// watcher that is behind. When there are none it has caught up: it
+    /// rejoins live delivery, under the lock that orders the window, so no
+    /// event is missed or delivered twice.
+    pub fn catch_up(
+        &self,
+        subscription: &Subscription,
+        after: Revision,
+        max: usize,
+    ) -> Result<Vec<Arc<Event>>, TooOld> {
+        let s = self.state.lock().unwrap();
+        let events = s.ring.read(after, max)?;
+        if events.is_empty() {
+            self.dispatcher.rejoin(subscription, after);
+        }
+        self.metrics.replayed.inc_by(events.len() as u64);
+        Ok(events)
     }
 }
 
@@ -550,8 +574,9 @@ impl CacheWriter {
 mod tests {
     use super::*;
     use crate::config::ValueFormat;
-    use crate::dispatch::Delivery;
+    use crate::dispatch::{Delivery, Next, Watcher};
     use crate::telemetry::Metrics;
+    use futures::FutureExt;
 
     fn resource() -> Arc<Resource> {
         Arc::new(Resource {
@@ -575,14 +600,20 @@ mod tests {
     fn drain(sub: &mut Subscription) -> Vec<(EventType, String, Revision)> {
         let mut out = Vec::new();
         while let Ok(d) = sub.rx.try_recv() {
-            if let Delivery::Event {
-                kind,
-                object,
-                revision,
-                ..
-            } = d
-            {
-                out.push((kind, object.key.to_string(), revision));
+            if let Delivery::Event(v) = d {
+                out.push((v.kind, v.object.key.to_string(), v.revision));
+            }
+        }
+        out
+    }
+
+    /// Everything a watcher has to show now, live or from the window.
+    fn shown(cache: &WatchCache, w: &mut Watcher) -> Vec<(EventType, String, Revision)> {
+        let mut out = Vec::new();
+        while let Some(next) = w.next(cache).now_or_never() {
+            match next {
+                Next::Event(v) => out.push((v.kind, v.object.key.to_string(), v.revision)),
+                other => panic!("{other:?}"),
             }
         }
         out
@@ -600,7 +631,7 @@ mod tests {
             10,
         );
         let mut sub = cache
-            .watch(Predicate::default(), WatchFrom::Revision(10), false)
+            .watch(Predicate::default(), WatchFrom::State, false)
             .unwrap()
             .subscription;
         w.replace(
@@ -620,14 +651,12 @@ mod tests {
             ]
         );
         // The same events are in the window for watchers that resume later.
-        let replay = match cache
+        let start = cache
             .watch(Predicate::default(), WatchFrom::Revision(12), false)
-            .unwrap()
-            .initial
-        {
-            Initial::Replay(events) => events.iter().map(|e| e.revision).collect::<Vec<_>>(),
-            Initial::State(_) => panic!("want replay"),
-        };
+            .unwrap();
+        assert!(start.state.is_none());
+        let mut w = Watcher::new(start.subscription, Predicate::default(), 12, true);
+        let replay: Vec<Revision> = shown(&cache, &mut w).iter().map(|e| e.2).collect();
         assert_eq!(replay, [15, 20]);
         assert_eq!(
             cache.progress(),
@@ -693,8 +722,9 @@ mod model_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::dispatch::{transition, Delivery};
+    use crate::dispatch::{transition, Next, Watcher};
     use crate::telemetry::Metrics;
+    use futures::FutureExt;
 
     const NODES: [&str; 4] = ["node-0", "node-1", "node-2", "node-3"];
     const PHASES: [&str; 2] = ["Running", "Pending"];
@@ -738,14 +768,18 @@ mod model_tests {
         .unwrap()
     }
 
-    /// A watcher: when it joins (after how many steps), and its request.
+    /// A watcher: when it joins (after how many transactions), from the
+    /// state or from how many revisions back, its request, and how many
+    /// changes it reads after each transaction (it may fall behind).
     #[derive(Debug, Clone)]
     struct WatcherSpec {
         joins_after: usize,
+        replays: Option<u64>,
         namespace: &'static str,
         name: &'static str,
         labels: &'static str,
         fields: String,
+        reads: Vec<usize>,
     }
 
     fn watcher() -> impl Strategy<Value = WatcherSpec> {
@@ -761,8 +795,10 @@ mod model_tests {
         let node = prop::option::of(0..NODES.len());
         let phase = prop::option::of((0..PHASES.len(), any::<bool>()));
         let scope = prop::sample::select(vec![("", ""), ("ns0", ""), ("ns1", "p1"), ("", "p0")]);
-        (0..40usize, scope, labels, node, phase).prop_map(
-            |(joins_after, (namespace, name), labels, node, phase)| {
+        let joins = (0..40usize, prop::option::weighted(0.3, 0..8u64));
+        let reads = prop::collection::vec(0..4usize, 40);
+        (joins, scope, labels, node, phase, reads).prop_map(
+            |((joins_after, replays), (namespace, name), labels, node, phase, reads)| {
                 let mut fields = Vec::new();
                 if let Some(n) = node {
                     fields.push(format!("spec.nodeName={}", NODES[n]));
@@ -776,10 +812,12 @@ mod model_tests {
                 }
                 WatcherSpec {
                     joins_after,
+                    replays,
                     namespace,
                     name,
                     labels,
                     fields: fields.join(","),
+                    reads,
                 }
             },
         )
@@ -796,44 +834,75 @@ mod model_tests {
         #![proptest_config(ProptestConfig::with_cases(200))]
         #[test]
         fn trigger_index_dispatch_equals_brute_force(
-            steps in prop::collection::vec(step(), 1..40),
+            steps in prop::collection::vec((step(), prop::bool::weighted(0.3)), 1..40),
             watchers in prop::collection::vec(watcher(), 1..12),
+            queue in 2..6usize,
         ) {
             let r = resource();
             let metrics = Metrics::default().resource("pods");
-            let d = Dispatcher::new(4096, Duration::from_secs(3600), metrics.clone());
+            // Small queues, so watchers that read slowly fall behind, read
+            // the window and rejoin, again and again.
+            let d = Dispatcher::new(queue, Duration::from_secs(3600), metrics.clone());
             let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
             writer.replace(vec![], 1);
+
+            // Steps on distinct keys may share a revision (a transaction).
+            let mut txns: Vec<Vec<Step>> = Vec::new();
+            for (step, joins_previous) in steps {
+                match txns.last_mut() {
+                    Some(t) if joins_previous && t.iter().all(|s| s.0 != step.0) => t.push(step),
+                    _ => txns.push(vec![step]),
+                }
+            }
 
             let mut model: BTreeMap<Arc<str>, Arc<Object>> = BTreeMap::new();
             let mut history: Vec<Event> = Vec::new();
             let mut subs = Vec::new();
             let mut states = vec![(1, model.clone())];
-            for (i, (k, state)) in steps.iter().enumerate() {
+            for (i, txn) in txns.iter().enumerate() {
                 for w in watchers.iter().filter(|w| w.joins_after == i) {
                     let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields).unwrap();
-                    let sub = cache.watch(p.clone(), WatchFrom::State, false).unwrap().subscription;
-                    subs.push((p, history.len(), sub));
+                    let now = cache.progress().revision;
+                    let from = match w.replays {
+                        Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),
+                        None => WatchFrom::State,
+                    };
+                    let start = cache.watch(p.clone(), from, false).unwrap();
+                    let watcher = Watcher::new(start.subscription, p.clone(), start.revision, start.state.is_none());
+                    subs.push((p, start.revision, watcher, &w.reads, Vec::new()));
                 }
                 let revision = i as Revision + 2;
-                let (ns, name) = key_of(*k);
-                let key: Arc<str> = Arc::from(r.key(&ns, &name));
-                let object = state.map(|s| object(&r, *k, s, revision));
-                let prev = model.get(&key).cloned();
-                match &object {
-                    Some(o) => {
-                        model.insert(key.clone(), Arc::new(o.clone()));
-                        let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                        history.push(Event { revision, kind, object: Some(Arc::new(o.clone())), prev });
+                let mut changes = Vec::new();
+                for (k, state) in txn {
+                    let (ns, name) = key_of(*k);
+                    let key: Arc<str> = Arc::from(r.key(&ns, &name));
+                    let object = state.map(|s| object(&r, *k, s, revision));
+                    let prev = model.get(&key).cloned();
+                    match &object {
+                        Some(o) => {
+                            model.insert(key.clone(), Arc::new(o.clone()));
+                            let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
+                            history.push(Event { revision, kind, object: Some(Arc::new(o.clone())), prev });
+                        }
+                        None if prev.is_some() => {
+                            model.remove(&key);
+                            history.push(Event { revision, kind: EventType::Deleted, object: None, prev });
+                        }
+                        None => {}
                     }
-                    None if prev.is_some() => {
-                        model.remove(&key);
-                        history.push(Event { revision, kind: EventType::Deleted, object: None, prev });
-                    }
-                    None => {}
+                    changes.push(Change { revision, key, object });
                 }
-                writer.apply(vec![Change { revision, key, object }]);
+                writer.apply(changes);
                 states.push((revision, model.clone()));
+                for (_, _, watcher, reads, got) in &mut subs {
+                    for _ in 0..reads[i] {
+                        match watcher.next(&cache).now_or_never() {
+                            Some(Next::Event(v)) => got.push((v.kind, (*v.object).clone(), v.revision)),
+                            None => break,
+                            Some(other) => panic!("{other:?}"),
+                        }
+                    }
+                }
             }
 
             // The state at every past revision is rebuilt exactly.
@@ -842,7 +911,7 @@ mod model_tests {
                 let got: Vec<(&str, &Object)> = at.store.iter().map(|(k, o)| (&**k, &**o)).collect();
                 let want: Vec<(&str, &Object)> = state.iter().map(|(k, o)| (&**k, &**o)).collect();
                 prop_assert_eq!(got, want, "state at {}", revision);
-                for (p, _, _) in &subs {
+                for (p, ..) in &subs {
                     let listed: Vec<&str> = at.select(&r, p, None).map(|o| &*o.key).collect();
                     let scanned: Vec<&str> = state.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
                     prop_assert_eq!(listed, scanned, "indexed list at {}", revision);
@@ -852,7 +921,7 @@ mod model_tests {
             // Lists read through the indexes equal a scan of the model,
             // whole and from after each key.
             let snapshot = cache.snapshot();
-            for (p, _, _) in &subs {
+            for (p, ..) in &subs {
                 let all: Vec<&str> = model.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
                 let listed: Vec<&str> = snapshot.select(&r, p, None).map(|o| &*o.key).collect();
                 prop_assert_eq!(&listed, &all, "list {:?}", p);
@@ -863,14 +932,15 @@ mod model_tests {
                 }
             }
 
-            for (p, from, mut sub) in subs {
-                let want: Vec<(EventType, Object, Revision)> = history[from..]
+            for (p, from, mut watcher, _, mut got) in subs {
+                let want: Vec<(EventType, Object, Revision)> = history
                     .iter()
+                    .filter(|e| e.revision > from)
                     .filter_map(|e| transition(&p, e).map(|(t, o)| (t, (*o).clone(), e.revision)))
                     .collect();
-                let mut got = Vec::new();
-                while let Ok(Delivery::Event { kind, object, revision, .. }) = sub.rx.try_recv() {
-                    got.push((kind, (*object).clone(), revision));
+                while let Some(next) = watcher.next(&cache).now_or_never() {
+                    let Next::Event(v) = next else { panic!("{next:?}") };
+                    got.push((v.kind, (*v.object).clone(), v.revision));
                 }
                 prop_assert_eq!(got, want, "watcher {:?}", p);
             }

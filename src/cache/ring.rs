@@ -104,11 +104,29 @@ impl EventRing {
 
     /// Every event after `revision`, in order.
     pub fn since(&self, revision: Revision) -> Result<Vec<Arc<Event>>, TooOld> {
+        self.read(revision, usize::MAX)
+    }
+
+    /// The events after `revision`, in order: at least `max` of them (or all
+    /// there are), and then the rest of the last one's revision, so a reader
+    /// can go on from that revision without splitting a transaction.
+    pub fn read(&self, revision: Revision, max: usize) -> Result<Vec<Arc<Event>>, TooOld> {
         if revision < self.start {
             return Err(TooOld { oldest: self.start });
         }
         let first = self.events.partition_point(|(_, e)| e.revision <= revision);
-        Ok(self.events.range(first..).map(|(_, e)| e.clone()).collect())
+        let mut end = first.saturating_add(max).min(self.events.len());
+        if let Some(last) = end.checked_sub(1).filter(|&l| l >= first) {
+            let through = self.events[last].1.revision;
+            while end < self.events.len() && self.events[end].1.revision == through {
+                end += 1;
+            }
+        }
+        Ok(self
+            .events
+            .range(first..end)
+            .map(|(_, e)| e.clone())
+            .collect())
     }
 }
 
@@ -153,6 +171,30 @@ mod tests {
         assert_eq!(revisions(&r, 15), Vec::<Revision>::new());
         assert_eq!(revisions(&r, 99), Vec::<Revision>::new());
         assert_eq!(r.since(9), Err(TooOld { oldest: 10 }));
+    }
+
+    #[test]
+    fn reads_end_on_a_whole_revision() {
+        let mut r = EventRing::new(8, 8, Duration::ZERO);
+        r.reset(10);
+        let t = Instant::now();
+        for rev in [11, 12, 12, 12, 15] {
+            r.push(ev(rev), t);
+        }
+        let read = |from, max| -> Vec<Revision> {
+            r.read(from, max)
+                .unwrap()
+                .iter()
+                .map(|e| e.revision)
+                .collect()
+        };
+        assert_eq!(read(10, 1), [11]);
+        assert_eq!(read(10, 2), [11, 12, 12, 12]);
+        assert_eq!(read(11, 1), [12, 12, 12]);
+        assert_eq!(read(12, 1), [15]);
+        assert_eq!(read(15, 1), Vec::<Revision>::new());
+        assert_eq!(read(10, 0), Vec::<Revision>::new());
+        assert_eq!(r.read(9, 1), Err(TooOld { oldest: 10 }));
     }
 
     #[test]

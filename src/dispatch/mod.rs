@@ -1,11 +1,14 @@
 //! Fan-out: hands each event to every interested watcher's bounded queue,
-//! rewriting its type per watcher, and sends periodic bookmarks.
+//! rewriting its type per watcher, and sends periodic bookmarks. A watcher
+//! whose queue is nearly full is marked behind and skipped until it has
+//! caught up from the event window by itself.
 
 mod trigger;
+mod watcher;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,35 +22,36 @@ use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
 pub use trigger::Trigger;
 use trigger::TriggerIndex;
+pub use watcher::{Next, Watcher};
 
 /// Turns a change as a watcher sees it into the bytes sent on the wire.
 /// Given by the API layer, so dispatch knows nothing of the wire format.
 pub type Encode = Arc<dyn Fn(EventType, &Object, Revision) -> Bytes + Send + Sync>;
 
-/// What a watcher's queue carries.
+/// An event as the watchers of one type see it, shared by all of them.
+#[derive(Debug)]
+pub struct View {
+    pub kind: EventType,
+    /// DELETED carries the last state the watcher was shown.
+    pub object: Arc<Object>,
+    pub revision: Revision,
+    /// The encoded change, made once per event and type (when the
+    /// dispatcher has an encoder).
+    pub encoded: Option<Bytes>,
+}
+
+/// What a watcher's queue carries. Small, so an idle watcher's queue is
+/// small too.
 #[derive(Debug, Clone)]
 pub enum Delivery {
-    /// A change as this watcher sees it: DELETED carries the last state the
-    /// watcher was shown, stamped with `revision`.
-    Event {
-        kind: EventType,
-        object: Arc<Object>,
-        revision: Revision,
-        /// The encoded change, made once per event and type and shared by
-        /// every watcher it goes to (when the dispatcher has an encoder).
-        encoded: Option<Bytes>,
-    },
+    Event(Arc<View>),
     /// Progress with nothing to show: the watcher has seen everything up to
     /// this revision.
     Bookmark(Revision),
-}
-
-/// Why the dispatcher stopped feeding a watcher.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The queue was full. Everything up to `resume_from` has been queued,
-    /// so a watch from it continues without loss.
-    Slow { resume_from: Revision },
+    /// The queue had no room for the next event: the dispatcher skips this
+    /// watcher from here on, and the watcher reads the event window from
+    /// the last change it received, then calls `rejoin` (through the cache).
+    Behind,
 }
 
 /// How an event looks to a watcher with predicate `p`: starts matching is
@@ -81,7 +85,8 @@ struct Entry {
     start: Revision,
     tx: mpsc::Sender<Delivery>,
     bookmarks: bool,
-    ended: Arc<OnceLock<Ended>>,
+    /// Sent `Behind` and not yet rejoined.
+    behind: bool,
 }
 
 struct Watchers {
@@ -116,15 +121,7 @@ pub struct Dispatcher {
 pub struct Subscription {
     id: u64,
     pub rx: mpsc::Receiver<Delivery>,
-    ended: Arc<OnceLock<Ended>>,
     dispatcher: Arc<Dispatcher>,
-}
-
-impl Subscription {
-    /// Why the queue was closed, once `rx` has returned `None`.
-    pub fn ended(&self) -> Option<Ended> {
-        self.ended.get().copied()
-    }
 }
 
 impl Drop for Subscription {
@@ -159,16 +156,17 @@ impl Dispatcher {
     }
 
     /// Adds a watcher that receives events after `start`, registered under
-    /// `trigger`, which must cover every object `predicate` can match.
+    /// `trigger`, which must cover every object `predicate` can match. One
+    /// that starts `behind` reads the window from `start` and then rejoins.
     pub fn register(
         self: &Arc<Self>,
         predicate: Predicate,
         trigger: Trigger,
         start: Revision,
         bookmarks: bool,
+        behind: bool,
     ) -> Subscription {
         let (tx, rx) = mpsc::channel(self.queue_len);
-        let ended = Arc::new(OnceLock::new());
         let due = self.next_bookmark(Instant::now());
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
@@ -191,7 +189,7 @@ impl Dispatcher {
             start,
             tx,
             bookmarks,
-            ended: ended.clone(),
+            behind,
         };
         w.index.insert(id, trigger, entry);
         self.metrics.watchers.set(w.index.len() as i64);
@@ -199,7 +197,6 @@ impl Dispatcher {
         Subscription {
             id,
             rx,
-            ended,
             dispatcher: self.clone(),
         }
     }
@@ -214,20 +211,20 @@ impl Dispatcher {
 
     /// Queues `events` (in revision order) to every watcher they concern,
     /// visiting only the watchers the trigger index names. A watcher whose
-    /// queue is full is ended as slow, never waited for.
+    /// queue has room for one more delivery only gets `Behind` instead, and
+    /// is skipped until it rejoins: it is never waited for nor cut off.
     pub fn dispatch(&self, events: &[Arc<Event>]) {
         let Some(last) = events.last() else { return };
-        let mut delivered = 0;
+        let (mut delivered, mut encodings, mut fell_behind) = (0, 0, 0);
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
         let mut gone = std::mem::take(&mut w.gone);
-        let mut encodings = 0;
         for event in events {
-            // One encoding per type this event is delivered as.
-            let mut encoded: [Option<Bytes>; 3] = [None, None, None];
+            // One view (and encoding) per type this event is delivered as.
+            let mut views: [Option<Arc<View>>; 3] = [None, None, None];
             w.index.for_each_candidate(event, |id, entry, via| {
-                if event.revision <= entry.start {
+                if entry.behind || event.revision <= entry.start {
                     return;
                 }
                 let seen = match entry.trigger_decides {
@@ -237,30 +234,33 @@ impl Dispatcher {
                 let Some((kind, object)) = seen else {
                     return;
                 };
-                let encoded = self.encode.as_ref().map(|encode| {
-                    encoded[kind as usize]
-                        .get_or_insert_with(|| {
+                // Capacity only grows while we hold the sender, so the
+                // last slot is always there for `Behind`.
+                let delivery = if entry.tx.capacity() > 1 {
+                    let view = views[kind as usize].get_or_insert_with(|| {
+                        let encoded = self.encode.as_ref().map(|encode| {
                             encodings += 1;
                             encode(kind, &object, event.revision)
-                        })
-                        .clone()
-                });
-                let delivery = Delivery::Event {
-                    kind,
-                    object,
-                    revision: event.revision,
-                    encoded,
-                };
-                match entry.tx.try_send(delivery) {
-                    Ok(()) => delivered += 1,
-                    Err(TrySendError::Full(_)) => {
-                        // Events of this revision may be partly queued, so
-                        // the watcher resumes from the one before it.
-                        let _ = entry.ended.set(Ended::Slow {
-                            resume_from: event.revision - 1,
                         });
-                        gone.push(id);
+                        Arc::new(View {
+                            kind,
+                            object,
+                            revision: event.revision,
+                            encoded,
+                        })
+                    });
+                    Delivery::Event(view.clone())
+                } else {
+                    Delivery::Behind
+                };
+                let behind = matches!(delivery, Delivery::Behind);
+                match entry.tx.try_send(delivery) {
+                    Ok(()) if behind => {
+                        entry.behind = true;
+                        fell_behind += 1;
                     }
+                    Ok(()) => delivered += 1,
+                    Err(TrySendError::Full(_)) => unreachable!("a slot is kept for Behind"),
                     Err(TrySendError::Closed(_)) => gone.push(id),
                 }
             });
@@ -273,6 +273,20 @@ impl Dispatcher {
         drop(guard);
         self.metrics.deliveries.inc_by(delivered);
         self.metrics.encodings.inc_by(encodings);
+        self.metrics.fell_behind.inc_by(fell_behind);
+    }
+
+    /// Resumes live delivery to a watcher that was behind and has read the
+    /// window through `after`. The caller holds the cache lock and has
+    /// checked that the window holds nothing after `after`, so events up to
+    /// it that are still being dispatched are skipped and every later one is
+    /// delivered.
+    pub(crate) fn rejoin(&self, subscription: &Subscription, after: Revision) {
+        let mut w = self.watchers.lock().unwrap();
+        if let Some(entry) = w.index.get_mut(subscription.id) {
+            entry.start = entry.start.max(after);
+            entry.behind = false;
+        }
     }
 
     /// Records progress without events (an etcd progress notification).
@@ -297,6 +311,12 @@ impl Dispatcher {
             let Some(entry) = w.index.get_mut(id).filter(|e| e.bookmarks) else {
                 continue;
             };
+            // A watcher that is behind gets the progress of the window
+            // when it has caught up.
+            if entry.behind {
+                w.bookmarks_due.push(Reverse((self.next_bookmark(now), id)));
+                continue;
+            }
             // Nothing newer than the watcher's start yet: try again soon.
             let next = if revision > entry.start {
                 if entry.tx.try_send(Delivery::Bookmark(revision)).is_ok() {
@@ -403,42 +423,68 @@ mod tests {
     #[test]
     fn watchers_get_only_events_after_their_start() {
         let d = dispatcher(16);
-        let mut s = d.register(Predicate::default(), Trigger::All, 6, false);
+        let mut s = d.register(Predicate::default(), Trigger::All, 6, false, false);
         d.dispatch(&[
             ev(EventType::Added, Some(obj("a", "", 5)), None, 5),
             ev(EventType::Added, Some(obj("b", "", 6)), None, 6),
             ev(EventType::Added, Some(obj("c", "", 7)), None, 7),
         ]);
-        let Ok(Delivery::Event { revision: 7, .. }) = s.rx.try_recv() else {
-            panic!("want rev 7")
-        };
-        assert!(s.rx.try_recv().is_err());
+        assert_eq!(revisions(&mut s), [Some(7)]);
+    }
+
+    fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
+        std::iter::from_fn(|| s.rx.try_recv().ok())
+            .map(|d| match d {
+                Delivery::Event(v) => Some(v.revision),
+                Delivery::Bookmark(_) => panic!("no bookmarks asked for"),
+                Delivery::Behind => None,
+            })
+            .collect()
     }
 
     #[test]
-    fn a_full_queue_ends_only_that_watcher_with_a_lossless_resume_point() {
-        let d = dispatcher(2);
-        let mut slow = d.register(Predicate::default(), Trigger::All, 0, false);
-        let mut fast = d.register(Predicate::default(), Trigger::All, 0, false);
-        for rev in 1..=4 {
+    fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
+        let d = dispatcher(3);
+        let mut slow = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        let mut fast = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        let send = |rev: Revision| {
             d.dispatch(&[ev(
                 EventType::Added,
                 Some(obj(&rev.to_string(), "", rev)),
                 None,
                 rev,
-            )]);
-            while let Ok(Delivery::Event { .. }) = fast.rx.try_recv() {}
+            )])
+        };
+        for rev in 1..=5 {
+            send(rev);
+            assert_eq!(revisions(&mut fast), [Some(rev)]);
         }
-        let mut got = Vec::new();
-        while let Some(Delivery::Event { revision, .. }) = slow.rx.blocking_recv() {
-            got.push(revision);
-        }
-        assert_eq!(got, [1, 2]);
-        assert_eq!(slow.ended(), Some(Ended::Slow { resume_from: 2 }));
-        assert_eq!(fast.ended(), None);
-        assert_eq!(d.len(), 1);
+        // Two events fit; the last slot says the watcher is behind, and
+        // nothing more is queued for it.
+        assert_eq!(revisions(&mut slow), [Some(1), Some(2), None]);
+        send(6);
+        assert_eq!(revisions(&mut slow), []);
+        // It read the window through 6 and rejoins: 6 is not sent again
+        // when its dispatch comes late, 7 is sent.
+        d.rejoin(&slow, 6);
+        send(6);
+        send(7);
+        assert_eq!(revisions(&mut slow), [Some(7)]);
+        assert_eq!(d.len(), 2);
         drop(fast);
+        assert_eq!(d.len(), 1);
+        drop(slow);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_departed_watcher_is_dropped_at_the_next_event() {
+        let d = dispatcher(4);
+        let mut s = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        s.rx.close();
+        d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
+        assert!(d.is_empty());
+        drop(s);
     }
 
     #[test]
@@ -458,10 +504,10 @@ mod tests {
             .with_encoder(encode),
         );
         let mut node1: Vec<_> = (0..50)
-            .map(|_| d.register(on_node("node-1"), Trigger::All, 0, false))
+            .map(|_| d.register(on_node("node-1"), Trigger::All, 0, false, false))
             .collect();
         let mut node2: Vec<_> = (0..50)
-            .map(|_| d.register(on_node("node-2"), Trigger::All, 0, false))
+            .map(|_| d.register(on_node("node-2"), Trigger::All, 0, false, false))
             .collect();
         let moved = ev(
             EventType::Modified,
@@ -476,9 +522,7 @@ mod tests {
             "DELETED once and ADDED once"
         );
         let encoded = |s: &mut Subscription| match s.rx.try_recv() {
-            Ok(Delivery::Event {
-                encoded: Some(b), ..
-            }) => b,
+            Ok(Delivery::Event(view)) => view.encoded.clone().unwrap(),
             other => panic!("{other:?}"),
         };
         assert!(node1.iter_mut().all(|s| encoded(s) == "DELETED@6"));
@@ -488,8 +532,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn bookmarks_go_only_to_watchers_that_allow_them_and_never_backwards() {
         let d = dispatcher(16);
-        let mut with = d.register(Predicate::default(), Trigger::All, 10, true);
-        let mut without = d.register(Predicate::default(), Trigger::All, 10, false);
+        let mut with = d.register(Predicate::default(), Trigger::All, 10, true, false);
+        let mut without = d.register(Predicate::default(), Trigger::All, 10, false, false);
         d.progress(9);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         assert!(

@@ -122,21 +122,26 @@ impl<T> TriggerIndex<T> {
     /// Calls `f` for every watcher `event` can concern: those that pin
     /// nothing, those on its key, and those pinned to its new or previous
     /// value of an indexed field; each once.
-    pub fn for_each_candidate(&self, event: &Event, mut f: impl FnMut(u64, &T, Via<'_>)) {
-        let mut visit = |set: &Set<T>, via: Via<'_>| set.iter().for_each(|(id, w)| f(*id, w, via));
-        visit(&self.all, Via::All);
+    pub fn for_each_candidate<'e>(
+        &mut self,
+        event: &'e Event,
+        mut f: impl FnMut(u64, &mut T, Via<'e>),
+    ) {
+        let mut visit =
+            |set: &mut Set<T>, via: Via<'e>| set.iter_mut().for_each(|(id, w)| f(*id, w, via));
+        visit(&mut self.all, Via::All);
         if !self.by_key.is_empty() {
-            if let Some((k, set)) = self.by_key.get_key_value(event.key()) {
-                visit(set, Via::Key(k));
+            if let Some(set) = self.by_key.get_mut(event.key()) {
+                visit(set, Via::Key(event.key()));
             }
         }
-        for (&field, values) in &self.by_field {
+        for (&field, values) in &mut self.by_field {
             let (now, before) = (field_of(&event.object, field), field_of(&event.prev, field));
             for v in [now, before.filter(|b| Some(*b) != now)]
                 .into_iter()
                 .flatten()
             {
-                if let Some((v, set)) = values.get_key_value(v) {
+                if let Some(set) = values.get_mut(v) {
                     visit(set, Via::Field(field, v));
                 }
             }

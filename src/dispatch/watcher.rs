@@ -1,0 +1,172 @@
+//! One watcher's side of the fan-out: live deliveries from its queue, and
+//! while it is behind, its own reading of the event window.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::{transition, Delivery, Subscription, View};
+use crate::cache::WatchCache;
+use crate::object::Revision;
+use crate::selector::Predicate;
+
+/// How many window events a watcher that is behind reads per turn.
+const CATCH_UP_EVENTS: usize = 256;
+
+/// What a watcher has to show next.
+#[derive(Debug)]
+pub enum Next {
+    Event(Arc<View>),
+    Bookmark(Revision),
+    /// The watcher fell further behind than the window reaches: the events
+    /// after `after` are gone, the oldest still there follow `oldest`.
+    Expired {
+        after: Revision,
+        oldest: Revision,
+    },
+    /// The dispatcher is gone (the server is stopping).
+    Closed,
+}
+
+/// How far a watcher has got: every event before `revision`, and the first
+/// `partial` of its deliveries at `revision` (0: all of them). A revision
+/// can carry several events (one transaction), and the queue can fill in
+/// the middle of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    revision: Revision,
+    partial: usize,
+}
+
+impl Position {
+    fn through(revision: Revision) -> Self {
+        Self {
+            revision,
+            partial: 0,
+        }
+    }
+
+    fn delivered(&mut self, revision: Revision) {
+        if revision == self.revision && self.partial > 0 {
+            self.partial += 1;
+        } else {
+            *self = Self {
+                revision,
+                partial: 1,
+            };
+        }
+    }
+}
+
+/// A registered watcher with its predicate and position.
+pub struct Watcher {
+    subscription: Subscription,
+    predicate: Predicate,
+    at: Position,
+    /// Reading the window instead of the queue.
+    behind: bool,
+    /// Changes read from the window and not yet shown, up to `read_through`.
+    replay: VecDeque<Arc<View>>,
+    read_through: Revision,
+}
+
+impl Watcher {
+    /// A watcher that has seen everything up to `revision`; `behind` when it
+    /// must first read the window after it.
+    pub fn new(
+        subscription: Subscription,
+        predicate: Predicate,
+        revision: Revision,
+        behind: bool,
+    ) -> Self {
+        Self {
+            subscription,
+            predicate,
+            at: Position::through(revision),
+            behind,
+            replay: VecDeque::new(),
+            read_through: revision,
+        }
+    }
+
+    /// The revision of the last change shown (or of the start or the last
+    /// bookmark): where the client resumes from.
+    pub fn revision(&self) -> Revision {
+        self.at.revision
+    }
+
+    /// The next thing to show. Cancel-safe: nothing is lost when the
+    /// future is dropped before it completes.
+    pub async fn next(&mut self, cache: &WatchCache) -> Next {
+        loop {
+            if let Some(next) = self.read_window(cache) {
+                return next;
+            }
+            match self.subscription.rx.recv().await {
+                Some(Delivery::Event(view)) => {
+                    self.at.delivered(view.revision);
+                    return Next::Event(view);
+                }
+                Some(Delivery::Bookmark(revision)) => {
+                    self.at = Position::through(revision);
+                    return Next::Bookmark(revision);
+                }
+                Some(Delivery::Behind) => self.behind = true,
+                None => return Next::Closed,
+            }
+        }
+    }
+
+    /// While behind, the next change from the window; `None` once the
+    /// watcher has rejoined live delivery (or was never behind).
+    fn read_window(&mut self, cache: &WatchCache) -> Option<Next> {
+        loop {
+            if let Some(view) = self.replay.pop_front() {
+                self.at.delivered(view.revision);
+                if self.replay.is_empty() {
+                    self.at = Position::through(self.read_through);
+                }
+                return Some(Next::Event(view));
+            }
+            if !self.behind {
+                return None;
+            }
+            // Mid-revision, read that revision again and skip what was shown.
+            let (after, mut skip) = match self.at.partial {
+                0 => (self.at.revision, 0),
+                n => (self.at.revision - 1, n),
+            };
+            let events = match cache.catch_up(&self.subscription, after, CATCH_UP_EVENTS) {
+                Ok(events) => events,
+                Err(too_old) => {
+                    return Some(Next::Expired {
+                        after,
+                        oldest: too_old.oldest,
+                    })
+                }
+            };
+            let Some(last) = events.last() else {
+                self.behind = false;
+                return None;
+            };
+            self.read_through = last.revision;
+            for e in &events {
+                let Some((kind, object)) = transition(&self.predicate, e) else {
+                    continue;
+                };
+                if e.revision == self.at.revision && skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                self.replay.push_back(Arc::new(View {
+                    kind,
+                    object,
+                    revision: e.revision,
+                    encoded: None,
+                }));
+            }
+            if self.replay.is_empty() {
+                self.at = Position::through(self.read_through);
+            }
+        }
+    }
+}
