@@ -128,7 +128,7 @@ impl Encoder for PreEncoded {
     /// A watch is idle most of its life: start each stream's buffer small
     /// (tonic's default takes 8 KiB per stream up front) and let it grow.
     fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::new(1024, 32 * 1024)
+        BufferSettings::new(256, 32 * 1024)
     }
 }
 

@@ -102,6 +102,9 @@ struct Report {
     front_cpu_s: f64,
     etcd_peak_rss_mib: f64,
     front_peak_rss_mib: f64,
+    /// With every watcher still open, after the drain: what the watchers
+    /// hold, without the peak of opening them all at once.
+    front_rss_end_mib: f64,
 }
 
 const PREFIX: &str = "/bench/pods";
@@ -137,11 +140,19 @@ impl Proc {
     }
 
     fn peak_rss_mib(&self) -> f64 {
+        self.status_mib("VmHWM:")
+    }
+
+    fn rss_mib(&self) -> f64 {
+        self.status_mib("VmRSS:")
+    }
+
+    fn status_mib(&self, field: &str) -> f64 {
         let status =
             std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             .map_or(0.0, |kb| kb / 1024.0)
     }
@@ -483,6 +494,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (etcd_cpu, front_cpu) = (etcd.cpu_seconds() - etcd_cpu0, cpu(&front) - front_cpu0);
+    let front_rss_end_mib = front.as_ref().map_or(0.0, Proc::rss_mib);
     stop.cancel();
     let mut all = Seen::default();
     for t in tasks {
@@ -516,6 +528,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         front_cpu_s: front_cpu,
         etcd_peak_rss_mib: etcd.peak_rss_mib(),
         front_peak_rss_mib: front.as_ref().map_or(0.0, Proc::peak_rss_mib),
+        front_rss_end_mib,
     })
 }
 
@@ -547,7 +560,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "{:<11} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10}",
+        "{:<11} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>13}",
         "target",
         "writes/s",
         "deliveries/s",
@@ -559,11 +572,12 @@ async fn main() -> anyhow::Result<()> {
         "server cpu",
         "etcd cpu",
         "front cpu",
-        "etcd MiB",
-        "front MiB"
+        "etcd peak MiB",
+        "peak MiB",
+        "MiB at end"
     )?;
     for r in &reports {
-        writeln!(out, "{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib)?;
+        writeln!(out, "{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)?;
     }
     if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
         for other in reports.iter().filter(|r| r.target != "Watchproxy") {
