@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use prost::Message;
 
 use crate::config::{ResourceConfig, ValueFormat};
 
@@ -132,14 +133,28 @@ impl Resource {
             ValueFormat::Raw => (BTreeMap::new(), Box::default()),
             ValueFormat::Json => self.read_json(value)?,
         };
+        let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
+        let wire = crate::pb::Object {
+            key: key.to_owned(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            resource_version: revision.to_string(),
+            labels: labels.clone(),
+            value: Bytes::copy_from_slice(value),
+        }
+        .encode_to_vec();
+        let wire = Bytes::from(wire);
+        // The value is the last field written, so it is the end of `wire`.
+        let value = wire.slice(wire.len() - value.len()..);
         Ok(Object {
-            key: Arc::from(std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?),
+            key: Arc::from(key),
             namespace,
             name,
             revision,
             labels,
             fields,
-            value: Bytes::copy_from_slice(value),
+            value,
+            wire,
         })
     }
 
@@ -225,7 +240,12 @@ pub struct Object {
     pub labels: Labels,
     /// Values of the resource's selectable fields, in configured order.
     pub fields: Box<[String]>,
+    /// The stored bytes; shares `wire`'s buffer.
     pub value: Bytes,
+    /// The object as a `watchproxy.v1.Object` at its own revision, encoded
+    /// once when it is read, so every event and initial state that shows
+    /// this version sends these bytes instead of encoding it again.
+    pub wire: Bytes,
 }
 
 /// What happened to a key, as etcd reported it.

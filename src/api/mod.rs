@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures::{Stream, StreamExt};
 use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::cache::{NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Next, View, Watcher};
+use crate::dispatch::{Encoded, Next, View, Watcher};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
@@ -463,16 +463,37 @@ impl Api {
 type WatchEvents = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
 /// A watch's events, each an encoded `WatchEvent`.
-pub type EncodedEvents = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+pub type EncodedEvents = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + Send>>;
 
 /// Encodes a change as a `WatchEvent`. The dispatcher calls it once per
-/// event and type, and every watcher shares the bytes.
-pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Bytes {
-    Bytes::from(event_pb(kind, o, revision).encode_to_vec())
+/// event and type, and every watcher shares the result. At the object's
+/// own revision (every event but DELETED, and every initial ADDED) the
+/// message is a few bytes of header followed by the object's encoding made
+/// when it was read, so no watcher encodes the object again.
+pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Encoded {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    if revision != o.revision || o.wire.is_empty() {
+        return Encoded {
+            head: Bytes::from(event_pb(kind, o, revision).encode_to_vec()),
+            body: Bytes::new(),
+        };
+    }
+    let mut head = Vec::with_capacity(16);
+    encode_key(1, WireType::Varint, &mut head);
+    encode_varint(event_type_pb(kind) as u64, &mut head);
+    encode_key(2, WireType::LengthDelimited, &mut head);
+    encode_varint(o.wire.len() as u64, &mut head);
+    Encoded {
+        head: Bytes::from(head),
+        body: o.wire.clone(),
+    }
 }
 
-fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Bytes {
-    Bytes::from(bookmark_pb(revision, initial_events_end).encode_to_vec())
+fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Encoded {
+    Encoded {
+        head: Bytes::from(bookmark_pb(revision, initial_events_end).encode_to_vec()),
+        body: Bytes::new(),
+    }
 }
 
 /// What a page says about the list it belongs to.
@@ -550,14 +571,17 @@ pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
     }
 }
 
-fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
-    let t = match kind {
+fn event_type_pb(kind: EventType) -> pb::EventType {
+    match kind {
         EventType::Added => pb::EventType::Added,
         EventType::Modified => pb::EventType::Modified,
         EventType::Deleted => pb::EventType::Deleted,
-    };
+    }
+}
+
+fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
     pb::WatchEvent {
-        r#type: t as i32,
+        r#type: event_type_pb(kind) as i32,
         object: Some(object_pb(o, revision)),
         initial_events_end: false,
     }
@@ -601,7 +625,7 @@ impl Drop for EndCounter {
     }
 }
 
-fn view_bytes(view: &View) -> Bytes {
+fn view_bytes(view: &View) -> Encoded {
     match &view.encoded {
         Some(b) => b.clone(),
         None => encode_event(view.kind, &view.object, view.revision),
@@ -613,7 +637,7 @@ impl WatchStream {
     /// or read from the window while the watcher is behind, until the client
     /// leaves, the timeout passes, the server shuts down or the watcher falls
     /// further behind than the window reaches.
-    fn run(self, start: WatchStart) -> impl Stream<Item = Result<Bytes, Status>> + Send {
+    fn run(self, start: WatchStart) -> impl Stream<Item = Result<Encoded, Status>> + Send {
         async_stream::stream! {
             // Taken by name: the stream captures only the fields it uses,
             // and the watch's places in the limits must live as long as it.
@@ -640,14 +664,18 @@ impl WatchStream {
             let shutdown = self.shutdown.cancelled();
             tokio::pin!(shutdown);
             loop {
+                // The shutdown future is polled only when nothing is ready:
+                // polling it locks the token every watch shares. Shutdown
+                // stops the reflectors first, so a busy watch drains its
+                // queue and then sees it.
                 let next = tokio::select! {
                     biased;
-                    _ = &mut shutdown => Next::Closed,
                     _ = &mut timer, if deadline.is_some() => {
                         end.reason = Some(EndReason::timeout);
                         break;
                     }
                     next = watcher.next(&self.cache) => next,
+                    _ = &mut shutdown => Next::Closed,
                 };
                 match next {
                     Next::Event(view) => yield Ok(view_bytes(&view)),
@@ -790,10 +818,45 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         // are (see `server::ApiService`).
         let events = self.watch_encoded(request).await?;
         let decoded = events.into_inner().map(|item| {
-            item.and_then(|bytes| {
-                pb::WatchEvent::decode(bytes).map_err(|e| Status::internal(e.to_string()))
+            item.and_then(|e| {
+                pb::WatchEvent::decode(e.head.chain(e.body))
+                    .map_err(|e| Status::internal(e.to_string()))
             })
         });
         Ok(Response::new(Box::pin(decoded) as WatchEvents))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_built_on_the_objects_own_encoding_decode_as_if_encoded_whole() {
+        let mut r = Resource::for_tests(&[]);
+        r.prefix = "/registry/pods".into();
+        let value = br#"{"metadata":{"labels":{"app":"web"}},"spec":{"x":1}}"#;
+        let o = r
+            .decode(b"/registry/pods/ns/a", value, 42)
+            .expect("decodes");
+        assert_eq!(&o.value[..], value, "the value is a slice of the encoding");
+        for (kind, revision) in [
+            (EventType::Added, 42),
+            (EventType::Modified, 42),
+            (EventType::Deleted, 50),
+        ] {
+            let e = encode_event(kind, &o, revision);
+            assert_eq!(
+                e.body.is_empty(),
+                revision != o.revision,
+                "the object's bytes are shared unless its version differs"
+            );
+            let decoded = pb::WatchEvent::decode(e.to_bytes()).unwrap();
+            assert_eq!(decoded, event_pb(kind, &o, revision));
+            assert_eq!(
+                decoded.object.unwrap().resource_version,
+                revision.to_string()
+            );
+        }
     }
 }

@@ -10,11 +10,12 @@ use tonic::Status;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use bytes::{BufMut, Bytes};
+use bytes::BufMut;
 use tonic::codec::{BufferSettings, Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
 
 use super::{Api, EncodedEvents};
 use crate::config::LimitsConfig;
+use crate::dispatch::Encoded;
 use crate::pb;
 use crate::pb::watch_proxy_server::WatchProxyServer;
 
@@ -86,7 +87,7 @@ impl Service<http::Request<Body>> for WatchHandler {
 struct WatchCall(Api);
 
 impl tonic::server::ServerStreamingService<pb::WatchRequest> for WatchCall {
-    type Response = Bytes;
+    type Response = Encoded;
     type ResponseStream = EncodedEvents;
     type Future =
         futures::future::BoxFuture<'static, Result<tonic::Response<EncodedEvents>, Status>>;
@@ -102,7 +103,7 @@ impl tonic::server::ServerStreamingService<pb::WatchRequest> for WatchCall {
 struct PreEncoded;
 
 impl Codec for PreEncoded {
-    type Encode = Bytes;
+    type Encode = Encoded;
     type Decode = pb::WatchRequest;
     type Encoder = PreEncoded;
     type Decoder = tonic_prost::ProstDecoder<pb::WatchRequest>;
@@ -117,11 +118,12 @@ impl Codec for PreEncoded {
 }
 
 impl Encoder for PreEncoded {
-    type Item = Bytes;
+    type Item = Encoded;
     type Error = Status;
 
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
+    fn encode(&mut self, item: Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item.head);
+        dst.put(item.body);
         Ok(())
     }
 

@@ -144,6 +144,7 @@ mod tests {
             labels: Default::default(),
             fields: Box::default(),
             value: Default::default(),
+            wire: Default::default(),
         });
         Arc::new(Event {
             revision,

@@ -26,7 +26,26 @@ pub use watcher::{Next, Watcher};
 
 /// Turns a change as a watcher sees it into the bytes sent on the wire.
 /// Given by the API layer, so dispatch knows nothing of the wire format.
-pub type Encode = Arc<dyn Fn(EventType, &Object, Revision) -> Bytes + Send + Sync>;
+pub type Encode = Arc<dyn Fn(EventType, &Object, Revision) -> Encoded + Send + Sync>;
+
+/// An encoded message in two pieces written back to back, so that a piece
+/// shared with the cache (an object's own encoding) is not copied to make
+/// the message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    pub head: Bytes,
+    pub body: Bytes,
+}
+
+impl Encoded {
+    /// The whole message in one buffer.
+    pub fn to_bytes(&self) -> Bytes {
+        if self.body.is_empty() {
+            return self.head.clone();
+        }
+        [&self.head[..], &self.body[..]].concat().into()
+    }
+}
 
 /// An event as the watchers of one type see it, shared by all of them.
 #[derive(Debug)]
@@ -37,7 +56,7 @@ pub struct View {
     pub revision: Revision,
     /// The encoded change, made once per event and type (when the
     /// dispatcher has an encoder).
-    pub encoded: Option<Bytes>,
+    pub encoded: Option<Encoded>,
 }
 
 /// What a watcher's queue carries. Small, so an idle watcher's queue is
@@ -360,6 +379,7 @@ mod tests {
             labels: Default::default(),
             fields: vec![node.to_owned()].into(),
             value: Default::default(),
+            wire: Default::default(),
         })
     }
 
@@ -493,7 +513,10 @@ mod tests {
         let counted = calls.clone();
         let encode: Encode = Arc::new(move |kind, _, revision| {
             counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Bytes::from(format!("{kind}@{revision}"))
+            Encoded {
+                head: Bytes::from(format!("{kind}@{revision}")),
+                body: Bytes::new(),
+            }
         });
         let d = Arc::new(
             Dispatcher::new(
@@ -522,7 +545,7 @@ mod tests {
             "DELETED once and ADDED once"
         );
         let encoded = |s: &mut Subscription| match s.rx.try_recv() {
-            Ok(Delivery::Event(view)) => view.encoded.clone().unwrap(),
+            Ok(Delivery::Event(view)) => view.encoded.clone().unwrap().to_bytes(),
             other => panic!("{other:?}"),
         };
         assert!(node1.iter_mut().all(|s| encoded(s) == "DELETED@6"));

@@ -123,6 +123,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             fields: vec![node.to_string()].into(),
             value: Default::default(),
+            wire: Default::default(),
         }
     }
 
