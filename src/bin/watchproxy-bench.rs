@@ -82,6 +82,10 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Extra watchers, on a connection of their own, that want every event
+    /// and never read: the others' latency shows whether they cost anyone.
+    #[arg(long, default_value_t = 0)]
+    stalled: usize,
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -374,6 +378,34 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             _ => etcd_clients.push(Client::connect([&endpoint], None).await?),
         }
     }
+    // Held unread until the end.
+    let mut stalled_wp = Vec::new();
+    let mut stalled_etcd = Vec::new();
+    if args.stalled > 0 {
+        match target {
+            Target::Watchproxy => {
+                let channel = Channel::from_shared(endpoint.clone())?.connect().await?;
+                for _ in 0..args.stalled {
+                    let req = WatchRequest {
+                        resource: "pods".into(),
+                        resource_version: start_rev.to_string(),
+                        ..Default::default()
+                    };
+                    let mut client = WatchProxyClient::new(channel.clone());
+                    stalled_wp.push(client.watch(req).await?.into_inner());
+                }
+            }
+            _ => {
+                let mut client = Client::connect([&endpoint], None).await?;
+                for _ in 0..args.stalled {
+                    let options = WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(start_rev + 1);
+                    stalled_etcd.push(client.watch(format!("{PREFIX}/"), Some(options)).await?);
+                }
+            }
+        }
+    }
     for i in 0..args.watchers {
         let node = format!("node-{}", i % args.nodes);
         let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
@@ -496,6 +528,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let (etcd_cpu, front_cpu) = (etcd.cpu_seconds() - etcd_cpu0, cpu(&front) - front_cpu0);
     let front_rss_end_mib = front.as_ref().map_or(0.0, Proc::rss_mib);
     stop.cancel();
+    drop((stalled_wp, stalled_etcd));
     let mut all = Seen::default();
     for t in tasks {
         if let Ok(Ok(seen)) = t.await {
@@ -538,8 +571,8 @@ async fn main() -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for &target in &args.targets {
         eprintln!(
-            "{target:?}: {} watchers over {} connections, {} writes/s for {} s, mode {:?} ...",
-            args.watchers, args.connections, args.rate, args.duration, args.mode
+            "{target:?}: {} watchers over {} connections (+{} stalled), {} writes/s for {} s, mode {:?} ...",
+            args.watchers, args.connections, args.stalled, args.rate, args.duration, args.mode
         );
         let report = run_target(&args, target)
             .await
@@ -549,11 +582,12 @@ async fn main() -> anyhow::Result<()> {
     let mut out = String::new();
     writeln!(
         out,
-        "{} objects of ~{} B, {} watchers over {} connections, {} writes/s for {} s, mode {:?}",
+        "{} objects of ~{} B, {} watchers over {} connections (+{} stalled, never reading), {} writes/s for {} s, mode {:?}",
         args.objects,
         args.object_bytes,
         args.watchers,
         args.connections,
+        args.stalled,
         args.rate,
         args.duration,
         args.mode
