@@ -139,6 +139,8 @@ impl Encoder for PreEncoded {
 
     /// A watch is idle most of its life: start each stream's buffer small
     /// (tonic's default takes 8 KiB per stream up front) and let it grow.
+    /// Events ready together go out as one chunk of up to 8 KiB (tonic's
+    /// default, 32 KiB, is more than a lagging stream should hold).
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::new(256, 8 * 1024)
     }
