@@ -10,7 +10,7 @@ use common::*;
 use tonic::transport::Channel;
 use tonic::Code;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
-use watchproxy::pb::EventType;
+use watchproxy::pb::{self, EventType};
 
 use EventType::{Added, Deleted, Modified};
 
@@ -204,28 +204,43 @@ async fn write_big(ec: &mut etcd_client::Client, writes: usize) -> Vec<u64> {
     revs
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_watcher_falls_behind_and_catches_up_from_the_window_without_loss() {
-    const WRITES: usize = 600;
-    let etcd = Etcd::start().await;
-    let proxy = Proxy::start_with(&etcd.client_url, 16).await;
+/// Opens, from the current version, a watch on a connection of its own
+/// that does not read and one that does; writes `writes` big changes and
+/// checks the reading watch got every event. Returns the unread watch (with
+/// its client, which holds the connection) and the events' revisions.
+async fn stall_one_while_writing(
+    etcd: &Etcd,
+    proxy: &Proxy,
+    writes: usize,
+) -> (
+    WatchProxyClient<Channel>,
+    tonic::Streaming<pb::WatchEvent>,
+    Vec<u64>,
+) {
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
     let start: u64 = list_version(&mut client, "pods", "").await;
-
-    // The stalled client has a connection of its own and does not read.
     let mut stalled_client = proxy.client().await;
-    let mut stalled = open_watch(&mut stalled_client, watch_req("pods", &start.to_string())).await;
-    let mut fast = open_watch(&mut client, watch_req("pods", &start.to_string())).await;
+    let stalled = open_watch(&mut stalled_client, watch_req("pods", &start.to_string())).await;
+    let mut reading = open_watch(&mut client, watch_req("pods", &start.to_string())).await;
     let mut ec = etcd.client().await;
-    let writer = tokio::spawn(async move { write_big(&mut ec, WRITES).await });
-    let fast_seen: Vec<u64> = take_events(&mut fast, events_written(WRITES))
+    let writer = tokio::spawn(async move { write_big(&mut ec, writes).await });
+    let seen: Vec<u64> = take_events(&mut reading, events_written(writes))
         .await
         .iter()
         .map(|e| summary(e).2)
         .collect();
     let revs = writer.await.unwrap();
-    assert_eq!(fast_seen, revs, "the fast watcher got everything");
+    assert_eq!(seen, revs, "the reading watcher got everything");
+    (stalled_client, stalled, revs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watcher_falls_behind_and_catches_up_from_the_window_without_loss() {
+    const WRITES: usize = 600;
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start_with(&etcd.client_url, 16).await;
+    let (_stalled_client, mut stalled, revs) = stall_one_while_writing(&etcd, &proxy, WRITES).await;
     assert!(
         proxy.metric("watchproxy_watchers_fell_behind_total", "resource=\"pods\"") >= 1.0,
         "the stalled watcher's queue filled"
@@ -260,23 +275,8 @@ async fn a_watcher_behind_the_window_is_ended_out_of_range_and_relists() {
     let window = &mut config.resources[0].cache;
     (window.min_events, window.max_events, window.freshness) = (128, 128, Duration::ZERO);
     let proxy = Proxy::start_config(config).await;
-    let mut client = proxy.client().await;
-    wait_ready(&mut client, "pods").await;
-    let start: u64 = list_version(&mut client, "pods", "").await;
-
-    let mut stalled_client = proxy.client().await;
-    let mut stalled = open_watch(&mut stalled_client, watch_req("pods", &start.to_string())).await;
-    let mut fast = open_watch(&mut client, watch_req("pods", &start.to_string())).await;
-    let mut ec = etcd.client().await;
     // More than the client connection buffers (flow-control windows).
-    let writer = tokio::spawn(async move { write_big(&mut ec, 1000).await });
-    let fast_seen: Vec<u64> = take_events(&mut fast, events_written(1000))
-        .await
-        .iter()
-        .map(|e| summary(e).2)
-        .collect();
-    let revs = writer.await.unwrap();
-    assert_eq!(fast_seen, revs, "the reading watcher got everything");
+    let (_stalled_client, mut stalled, revs) = stall_one_while_writing(&etcd, &proxy, 1000).await;
 
     let (status, delivered) = until_error(&mut stalled).await;
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
@@ -295,6 +295,7 @@ async fn a_watcher_behind_the_window_is_ended_out_of_range_and_relists() {
         1.0
     );
     // The client re-lists and watches from the list: nothing is lost.
+    let mut client = proxy.client().await;
     let now = list_version(&mut client, "pods", "").await;
     assert_eq!(now, *revs.last().unwrap());
 }

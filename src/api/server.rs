@@ -11,7 +11,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use tonic::body::Body;
 use tonic::codec::CompressionEncoding;
@@ -241,7 +241,9 @@ pub async fn serve<S>(
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
                 Err(e) => {
-                    debug!(error = %e, "accepting a connection");
+                    // Out of file descriptors, say: do not spin on it.
+                    warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
@@ -342,5 +344,19 @@ mod tests {
         for bad in ["", "m", "123456789m", "12x", "-1S", "1.5S"] {
             assert_eq!(t(bad), None, "{bad:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_outlives_its_deadline_is_answered_deadline_exceeded() {
+        let never = tower::service_fn(|_: http::Request<Body>| {
+            futures::future::pending::<Result<http::Response<Body>, Infallible>>()
+        });
+        let mut deadlines = Deadlines(never);
+        let mut req = http::Request::new(Body::default());
+        req.headers_mut()
+            .insert("grpc-timeout", http::HeaderValue::from_static("50m"));
+        let answer = deadlines.call(req).await.unwrap();
+        let status = Status::from_header_map(answer.headers()).expect("a gRPC status");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     }
 }
