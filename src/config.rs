@@ -470,6 +470,10 @@ resources:
                 "resources[1].cache.max_events",
             ),
             (
+                GOOD.replace("resources:", "watch: {watcher_queue: 1}\nresources:"),
+                "watch.watcher_queue",
+            ),
+            (
                 GOOD.replace("namespaced: false", "namespaced: false\n    colour: blue"),
                 "colour",
             ),
