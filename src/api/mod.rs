@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::cache::{NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Encoded, Next, View, Watcher};
+use crate::dispatch::{Encoded, Next, View};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
@@ -435,7 +435,7 @@ impl Api {
         };
         let start = s
             .cache
-            .watch(predicate.clone(), from, req.allow_bookmarks)
+            .watch(predicate, from, req.allow_bookmarks)
             .map_err(|too_old| {
                 let WatchFrom::Revision(requested) = from else {
                     unreachable!("only a replay can be too old")
@@ -449,7 +449,6 @@ impl Api {
         let stream = WatchStream {
             _slots: slots,
             cache: s.cache.clone(),
-            predicate,
             allow_bookmarks: req.allow_bookmarks,
             initial_events_end: req.send_initial_events,
             timeout,
@@ -603,7 +602,6 @@ struct WatchStream {
     /// Held while the watch is open: its places in the watcher limits.
     _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     cache: Arc<WatchCache>,
-    predicate: Predicate,
     allow_bookmarks: bool,
     initial_events_end: bool,
     timeout: Option<Duration>,
@@ -642,22 +640,19 @@ impl WatchStream {
             // Taken by name: the stream captures only the fields it uses,
             // and the watch's places in the limits must live as long as it.
             let _slots = self._slots;
-            let WatchStart { state, revision, subscription } = start;
+            let WatchStart { state, mut watcher } = start;
             let mut end = EndCounter { metrics: self.metrics.clone(), reason: None };
-            let behind = state.is_none();
             if let Some(snapshot) = state {
                 let objects: Vec<Arc<Object>> =
-                    snapshot.select(&self.cache.resource, &self.predicate, None).cloned().collect();
+                    snapshot.select(&self.cache.resource, watcher.predicate(), None).cloned().collect();
                 for o in objects {
                     yield Ok(encode_event(EventType::Added, &o, o.revision));
                 }
                 if self.initial_events_end {
-                    yield Ok(encode_bookmark(revision, true));
+                    yield Ok(encode_bookmark(watcher.revision(), true));
                 }
             }
-            let mut watcher = Watcher::new(subscription, self.predicate, revision, behind);
-            let deadline = self.timeout.map(|t| Instant::now() + t);
-            let timer = tokio::time::sleep_until(deadline.unwrap_or_else(far_future));
+            let timer = tokio::time::sleep(self.timeout.unwrap_or(Duration::MAX / 4));
             tokio::pin!(timer);
             // Made once: a new `cancelled()` per poll would register a new
             // waiter on the token every watch shares, under its lock.
@@ -670,7 +665,7 @@ impl WatchStream {
                 // queue and then sees it.
                 let next = tokio::select! {
                     biased;
-                    _ = &mut timer, if deadline.is_some() => {
+                    _ = &mut timer, if self.timeout.is_some() => {
                         end.reason = Some(EndReason::timeout);
                         break;
                     }
@@ -703,11 +698,6 @@ impl WatchStream {
             }
         }
     }
-}
-
-/// A deadline that never comes, for watches without a timeout.
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 impl Api {

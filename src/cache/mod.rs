@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::CacheConfig;
-use crate::dispatch::{Dispatcher, Subscription, Trigger};
+use crate::dispatch::{Dispatcher, Subscription, Trigger, Watcher};
 use crate::object::{Event, EventType, Object, Resource, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
@@ -117,10 +117,8 @@ pub struct WatchStart {
     /// The state to send first as ADDED events, when starting from it.
     /// Without it the watcher starts behind and reads the window itself.
     pub state: Option<Snapshot>,
-    /// The watcher has seen everything up to this revision once `state`
-    /// is sent.
-    pub revision: Revision,
-    pub subscription: Subscription,
+    /// Has seen everything up to its revision once `state` is sent.
+    pub watcher: Watcher,
 }
 
 /// The cache of one resource, shared by the API (readers) and its one
@@ -343,13 +341,13 @@ impl WatchCache {
             WatchFrom::Revision(r) => (None, r),
         };
         let trigger = self.trigger(&predicate, &s.indexes);
+        let behind = state.is_none();
         let subscription =
             self.dispatcher
-                .register(predicate, trigger, revision, bookmarks, state.is_none());
+                .register(predicate.clone(), trigger, revision, bookmarks, behind);
         Ok(WatchStart {
             state,
-            revision,
-            subscription,
+            watcher: Watcher::new(subscription, predicate, revision, behind),
         })
     }
 
@@ -574,7 +572,7 @@ impl CacheWriter {
 mod tests {
     use super::*;
     use crate::config::ValueFormat;
-    use crate::dispatch::{Delivery, Next, Watcher};
+    use crate::dispatch::Next;
     use crate::telemetry::Metrics;
     use futures::FutureExt;
 
@@ -595,16 +593,6 @@ mod tests {
         let metrics = Metrics::default().resource("pods");
         let d = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
         WatchCache::new(resource(), &CacheConfig::default(), d, metrics)
-    }
-
-    fn drain(sub: &mut Subscription) -> Vec<(EventType, String, Revision)> {
-        let mut out = Vec::new();
-        while let Ok(d) = sub.rx.try_recv() {
-            if let Delivery::Event(v) = d {
-                out.push((v.kind, v.object.key.to_string(), v.revision));
-            }
-        }
-        out
     }
 
     /// Everything a watcher has to show now, live or from the window.
@@ -630,10 +618,10 @@ mod tests {
             ],
             10,
         );
-        let mut sub = cache
+        let mut live = cache
             .watch(Predicate::default(), WatchFrom::State, false)
             .unwrap()
-            .subscription;
+            .watcher;
         w.replace(
             vec![
                 obj("/p/a/keep", 2),
@@ -643,7 +631,7 @@ mod tests {
             20,
         );
         assert_eq!(
-            drain(&mut sub),
+            shown(&cache, &mut live),
             [
                 (EventType::Added, "/p/a/new".into(), 12),
                 (EventType::Modified, "/p/a/change".into(), 15),
@@ -651,12 +639,14 @@ mod tests {
             ]
         );
         // The same events are in the window for watchers that resume later.
-        let start = cache
+        let mut start = cache
             .watch(Predicate::default(), WatchFrom::Revision(12), false)
             .unwrap();
         assert!(start.state.is_none());
-        let mut w = Watcher::new(start.subscription, Predicate::default(), 12, true);
-        let replay: Vec<Revision> = shown(&cache, &mut w).iter().map(|e| e.2).collect();
+        let replay: Vec<Revision> = shown(&cache, &mut start.watcher)
+            .iter()
+            .map(|e| e.2)
+            .collect();
         assert_eq!(replay, [15, 20]);
         assert_eq!(
             cache.progress(),
@@ -671,16 +661,16 @@ mod tests {
     fn deleting_an_unknown_key_emits_nothing_but_advances_the_revision() {
         let (cache, mut w) = new_cache();
         w.replace(vec![], 5);
-        let mut sub = cache
+        let mut watcher = cache
             .watch(Predicate::default(), WatchFrom::State, false)
             .unwrap()
-            .subscription;
+            .watcher;
         w.apply(vec![Change {
             revision: 6,
             key: Arc::from("/p/a/x"),
             object: None,
         }]);
-        assert!(drain(&mut sub).is_empty());
+        assert!(shown(&cache, &mut watcher).is_empty());
         assert_eq!(cache.progress().revision, 6);
     }
 
@@ -722,7 +712,7 @@ mod model_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::dispatch::{transition, Next, Watcher};
+    use crate::dispatch::{transition, Next};
     use crate::telemetry::Metrics;
     use futures::FutureExt;
 
@@ -867,9 +857,8 @@ mod model_tests {
                         Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),
                         None => WatchFrom::State,
                     };
-                    let start = cache.watch(p.clone(), from, false).unwrap();
-                    let watcher = Watcher::new(start.subscription, p.clone(), start.revision, start.state.is_none());
-                    subs.push((p, start.revision, watcher, &w.reads, Vec::new()));
+                    let watcher = cache.watch(p.clone(), from, false).unwrap().watcher;
+                    subs.push((p, watcher.revision(), watcher, &w.reads, Vec::new()));
                 }
                 let revision = i as Revision + 2;
                 let mut changes = Vec::new();

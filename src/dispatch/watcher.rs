@@ -72,7 +72,7 @@ pub struct Watcher {
 impl Watcher {
     /// A watcher that has seen everything up to `revision`; `behind` when it
     /// must first read the window after it.
-    pub fn new(
+    pub(crate) fn new(
         subscription: Subscription,
         predicate: Predicate,
         revision: Revision,
@@ -86,6 +86,10 @@ impl Watcher {
             replay: VecDeque::new(),
             read_through: revision,
         }
+    }
+
+    pub fn predicate(&self) -> &Predicate {
+        &self.predicate
     }
 
     /// The revision of the last change shown (or of the start or the last

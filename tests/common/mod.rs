@@ -431,6 +431,15 @@ pub async fn take_events(stream: &mut tonic::Streaming<WatchEvent>, n: usize) ->
     out
 }
 
+/// The resource versions of the next `n` events that are not bookmarks.
+pub async fn take_versions(stream: &mut tonic::Streaming<WatchEvent>, n: usize) -> Vec<u64> {
+    take_events(stream, n)
+        .await
+        .iter()
+        .map(|e| summary(e).2)
+        .collect()
+}
+
 /// A fresh etcd and a watchproxy in front of it whose `pods` cache is ready.
 pub async fn start_ready() -> (Etcd, Proxy, WatchProxyClient<Channel>) {
     let etcd = Etcd::start().await;
