@@ -4,23 +4,26 @@ mod continue_token;
 pub mod error;
 pub mod health;
 pub mod server;
+mod socket;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::cache::{NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Encoded, Next, View};
+use crate::dispatch::{Encoded, Next, View, Watcher};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
@@ -387,7 +390,7 @@ impl Api {
     }
 
     /// Starts a watch; its stream yields each event encoded for the wire.
-    async fn watch(&self, req: pb::WatchRequest) -> Result<EncodedEvents, ApiError> {
+    async fn watch(&self, req: pb::WatchRequest) -> Result<WatchStream, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
         let predicate = Predicate::new(
@@ -446,23 +449,62 @@ impl Api {
                     current: s.cache.progress().revision,
                 }
             })?;
-        let stream = WatchStream {
+        let WatchStart { state, watcher } = start;
+        // The end of the initial state is marked only when it was sent.
+        let initial_end = (state.is_some() && req.send_initial_events).then(|| watcher.revision());
+        let initial: Vec<Arc<Object>> = match state {
+            Some(snapshot) => snapshot
+                .select(resource, watcher.predicate(), None)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(WatchStream {
             _slots: slots,
             cache: s.cache.clone(),
+            watcher,
+            initial: initial.into_iter(),
+            initial_end,
             allow_bookmarks: req.allow_bookmarks,
-            initial_events_end: req.send_initial_events,
-            timeout,
-            shutdown: self.shutdown.clone(),
-            metrics: s.metrics.clone(),
-        };
-        Ok(Box::pin(stream.run(start)))
+            timer: timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+            shutdown: Box::pin(self.shutdown.clone().cancelled_owned()),
+            end: EndCounter {
+                metrics: s.metrics.clone(),
+                reason: None,
+            },
+        })
     }
 }
 
 type WatchEvents = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
-/// A watch's events, each an encoded `WatchEvent`.
-pub type EncodedEvents = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + Send>>;
+/// One `WatchEvent` of a watch stream, as the Watch codec writes it.
+pub enum WatchMessage {
+    /// A live or replayed change. Live changes carry the encoding every
+    /// watcher shares, and it is copied straight from them to the wire.
+    Change(Arc<View>),
+    /// Made for this watcher: initial objects and bookmarks.
+    Own(Encoded),
+}
+
+impl WatchMessage {
+    /// Writes the message to `dst`.
+    pub fn write_to(&self, dst: &mut impl bytes::BufMut) {
+        let own;
+        let e = match self {
+            WatchMessage::Own(e) => e,
+            WatchMessage::Change(view) => match &view.encoded {
+                Some(e) => e,
+                None => {
+                    own = encode_event(view.kind, &view.object, view.revision);
+                    &own
+                }
+            },
+        };
+        dst.put_slice(&e.head);
+        dst.put_slice(&e.body);
+    }
+}
 
 /// Encodes a change as a `WatchEvent`. The dispatcher calls it once per
 /// event and type, and every watcher shares the result. At the object's
@@ -597,16 +639,26 @@ fn bookmark_pb(revision: Revision, initial_events_end: bool) -> pb::WatchEvent {
     }
 }
 
-/// One client's watch, from its start to its end.
-struct WatchStream {
+/// One client's watch, from its start to its end: the initial state (if
+/// asked for), then changes, live from the queue or read from the window
+/// while the watcher is behind, until the client leaves, the timeout
+/// passes, the server shuts down or the watcher falls further behind than
+/// the window reaches. Written by hand rather than with `async_stream`: it
+/// is polled once per delivery, for every watcher.
+pub struct WatchStream {
     /// Held while the watch is open: its places in the watcher limits.
     _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     cache: Arc<WatchCache>,
+    watcher: Watcher,
+    initial: std::vec::IntoIter<Arc<Object>>,
+    /// The bookmark that marks the end of the initial state, still to send.
+    initial_end: Option<Revision>,
     allow_bookmarks: bool,
-    initial_events_end: bool,
-    timeout: Option<Duration>,
-    shutdown: CancellationToken,
-    metrics: ResourceMetrics,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Made once: a new `cancelled()` per poll would register a new waiter
+    /// on the token every watch shares, under its lock.
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    end: EndCounter,
 }
 
 /// Counts how a watch ended when its stream is dropped; a stream dropped
@@ -623,79 +675,67 @@ impl Drop for EndCounter {
     }
 }
 
-fn view_bytes(view: &View) -> Encoded {
-    match &view.encoded {
-        Some(b) => b.clone(),
-        None => encode_event(view.kind, &view.object, view.revision),
-    }
-}
+impl Stream for WatchStream {
+    type Item = Result<WatchMessage, Status>;
 
-impl WatchStream {
-    /// The initial state (if asked for), then changes: live from the queue,
-    /// or read from the window while the watcher is behind, until the client
-    /// leaves, the timeout passes, the server shuts down or the watcher falls
-    /// further behind than the window reaches.
-    fn run(self, start: WatchStart) -> impl Stream<Item = Result<Encoded, Status>> + Send {
-        async_stream::stream! {
-            // Taken by name: the stream captures only the fields it uses,
-            // and the watch's places in the limits must live as long as it.
-            let _slots = self._slots;
-            let WatchStart { state, mut watcher } = start;
-            let mut end = EndCounter { metrics: self.metrics.clone(), reason: None };
-            if let Some(snapshot) = state {
-                let objects: Vec<Arc<Object>> =
-                    snapshot.select(&self.cache.resource, watcher.predicate(), None).cloned().collect();
-                for o in objects {
-                    yield Ok(encode_event(EventType::Added, &o, o.revision));
-                }
-                if self.initial_events_end {
-                    yield Ok(encode_bookmark(watcher.revision(), true));
-                }
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.end.reason.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(o) = this.initial.next() {
+            let added = encode_event(EventType::Added, &o, o.revision);
+            return Poll::Ready(Some(Ok(WatchMessage::Own(added))));
+        }
+        if let Some(revision) = this.initial_end.take() {
+            return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(revision, true)))));
+        }
+        if let Some(timer) = &mut this.timer {
+            if timer.as_mut().poll(cx).is_ready() {
+                this.end.reason = Some(EndReason::timeout);
+                return Poll::Ready(None);
             }
-            let timer = tokio::time::sleep(self.timeout.unwrap_or(Duration::MAX / 4));
-            tokio::pin!(timer);
-            // Made once: a new `cancelled()` per poll would register a new
-            // waiter on the token every watch shares, under its lock.
-            let shutdown = self.shutdown.cancelled();
-            tokio::pin!(shutdown);
-            loop {
+        }
+        loop {
+            let next = match this.watcher.poll_next(cx, &this.cache) {
+                Poll::Ready(next) => next,
                 // The shutdown future is polled only when nothing is ready:
                 // polling it locks the token every watch shares. Shutdown
                 // stops the reflectors first, so a busy watch drains its
                 // queue and then sees it.
-                let next = tokio::select! {
-                    biased;
-                    _ = &mut timer, if self.timeout.is_some() => {
-                        end.reason = Some(EndReason::timeout);
-                        break;
-                    }
-                    next = watcher.next(&self.cache) => next,
-                    _ = &mut shutdown => Next::Closed,
-                };
-                match next {
-                    Next::Event(view) => yield Ok(view_bytes(&view)),
-                    Next::Bookmark(revision) => {
-                        if self.allow_bookmarks {
-                            yield Ok(encode_bookmark(revision, false));
-                        }
-                    }
-                    Next::Expired { after, oldest } => {
-                        end.reason = Some(EndReason::expired);
-                        yield Err(ApiError::TooOld {
-                            requested: after,
-                            oldest,
-                            current: self.cache.progress().revision,
-                        }.into());
-                        break;
-                    }
-                    // The dispatcher goes away only with the server.
-                    Next::Closed => {
-                        end.reason = Some(EndReason::shutdown);
-                        yield Err(ApiError::ShuttingDown { last: Some(watcher.revision()) }.into());
-                        break;
+                Poll::Pending => match this.shutdown.as_mut().poll(cx) {
+                    Poll::Ready(()) => Next::Closed,
+                    Poll::Pending => return Poll::Pending,
+                },
+            };
+            let error = match next {
+                Next::Event(view) => return Poll::Ready(Some(Ok(WatchMessage::Change(view)))),
+                Next::Bookmark(revision) if this.allow_bookmarks => {
+                    return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
+                        revision, false,
+                    )))))
+                }
+                Next::Bookmark(_) => continue,
+                Next::Expired { after, oldest } => {
+                    this.end.reason = Some(EndReason::expired);
+                    ApiError::TooOld {
+                        requested: after,
+                        oldest,
+                        current: this.cache.progress().revision,
                     }
                 }
-            }
+                // The dispatcher goes away only with the server.
+                Next::Closed => {
+                    this.end.reason = Some(EndReason::shutdown);
+                    ApiError::ShuttingDown {
+                        last: Some(this.watcher.revision()),
+                    }
+                }
+            };
+            return Poll::Ready(Some(Err(error.into())));
         }
     }
 }
@@ -706,7 +746,7 @@ impl Api {
     pub async fn watch_encoded(
         &self,
         request: Request<pb::WatchRequest>,
-    ) -> Result<Response<EncodedEvents>, Status> {
+    ) -> Result<Response<WatchStream>, Status> {
         let (metadata, _, req) = request.into_parts();
         let info = CallInfo::new(
             "Watch",
@@ -808,8 +848,10 @@ impl pb::watch_proxy_server::WatchProxy for Api {
         // are (see `server::ApiService`).
         let events = self.watch_encoded(request).await?;
         let decoded = events.into_inner().map(|item| {
-            item.and_then(|e| {
-                pb::WatchEvent::decode(e.head.chain(e.body))
+            item.and_then(|m| {
+                let mut bytes = Vec::new();
+                m.write_to(&mut bytes);
+                pb::WatchEvent::decode(bytes.as_slice())
                     .map_err(|e| Status::internal(e.to_string()))
             })
         });

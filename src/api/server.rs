@@ -20,12 +20,10 @@ use tonic::Status;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use bytes::BufMut;
 use tonic::codec::{BufferSettings, Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
 
-use super::{Api, EncodedEvents};
+use super::{socket, Api, WatchMessage, WatchStream};
 use crate::config::LimitsConfig;
-use crate::dispatch::Encoded;
 use crate::pb;
 use crate::pb::watch_proxy_server::WatchProxyServer;
 
@@ -97,10 +95,9 @@ impl Service<http::Request<Body>> for WatchHandler {
 struct WatchCall(Api);
 
 impl tonic::server::ServerStreamingService<pb::WatchRequest> for WatchCall {
-    type Response = Encoded;
-    type ResponseStream = EncodedEvents;
-    type Future =
-        futures::future::BoxFuture<'static, Result<tonic::Response<EncodedEvents>, Status>>;
+    type Response = WatchMessage;
+    type ResponseStream = WatchStream;
+    type Future = futures::future::BoxFuture<'static, Result<tonic::Response<WatchStream>, Status>>;
 
     fn call(&mut self, request: tonic::Request<pb::WatchRequest>) -> Self::Future {
         let api = self.0.clone();
@@ -113,7 +110,7 @@ impl tonic::server::ServerStreamingService<pb::WatchRequest> for WatchCall {
 struct PreEncoded;
 
 impl Codec for PreEncoded {
-    type Encode = Encoded;
+    type Encode = WatchMessage;
     type Decode = pb::WatchRequest;
     type Encoder = PreEncoded;
     type Decoder = tonic_prost::ProstDecoder<pb::WatchRequest>;
@@ -128,12 +125,11 @@ impl Codec for PreEncoded {
 }
 
 impl Encoder for PreEncoded {
-    type Item = Encoded;
+    type Item = WatchMessage;
     type Error = Status;
 
-    fn encode(&mut self, item: Encoded, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item.head);
-        dst.put(item.body);
+    fn encode(&mut self, item: WatchMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.write_to(dst);
         Ok(())
     }
 
@@ -262,13 +258,17 @@ pub async fn serve<S>(
         let builder = builder.clone();
         let stop = shutdown.clone();
         connections.spawn(async move {
-            let conn = builder.serve_connection(TokioIo::new(tcp), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = stop.cancelled() => conn.as_mut().graceful_shutdown(),
-            }
-            if let Err(e) = conn.await {
+            let (socket, flusher) = socket::split(tcp);
+            let conn = builder.serve_connection(TokioIo::new(socket), service);
+            let mut conn = socket::Gathered::new(conn, flusher);
+            let ended = tokio::select! {
+                ended = &mut conn => ended,
+                _ = stop.cancelled() => {
+                    conn.conn().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
                 debug!(error = %e, "connection ended");
             }
         });

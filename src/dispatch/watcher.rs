@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 use super::{transition, Delivery, Subscription, View};
 use crate::cache::WatchCache;
@@ -101,21 +102,27 @@ impl Watcher {
     /// The next thing to show. Cancel-safe: nothing is lost when the
     /// future is dropped before it completes.
     pub async fn next(&mut self, cache: &WatchCache) -> Next {
+        std::future::poll_fn(|cx| self.poll_next(cx, cache)).await
+    }
+
+    /// [`Watcher::next`] for a hand-written stream: `Pending` registers
+    /// `cx` to be woken by the next delivery.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>, cache: &WatchCache) -> Poll<Next> {
         loop {
             if let Some(next) = self.read_window(cache) {
-                return next;
+                return Poll::Ready(next);
             }
-            match self.subscription.rx.recv().await {
+            match ready!(self.subscription.rx.poll_recv(cx)) {
                 Some(Delivery::Event(view)) => {
                     self.at.delivered(view.revision);
-                    return Next::Event(view);
+                    return Poll::Ready(Next::Event(view));
                 }
                 Some(Delivery::Bookmark(revision)) => {
                     self.at = Position::through(revision);
-                    return Next::Bookmark(revision);
+                    return Poll::Ready(Next::Bookmark(revision));
                 }
                 Some(Delivery::Behind) => self.behind = true,
-                None => return Next::Closed,
+                None => return Poll::Ready(Next::Closed),
             }
         }
     }
