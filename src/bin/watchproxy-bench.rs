@@ -101,6 +101,8 @@ struct Report {
     latency_ms_p99: f64,
     latency_ms_max: f64,
     missed: u64,
+    /// Watches that ended before the run stopped them, by why.
+    ended_early: std::collections::BTreeMap<String, u64>,
     server_cpu_s: f64,
     etcd_cpu_s: f64,
     front_cpu_s: f64,
@@ -267,6 +269,8 @@ fn parse(value: &[u8]) -> (u128, &[u8]) {
 struct Seen {
     received: u64,
     useful: u64,
+    /// The watch ended with this error before the run stopped it.
+    ended: Option<String>,
     /// Latencies of useful events, in microseconds.
     latencies: Vec<u32>,
 }
@@ -430,15 +434,22 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                     loop {
                         tokio::select! {
                             _ = stop.cancelled() => break,
-                            m = stream.message() => match m? {
-                                Some(e) if e.r#type != EventType::Bookmark as i32 => {
+                            m = stream.message() => match m.map_err(|s| s.code()) {
+                                Err(code) => {
+                                    seen.ended = Some(format!("{code:?}"));
+                                    break;
+                                }
+                                Ok(Some(e)) if e.r#type != EventType::Bookmark as i32 => {
                                     let value = e.object.map(|o| o.value).unwrap_or_default();
                                     if seen.record(&value, None) {
                                         counted.fetch_add(1, Ordering::Relaxed);
                                     }
                                 }
-                                Some(_) => {}
-                                None => break,
+                                Ok(Some(_)) => {}
+                                Ok(None) => {
+                                    seen.ended = Some("end of stream".into());
+                                    break;
+                                }
                             },
                         }
                     }
@@ -530,11 +541,24 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     stop.cancel();
     drop((stalled_wp, stalled_etcd));
     let mut all = Seen::default();
+    let mut ended = std::collections::BTreeMap::new();
     for t in tasks {
-        if let Ok(Ok(seen)) = t.await {
-            all.received += seen.received;
-            all.useful += seen.useful;
-            all.latencies.extend(seen.latencies);
+        let seen = match t.await {
+            Ok(Ok(seen)) => seen,
+            Ok(Err(e)) => Seen {
+                ended: Some(e.to_string()),
+                ..Seen::default()
+            },
+            Err(e) => Seen {
+                ended: Some(e.to_string()),
+                ..Seen::default()
+            },
+        };
+        all.received += seen.received;
+        all.useful += seen.useful;
+        all.latencies.extend(seen.latencies);
+        if let Some(why) = seen.ended {
+            *ended.entry(why).or_insert(0) += 1;
         }
     }
     all.latencies.sort_unstable();
@@ -556,6 +580,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         latency_ms_p99: pct(0.99),
         latency_ms_max: pct(1.0),
         missed: want_total.saturating_sub(all.useful),
+        ended_early: ended,
         server_cpu_s: etcd_cpu + front_cpu,
         etcd_cpu_s: etcd_cpu,
         front_cpu_s: front_cpu,
@@ -612,6 +637,13 @@ async fn main() -> anyhow::Result<()> {
     )?;
     for r in &reports {
         writeln!(out, "{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)?;
+    }
+    for r in reports.iter().filter(|r| !r.ended_early.is_empty()) {
+        writeln!(
+            out,
+            "{}: watches ended early: {:?}",
+            r.target, r.ended_early
+        )?;
     }
     if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
         for other in reports.iter().filter(|r| r.target != "Watchproxy") {
