@@ -152,7 +152,8 @@ pub struct Flusher(Arc<Mutex<Outgoing>>);
 
 impl Flusher {
     /// After each poll of the connection: yields once while new data is
-    /// fresh, then writes it all. `Pending` means the task will be woken.
+    /// fresh, then writes it all. Whatever is left (the socket is full) is
+    /// written when the socket wakes the task.
     fn poll_after(&self, cx: &mut Context<'_>) {
         let mut out = lock(&self.0);
         if !out.pending() {

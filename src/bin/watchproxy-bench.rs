@@ -543,17 +543,14 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let mut all = Seen::default();
     let mut ended = std::collections::BTreeMap::new();
     for t in tasks {
-        let seen = match t.await {
-            Ok(Ok(seen)) => seen,
-            Ok(Err(e)) => Seen {
+        let seen = t
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|seen| seen)
+            .unwrap_or_else(|e| Seen {
                 ended: Some(e.to_string()),
                 ..Seen::default()
-            },
-            Err(e) => Seen {
-                ended: Some(e.to_string()),
-                ..Seen::default()
-            },
-        };
+            });
         all.received += seen.received;
         all.useful += seen.useful;
         all.latencies.extend(seen.latencies);
