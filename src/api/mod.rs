@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -467,7 +467,6 @@ impl Api {
             initial_end,
             allow_bookmarks: req.allow_bookmarks,
             timer: timeout.map(|t| Box::pin(tokio::time::sleep(t))),
-            shutdown: Box::pin(self.shutdown.clone().cancelled_owned()),
             end: EndCounter {
                 metrics: s.metrics.clone(),
                 reason: None,
@@ -655,9 +654,6 @@ pub struct WatchStream {
     initial_end: Option<Revision>,
     allow_bookmarks: bool,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Made once: a new `cancelled()` per poll would register a new waiter
-    /// on the token every watch shares, under its lock.
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     end: EndCounter,
 }
 
@@ -700,18 +696,7 @@ impl Stream for WatchStream {
             }
         }
         loop {
-            let next = match this.watcher.poll_next(cx, &this.cache) {
-                Poll::Ready(next) => next,
-                // The shutdown future is polled only when nothing is ready:
-                // polling it locks the token every watch shares. Shutdown
-                // stops the reflectors first, so a busy watch drains its
-                // queue and then sees it.
-                Poll::Pending => match this.shutdown.as_mut().poll(cx) {
-                    Poll::Ready(()) => Next::Closed,
-                    Poll::Pending => return Poll::Pending,
-                },
-            };
-            let error = match next {
+            let error = match ready!(this.watcher.poll_next(cx, &this.cache)) {
                 Next::Event(view) => return Poll::Ready(Some(Ok(WatchMessage::Change(view)))),
                 Next::Bookmark(revision) if this.allow_bookmarks => {
                     return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
@@ -727,7 +712,8 @@ impl Stream for WatchStream {
                         current: this.cache.progress().revision,
                     }
                 }
-                // The dispatcher goes away only with the server.
+                // Shutdown stops the reflectors, which closes every queue
+                // after what it holds.
                 Next::Closed => {
                     this.end.reason = Some(EndReason::shutdown);
                     ApiError::ShuttingDown {

@@ -386,6 +386,14 @@ pub struct CacheWriter {
     cache: Arc<WatchCache>,
 }
 
+/// With its writer gone the cache gets no more changes: its watches end
+/// once they have shown what they were sent.
+impl Drop for CacheWriter {
+    fn drop(&mut self) {
+        self.cache.dispatcher.close();
+    }
+}
+
 impl CacheWriter {
     pub fn cache(&self) -> &Arc<WatchCache> {
         &self.cache

@@ -119,6 +119,8 @@ struct Watchers {
     /// Watchers to drop after an event (queue full or closed); reused so
     /// dispatch does not allocate.
     gone: Vec<u64>,
+    /// No more events will come: the cache's writer is gone.
+    closed: bool,
 }
 
 /// The watchers of one resource.
@@ -160,6 +162,7 @@ impl Dispatcher {
                 bookmarks_due: BinaryHeap::new(),
                 revision: 0,
                 gone: Vec::new(),
+                closed: false,
             }),
             queue_len,
             bookmark_interval,
@@ -190,6 +193,15 @@ impl Dispatcher {
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
         w.next_id += 1;
+        if w.closed {
+            // Its queue ends at once: the watcher sees `Closed`.
+            drop(tx);
+            return Subscription {
+                id,
+                rx,
+                dispatcher: self.clone(),
+            };
+        }
         if bookmarks {
             w.bookmarks_due.push(Reverse((due, id)));
         }
@@ -306,6 +318,17 @@ impl Dispatcher {
             entry.start = entry.start.max(after);
             entry.behind = false;
         }
+    }
+
+    /// Ends every watcher's queue after what it holds, and any registered
+    /// later at once: no more events will come. Watchers learn of it from
+    /// their own queues, so a watch needs no other signal to see the end.
+    pub fn close(&self) {
+        let mut w = self.watchers.lock().unwrap();
+        w.closed = true;
+        w.index = TriggerIndex::default();
+        w.bookmarks_due.clear();
+        self.metrics.watchers.set(0);
     }
 
     /// Records progress without events (an etcd progress notification).
@@ -505,6 +528,27 @@ mod tests {
         d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
         assert!(d.is_empty());
         drop(s);
+    }
+
+    #[test]
+    fn closing_ends_each_queue_after_what_it_holds_and_later_ones_at_once() {
+        let d = dispatcher(4);
+        let mut before = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
+        d.close();
+        assert!(d.is_empty());
+        d.dispatch(&[ev(EventType::Added, Some(obj("b", "", 2)), None, 2)]);
+        assert!(matches!(before.rx.try_recv(), Ok(Delivery::Event(v)) if v.revision == 1));
+        assert_eq!(
+            before.rx.try_recv().unwrap_err(),
+            mpsc::error::TryRecvError::Disconnected
+        );
+        let mut after = d.register(Predicate::default(), Trigger::All, 2, true, false);
+        assert_eq!(
+            after.rx.try_recv().unwrap_err(),
+            mpsc::error::TryRecvError::Disconnected
+        );
+        assert!(d.is_empty());
     }
 
     #[test]
