@@ -167,9 +167,15 @@ pub async fn run(
     let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ApiService::new(api, &config.limits))
+        .add_service(ApiService::new(api.clone(), &config.limits))
         .prepare();
-    let serve = api::server::serve(listeners.grpc, routes, &config.limits, shutdown.clone());
+    let serve = api::server::serve(
+        listeners.grpc,
+        api,
+        routes,
+        &config.limits,
+        shutdown.clone(),
+    );
     // After shutdown starts, open calls get the grace period to finish.
     let grace = async {
         shutdown.cancelled().await;

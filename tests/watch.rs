@@ -363,3 +363,32 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
             >= (WATCHERS * WRITES) as f64
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_are_answered_uncompressed_whether_or_not_the_request_is_compressed() {
+    use tonic::codec::CompressionEncoding::Gzip;
+    let (etcd, _proxy, client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let start = put_pod(&mut ec, "default", "a", &[], "").await;
+    // Served by the connection itself; the other, with its request
+    // compressed, by the gRPC routes.
+    let plain = client.clone().accept_compressed(Gzip);
+    let compressed = plain.clone().send_compressed(Gzip);
+    let mut streams = Vec::new();
+    for mut c in [plain, compressed] {
+        let answer = c
+            .watch(watch_req("pods", &start.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.metadata().get("grpc-encoding"),
+            None,
+            "each watcher's events are written as encoded once for all"
+        );
+        streams.push(answer.into_inner());
+    }
+    let next = put_pod(&mut ec, "default", "b", &[], "").await;
+    for s in &mut streams {
+        assert_eq!(take_versions(s, 1).await, [next]);
+    }
+}

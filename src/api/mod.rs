@@ -1,5 +1,6 @@
 //! The gRPC service: List, Get and Watch served from the watch caches.
 
+mod connection;
 mod continue_token;
 pub mod error;
 pub mod health;

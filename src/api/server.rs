@@ -4,14 +4,10 @@ use std::convert::Infallible;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder as ConnectionBuilder;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use tonic::body::Body;
 use tonic::codec::CompressionEncoding;
@@ -22,7 +18,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 use tonic::codec::{BufferSettings, Codec, EnabledCompressionEncodings, EncodeBuf, Encoder};
 
-use super::{socket, Api, WatchMessage, WatchStream};
+use super::{connection, Api, WatchMessage, WatchStream};
 use crate::config::LimitsConfig;
 use crate::pb;
 use crate::pb::watch_proxy_server::WatchProxyServer;
@@ -61,8 +57,11 @@ impl ApiService {
     }
 }
 
-/// Serves Watch with each event's bytes as the dispatcher encoded them once
-/// for all its watchers, instead of encoding them again per watcher.
+/// Serves the Watch calls a connection does not serve itself (those with a
+/// compressed request), with each event's bytes as the dispatcher encoded
+/// them once for all its watchers. Responses are never compressed, here
+/// as on the connection's own path: compressing per watcher would cost
+/// more than the whole fan-out.
 #[derive(Clone)]
 struct WatchHandler {
     api: Api,
@@ -81,11 +80,11 @@ impl Service<http::Request<Body>> for WatchHandler {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let (api, max) = (self.api.clone(), self.max_message_bytes);
         Box::pin(async move {
-            let mut encodings = EnabledCompressionEncodings::default();
-            encodings.enable(CompressionEncoding::Gzip);
-            encodings.enable(CompressionEncoding::Zstd);
+            let mut accepted = EnabledCompressionEncodings::default();
+            accepted.enable(CompressionEncoding::Gzip);
+            accepted.enable(CompressionEncoding::Zstd);
             let mut grpc = tonic::server::Grpc::new(PreEncoded)
-                .apply_compression_config(encodings, encodings)
+                .apply_compression_config(accepted, EnabledCompressionEncodings::default())
                 .apply_max_message_size_config(Some(max), Some(max));
             Ok(grpc.server_streaming(WatchCall(api), req).await)
         })
@@ -200,17 +199,19 @@ impl Service<http::Request<Body>> for ApiService {
 
 /// How much of one stream's response HTTP/2 may hold unwritten before the
 /// stream is asked for no more. Each stream's buffered bytes are its own
-/// copies of the events, so hyper's default (400 KiB) let thousands of
+/// copies of the events, so h2's default (400 KiB) let thousands of
 /// lagging watch streams hold hundreds of MiB; past this bound a lagging
 /// watcher's events wait in the shared window instead.
 const STREAM_SEND_BUFFER: usize = 16 * 1024;
 
 /// Serves HTTP/2 gRPC on `listener` until `shutdown`, then sends GOAWAY on
-/// every connection and waits for their calls to end. Dropping the future
-/// closes the connections that remain.
+/// every connection and waits for their calls to end. Watch calls are
+/// served by each connection itself; `routes` answers every other call.
+/// Dropping the future closes the connections that remain.
 pub async fn serve<S>(
     listener: TcpListener,
-    service: S,
+    api: Api,
+    routes: S,
     limits: &LimitsConfig,
     shutdown: CancellationToken,
 ) where
@@ -220,15 +221,14 @@ pub async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let mut builder = ConnectionBuilder::new(TokioExecutor::new()).http2_only();
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .max_send_buf_size(STREAM_SEND_BUFFER);
-    let service = Deadlines(service);
+    let settings = connection::Settings {
+        max_concurrent_streams: limits.max_concurrent_streams,
+        max_message_bytes: limits.max_message_bytes,
+        stream_send_buffer: STREAM_SEND_BUFFER,
+        keep_alive_interval: Duration::from_secs(30),
+        keep_alive_timeout: Duration::from_secs(10),
+    };
+    let routes = Deadlines(routes);
     let mut connections = JoinSet::new();
     loop {
         let tcp = tokio::select! {
@@ -250,28 +250,13 @@ pub async fn serve<S>(
         let _ = tcp.set_nodelay(true);
         let keepalive = socket2::TcpKeepalive::new().with_time(Duration::from_secs(60));
         let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
-        let service = TowerToHyperService::new(
-            service
-                .clone()
-                .map_request(|r: http::Request<Incoming>| r.map(Body::new)),
-        );
-        let builder = builder.clone();
-        let stop = shutdown.clone();
-        connections.spawn(async move {
-            let (socket, flusher) = socket::split(tcp);
-            let conn = builder.serve_connection(TokioIo::new(socket), service);
-            let mut conn = socket::Gathered::new(conn, flusher);
-            let ended = tokio::select! {
-                ended = &mut conn => ended,
-                _ = stop.cancelled() => {
-                    conn.conn().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = ended {
-                debug!(error = %e, "connection ended");
-            }
-        });
+        connections.spawn(connection::serve(
+            tcp,
+            api.clone(),
+            routes.clone(),
+            settings.clone(),
+            shutdown.clone(),
+        ));
     }
     // Stop accepting at once; the open connections drain.
     drop(listener);
@@ -312,7 +297,7 @@ where
 }
 
 /// Reads a `grpc-timeout` header: at most 8 digits and a unit.
-fn grpc_timeout(v: &http::HeaderValue) -> Option<Duration> {
+pub(super) fn grpc_timeout(v: &http::HeaderValue) -> Option<Duration> {
     let v = v.to_str().ok()?;
     let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {

@@ -185,11 +185,6 @@ impl<F> Gathered<F> {
             flusher,
         }
     }
-
-    /// The connection being driven.
-    pub fn conn(&mut self) -> Pin<&mut F> {
-        self.conn.as_mut()
-    }
 }
 
 impl<F: Future> Future for Gathered<F> {

@@ -1,0 +1,523 @@
+//! One client connection, served on HTTP/2 directly. Watch streams are
+//! driven in place by the connection's own task: a delivery wakes only its
+//! stream, and one pass of the task writes what every woken stream has
+//! ready. Every other call (List, Get, health, reflection, and a Watch
+//! whose request is compressed) goes to the gRPC routes in a task of its
+//! own, as a general-purpose server would run it.
+//!
+//! A general-purpose server runs each stream in a task of its own, woken
+//! and polled through several body layers for every message: with
+//! thousands of watches that wake together for each event, that per-stream
+//! work was most of the server's CPU.
+
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use h2::server::{Connection, SendResponse};
+use h2::{Ping, PingPong, RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use prost::Message;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tonic::body::Body;
+use tonic::Status;
+use tower::{Service, ServiceExt};
+use tracing::debug;
+
+use super::server::grpc_timeout;
+use super::socket::{self, Socket};
+use super::{Api, WatchMessage, WatchStream};
+use crate::pb;
+
+/// The path of the calls this module serves itself.
+const WATCH_PATH: &str = "/watchproxy.v1.WatchProxy/Watch";
+
+/// Events ready together for one stream go out as one DATA frame of up to
+/// this size.
+const BATCH_BYTES: usize = 8 * 1024;
+
+/// The HTTP/2 receive window of each stream and of the connection.
+const RECEIVE_WINDOW: u32 = 1024 * 1024;
+
+/// How one connection is served.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub max_concurrent_streams: u32,
+    pub max_message_bytes: usize,
+    /// How much of one stream's response HTTP/2 may hold unwritten before
+    /// the stream is asked for no more.
+    pub stream_send_buffer: usize,
+    pub keep_alive_interval: Duration,
+    pub keep_alive_timeout: Duration,
+}
+
+/// Serves one accepted connection until the client leaves, or until
+/// `stop`: then GOAWAY, and the connection ends once its calls have.
+pub async fn serve<S>(
+    tcp: TcpStream,
+    api: Api,
+    routes: S,
+    settings: Settings,
+    stop: CancellationToken,
+) where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let (socket, flusher) = socket::split(tcp);
+    let served = async move {
+        let conn = h2::server::Builder::new()
+            .max_concurrent_streams(settings.max_concurrent_streams)
+            .max_send_buffer_size(settings.stream_send_buffer)
+            .max_header_list_size(16 * 1024)
+            // Receive windows (and with them h2's budget for small DATA
+            // frames not yet read) as hyper sets them: with the protocol's
+            // 64 KiB, a few hundred requests arriving at once end the
+            // connection with ENHANCE_YOUR_CALM.
+            .initial_window_size(RECEIVE_WINDOW)
+            .initial_connection_window_size(RECEIVE_WINDOW)
+            .handshake::<_, Bytes>(socket)
+            .await?;
+        let mut driver = Driver::new(conn, api, routes, settings, stop);
+        poll_fn(|cx| driver.poll(cx)).await
+    };
+    if let Err(e) = socket::Gathered::new(served, flusher).await {
+        debug!(error = %e, "connection ended");
+    }
+}
+
+type Start = futures::future::BoxFuture<'static, Option<LiveWatch>>;
+
+/// The connection's task: accepts streams, starts watches, drives the
+/// live ones, and keeps the connection alive.
+struct Driver<S> {
+    conn: Connection<Socket, Bytes>,
+    api: Api,
+    routes: S,
+    settings: Settings,
+    /// Watches reading their request or waiting for the cache.
+    starts: FuturesUnordered<Start>,
+    /// Watches sending events; each is polled only when woken.
+    watches: FuturesUnordered<LiveWatch>,
+    /// Every other call, each in its own task; aborted with the connection.
+    calls: JoinSet<()>,
+    keep_alive: Option<KeepAlive>,
+    stop: Pin<Box<WaitForCancellationFutureOwned>>,
+    stopping: bool,
+}
+
+impl<S> Driver<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    fn new(
+        mut conn: Connection<Socket, Bytes>,
+        api: Api,
+        routes: S,
+        settings: Settings,
+        stop: CancellationToken,
+    ) -> Self {
+        let keep_alive = conn.ping_pong().map(|ping_pong| KeepAlive {
+            ping_pong,
+            timer: Box::pin(tokio::time::sleep(settings.keep_alive_interval)),
+            awaiting_pong: false,
+            interval: settings.keep_alive_interval,
+            timeout: settings.keep_alive_timeout,
+        });
+        Self {
+            conn,
+            api,
+            routes,
+            settings,
+            starts: FuturesUnordered::new(),
+            watches: FuturesUnordered::new(),
+            calls: JoinSet::new(),
+            keep_alive,
+            stop: Box::pin(stop.cancelled_owned()),
+            stopping: false,
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
+        if !self.stopping && self.stop.as_mut().poll(cx).is_ready() {
+            self.stopping = true;
+            self.conn.graceful_shutdown();
+        }
+        if let Some(keep_alive) = &mut self.keep_alive {
+            if let Err(e) = keep_alive.poll(cx) {
+                debug!(error = %e, "keepalive failed; closing the connection");
+                return Poll::Ready(Ok(()));
+            }
+        }
+        // Bounded: a client that keeps opening streams yields to the others.
+        for _ in 0..16 {
+            while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
+                self.watches.extend(started);
+            }
+            while let Poll::Ready(Some(())) = self.watches.poll_next_unpin(cx) {}
+            while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
+            // Last, so that what the watches sent is written in this pass.
+            let mut accepted = false;
+            loop {
+                match self.conn.poll_accept(cx) {
+                    Poll::Ready(Some(Ok((request, respond)))) => {
+                        self.accept(request, respond);
+                        accepted = true;
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(None) => return Poll::Ready(Ok(())),
+                    Poll::Pending => break,
+                }
+            }
+            if !accepted {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn accept(&mut self, request: Request<RecvStream>, respond: SendResponse<Bytes>) {
+        if is_plain_watch(&request) {
+            let start = start_watch(
+                self.api.clone(),
+                request,
+                respond,
+                self.settings.max_message_bytes,
+            );
+            self.starts.push(start.boxed());
+        } else {
+            self.calls
+                .spawn(call(self.routes.clone(), request, respond));
+        }
+    }
+}
+
+/// A Watch call this module can serve itself: gRPC with an uncompressed
+/// request. Anything else goes to the routes, which answer it in full.
+fn is_plain_watch(request: &Request<RecvStream>) -> bool {
+    let headers = request.headers();
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v == "application/grpc" || v == "application/grpc+proto");
+    let uncompressed = headers.get("grpc-encoding").is_none_or(|v| v == "identity");
+    request.method() == http::Method::POST
+        && request.uri().path() == WATCH_PATH
+        && grpc
+        && uncompressed
+}
+
+/// Reads the request and asks the API for the watch; answers a refusal
+/// itself. `None` when there is nothing to stream.
+async fn start_watch(
+    api: Api,
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    max_message_bytes: usize,
+) -> Option<LiveWatch> {
+    let (parts, mut body) = request.into_parts();
+    let deadline = parts.headers.get("grpc-timeout").and_then(grpc_timeout);
+    let started = async {
+        let message = read_message(&mut body, max_message_bytes).await?;
+        let request = pb::WatchRequest::decode(message)
+            .map_err(|e| Status::internal(format!("failed to decode the request: {e}")))?;
+        let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+        let request = tonic::Request::from_parts(metadata, parts.extensions, request);
+        api.watch_encoded(request)
+            .await
+            .map(tonic::Response::into_inner)
+    };
+    let started = async {
+        match deadline {
+            Some(d) => tokio::time::timeout(d, started)
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call's deadline passed"))),
+            None => started.await,
+        }
+    };
+    // A client that cancels while the watch waits (for the cache, say)
+    // is not waited for.
+    let started = {
+        let reset = poll_fn(|cx| respond.poll_reset(cx));
+        tokio::select! {
+            started = started => started,
+            _ = reset => return None,
+        }
+    };
+    match started {
+        Ok(events) => {
+            let head = Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/grpc")
+                .body(())
+                .expect("a valid response head");
+            let tx = respond.send_response(head, false).ok()?;
+            Some(LiveWatch { events, tx })
+        }
+        Err(status) => {
+            let (head, _) = status.into_http::<()>().into_parts();
+            let _ = respond.send_response(Response::from_parts(head, ()), true);
+            None
+        }
+    }
+}
+
+/// Reads one gRPC message from a request body.
+async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, Status> {
+    let mut buf = BytesMut::new();
+    let mut want = None;
+    loop {
+        if want.is_none() && buf.len() >= 5 {
+            if buf[0] != 0 {
+                return Err(Status::internal(
+                    "the request is marked compressed but names no grpc-encoding",
+                ));
+            }
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if len > max {
+                return Err(Status::resource_exhausted(format!(
+                    "the request is {len} bytes; the limit is {max}"
+                )));
+            }
+            want = Some(5 + len);
+        }
+        if let Some(want) = want {
+            if buf.len() >= want {
+                return Ok(buf.split_to(want).freeze().split_off(5));
+            }
+        }
+        let Some(chunk) = body.data().await else {
+            return Err(Status::internal("the request ended before its message"));
+        };
+        let chunk = chunk.map_err(|e| Status::cancelled(format!("reading the request: {e}")))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+    }
+}
+
+/// A watch sending its events on its HTTP/2 stream.
+struct LiveWatch {
+    events: WatchStream,
+    tx: SendStream<Bytes>,
+}
+
+impl Future for LiveWatch {
+    type Output = ();
+
+    /// Sends what is ready, in frames of up to [`BATCH_BYTES`], while the
+    /// stream has room. A stream without room is not asked for events: its
+    /// watcher's queue fills and it reads the shared window later.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            this.tx.reserve_capacity(1);
+            if this.tx.capacity() == 0 {
+                match this.tx.poll_capacity(cx) {
+                    Poll::Ready(Some(Ok(_))) => continue,
+                    // Reset by the client, or the connection is gone.
+                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            let mut batch = BytesMut::new();
+            let ended = loop {
+                match this.events.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(message))) => {
+                        put_message(&mut batch, &message);
+                        if batch.len() >= BATCH_BYTES {
+                            break None;
+                        }
+                    }
+                    Poll::Ready(Some(Err(status))) => break Some(status),
+                    Poll::Ready(None) => break Some(Status::ok("")),
+                    Poll::Pending => {
+                        if !batch.is_empty() && this.tx.send_data(batch.freeze(), false).is_err() {
+                            return Poll::Ready(());
+                        }
+                        // Woken by a reset as well as by the next event.
+                        return match this.tx.poll_reset(cx) {
+                            Poll::Ready(_) => Poll::Ready(()),
+                            Poll::Pending => Poll::Pending,
+                        };
+                    }
+                }
+            };
+            if !batch.is_empty() && this.tx.send_data(batch.freeze(), false).is_err() {
+                return Poll::Ready(());
+            }
+            if let Some(status) = ended {
+                let mut trailers = HeaderMap::new();
+                if status.add_header(&mut trailers).is_err() {
+                    trailers.insert("grpc-status", HeaderValue::from_static("13"));
+                }
+                let _ = this.tx.send_trailers(trailers);
+                return Poll::Ready(());
+            }
+        }
+    }
+}
+
+/// Appends one length-prefixed gRPC message.
+fn put_message(dst: &mut BytesMut, message: &WatchMessage) {
+    let at = dst.len();
+    dst.put_bytes(0, 5);
+    message.write_to(dst);
+    let len = (dst.len() - at - 5) as u32;
+    dst[at + 1..at + 5].copy_from_slice(&len.to_be_bytes());
+}
+
+/// HTTP/2 pings at an interval; a peer that does not answer within the
+/// timeout is dead and its connection is closed.
+struct KeepAlive {
+    ping_pong: PingPong,
+    timer: Pin<Box<Sleep>>,
+    awaiting_pong: bool,
+    interval: Duration,
+    timeout: Duration,
+}
+
+impl KeepAlive {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Result<(), h2::Error> {
+        if self.awaiting_pong {
+            if let Poll::Ready(pong) = self.ping_pong.poll_pong(cx) {
+                pong?;
+                self.awaiting_pong = false;
+                self.timer.as_mut().reset(Instant::now() + self.interval);
+            }
+        }
+        if self.timer.as_mut().poll(cx).is_ready() {
+            if self.awaiting_pong {
+                return Err(h2::Error::from(h2::Reason::NO_ERROR));
+            }
+            self.ping_pong.send_ping(Ping::opaque())?;
+            self.awaiting_pong = true;
+            self.timer.as_mut().reset(Instant::now() + self.timeout);
+            let _ = self.timer.as_mut().poll(cx);
+            if let Poll::Ready(pong) = self.ping_pong.poll_pong(cx) {
+                pong?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Answers a call with the routes, as any HTTP/2 server would: the
+/// request body streamed in, the response body streamed out within the
+/// stream's flow control.
+async fn call<S>(routes: S, request: Request<RecvStream>, mut respond: SendResponse<Bytes>)
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+{
+    let request = request.map(|body| Body::new(RequestBody(body)));
+    let answer = {
+        let reset = poll_fn(|cx| respond.poll_reset(cx));
+        tokio::select! {
+            answer = routes.oneshot(request) => answer,
+            _ = reset => return,
+        }
+    };
+    let Ok(answer) = answer;
+    let (head, mut body) = answer.into_parts();
+    let end = body.is_end_stream();
+    let Ok(mut tx) = respond.send_response(Response::from_parts(head, ()), end) else {
+        return;
+    };
+    if !end {
+        poll_fn(|cx| pipe(&mut body, &mut tx, cx)).await;
+    }
+}
+
+/// Copies a response body to its stream, waiting for room before each
+/// frame.
+fn pipe(body: &mut Body, tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<()> {
+    loop {
+        tx.reserve_capacity(1);
+        if tx.capacity() == 0 {
+            match std::task::ready!(tx.poll_capacity(cx)) {
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Poll::Ready(()),
+            }
+        }
+        if tx.poll_reset(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        let frame = match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => {
+                debug!(error = %e, "response body failed");
+                tx.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Poll::Ready(());
+            }
+            None => {
+                let _ = tx.send_data(Bytes::new(), true);
+                return Poll::Ready(());
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let end = body.is_end_stream();
+                if tx.send_data(data, end).is_err() || end {
+                    return Poll::Ready(());
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    tx.reserve_capacity(0);
+                    let _ = tx.send_trailers(trailers);
+                }
+                return Poll::Ready(());
+            }
+        }
+    }
+}
+
+/// A request body read from its HTTP/2 stream, giving the flow-control
+/// window back as it is read.
+struct RequestBody(RecvStream);
+
+impl HttpBody for RequestBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let body = &mut self.0;
+        match std::task::ready!(body.poll_data(cx)) {
+            Some(Ok(data)) => {
+                let _ = body.flow_control().release_capacity(data.len());
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+            None => {}
+        }
+        match std::task::ready!(body.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
