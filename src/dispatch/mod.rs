@@ -3,6 +3,7 @@
 //! whose queue is nearly full is marked behind and skipped until it has
 //! caught up from the event window by itself.
 
+mod queue;
 mod trigger;
 mod watcher;
 
@@ -13,8 +14,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rand::Rng;
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use crate::object::{Event, EventType, Object, Revision};
@@ -102,7 +101,7 @@ struct Entry {
     /// Events at or before this revision are already in the watcher's
     /// initial state or replay.
     start: Revision,
-    tx: mpsc::Sender<Delivery>,
+    tx: queue::Sender<Delivery>,
     bookmarks: bool,
     /// Sent `Behind` and not yet rejoined.
     behind: bool,
@@ -141,7 +140,7 @@ pub struct Dispatcher {
 /// A registered watcher's receiving end; dropping it unregisters.
 pub struct Subscription {
     id: u64,
-    pub rx: mpsc::Receiver<Delivery>,
+    pub rx: queue::Receiver<Delivery>,
     dispatcher: Arc<Dispatcher>,
 }
 
@@ -188,7 +187,7 @@ impl Dispatcher {
         bookmarks: bool,
         behind: bool,
     ) -> Subscription {
-        let (tx, rx) = mpsc::channel(self.queue_len);
+        let (tx, rx) = queue::queue(self.queue_len);
         let due = self.next_bookmark(Instant::now());
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
@@ -291,8 +290,8 @@ impl Dispatcher {
                         fell_behind += 1;
                     }
                     Ok(()) => delivered += 1,
-                    Err(TrySendError::Full(_)) => unreachable!("a slot is kept for Behind"),
-                    Err(TrySendError::Closed(_)) => gone.push(id),
+                    Err(queue::Refused::Full) => unreachable!("a slot is kept for Behind"),
+                    Err(queue::Refused::Closed) => gone.push(id),
                 }
             });
             for id in gone.drain(..) {
@@ -361,7 +360,10 @@ impl Dispatcher {
             }
             // Nothing newer than the watcher's start yet: try again soon.
             let next = if revision > entry.start {
-                if entry.tx.try_send(Delivery::Bookmark(revision)).is_ok() {
+                // The last slot is kept for `Behind`.
+                if entry.tx.capacity() > 1
+                    && entry.tx.try_send(Delivery::Bookmark(revision)).is_ok()
+                {
                     sent += 1;
                 }
                 self.next_bookmark(now)
@@ -531,6 +533,32 @@ mod tests {
     }
 
     #[test]
+    fn a_bookmark_never_takes_the_slot_kept_for_behind() {
+        let d = dispatcher(3);
+        let mut s = d.register(Predicate::default(), Trigger::All, 0, true, false);
+        let send = |rev: Revision| {
+            d.dispatch(&[ev(
+                EventType::Added,
+                Some(obj(&rev.to_string(), "", rev)),
+                None,
+                rev,
+            )])
+        };
+        send(1);
+        send(2);
+        d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
+        send(3);
+        let got: Vec<_> = std::iter::from_fn(|| s.rx.try_recv().ok())
+            .map(|d| match d {
+                Delivery::Event(v) => format!("event {}", v.revision),
+                Delivery::Bookmark(r) => format!("bookmark {r}"),
+                Delivery::Behind => "behind".to_owned(),
+            })
+            .collect();
+        assert_eq!(got, ["event 1", "event 2", "behind"]);
+    }
+
+    #[test]
     fn closing_ends_each_queue_after_what_it_holds_and_later_ones_at_once() {
         let d = dispatcher(4);
         let mut before = d.register(Predicate::default(), Trigger::All, 0, false, false);
@@ -541,12 +569,12 @@ mod tests {
         assert!(matches!(before.rx.try_recv(), Ok(Delivery::Event(v)) if v.revision == 1));
         assert_eq!(
             before.rx.try_recv().unwrap_err(),
-            mpsc::error::TryRecvError::Disconnected
+            queue::TryRecvError::Disconnected
         );
         let mut after = d.register(Predicate::default(), Trigger::All, 2, true, false);
         assert_eq!(
             after.rx.try_recv().unwrap_err(),
-            mpsc::error::TryRecvError::Disconnected
+            queue::TryRecvError::Disconnected
         );
         assert!(d.is_empty());
     }
