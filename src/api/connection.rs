@@ -13,11 +13,14 @@
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::task::AtomicWaker;
 use futures::FutureExt;
 use h2::server::{Connection, SendResponse};
 use h2::{Ping, PingPong, RecvStream, SendStream};
@@ -36,6 +39,7 @@ use tracing::debug;
 use super::server::grpc_timeout;
 use super::socket::{self, Socket};
 use super::{Api, WatchMessage, WatchStream};
+use crate::dispatch::Rounds;
 use crate::pb;
 
 /// The path of the calls this module serves itself.
@@ -49,7 +53,7 @@ const BATCH_BYTES: usize = 8 * 1024;
 const RECEIVE_WINDOW: u32 = 1024 * 1024;
 
 /// How one connection is served.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Settings {
     pub max_concurrent_streams: u32,
     pub max_message_bytes: usize,
@@ -58,6 +62,8 @@ pub struct Settings {
     pub stream_send_buffer: usize,
     pub keep_alive_interval: Duration,
     pub keep_alive_timeout: Duration,
+    /// The dispatch rounds that writes wait for.
+    pub rounds: Arc<Rounds>,
 }
 
 /// Serves one accepted connection until the client leaves, or until
@@ -76,6 +82,7 @@ pub async fn serve<S>(
     S::Future: Send + 'static,
 {
     let (socket, flusher) = socket::split(tcp);
+    let flusher = flusher.after_rounds(settings.rounds.clone());
     let served = async move {
         let conn = h2::server::Builder::new()
             .max_concurrent_streams(settings.max_concurrent_streams)
@@ -109,7 +116,7 @@ struct Driver<S> {
     /// Watches reading their request or waiting for the cache.
     starts: FuturesUnordered<Start>,
     /// Watches sending events; each is polled only when woken.
-    watches: FuturesUnordered<LiveWatch>,
+    watches: Watches<LiveWatch>,
     /// Every other call, each in its own task; aborted with the connection.
     calls: JoinSet<()>,
     keep_alive: Option<KeepAlive>,
@@ -145,7 +152,7 @@ where
             routes,
             settings,
             starts: FuturesUnordered::new(),
-            watches: FuturesUnordered::new(),
+            watches: Watches::default(),
             calls: JoinSet::new(),
             keep_alive,
             stop: Box::pin(stop.cancelled_owned()),
@@ -167,9 +174,11 @@ where
         // Bounded: a client that keeps opening streams yields to the others.
         for _ in 0..16 {
             while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
-                self.watches.extend(started);
+                if let Some(watch) = started {
+                    self.watches.insert(watch);
+                }
             }
-            while let Poll::Ready(Some(())) = self.watches.poll_next_unpin(cx) {}
+            self.watches.poll_ready(cx);
             while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
             // Last, so that what the watches sent is written in this pass.
             let mut accepted = false;
@@ -307,6 +316,114 @@ async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, Status
         let _ = body.flow_control().release_capacity(chunk.len());
         buf.extend_from_slice(&chunk);
     }
+}
+
+/// The live watches of a connection, each polled when its waker says it
+/// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
+/// its pass early once two futures wake themselves while polled, and h2
+/// wakes a stream whenever it gets more room, as it does when one is
+/// polled: passes of two watches, each followed by a write.)
+struct Watches<F = LiveWatch> {
+    slots: Vec<Option<Slot<F>>>,
+    free: Vec<usize>,
+    ready: Arc<ReadyList>,
+    /// The ids taken from `ready` for this pass; kept for its allocation.
+    taking: Vec<usize>,
+}
+
+struct Slot<F> {
+    watch: F,
+    flag: Arc<WatchWaker>,
+    waker: Waker,
+}
+
+#[derive(Default)]
+struct ReadyList {
+    ids: Mutex<Vec<usize>>,
+    /// The connection's task, woken when the list stops being empty.
+    conn: AtomicWaker,
+}
+
+/// A watch's waker: puts it on the ready list, once until it is polled.
+struct WatchWaker {
+    id: usize,
+    queued: AtomicBool,
+    ready: Arc<ReadyList>,
+}
+
+impl Wake for WatchWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let was_empty = {
+            let mut ids = lock(&self.ready.ids);
+            ids.push(self.id);
+            ids.len() == 1
+        };
+        if was_empty {
+            self.ready.conn.wake();
+        }
+    }
+}
+
+impl<F> Default for Watches<F> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            ready: Arc::default(),
+            taking: Vec::new(),
+        }
+    }
+}
+
+impl<F: Future<Output = ()> + Unpin> Watches<F> {
+    fn insert(&mut self, watch: F) {
+        let id = self.free.pop().unwrap_or(self.slots.len());
+        if id == self.slots.len() {
+            self.slots.push(None);
+        }
+        let flag = Arc::new(WatchWaker {
+            id,
+            queued: AtomicBool::new(false),
+            ready: self.ready.clone(),
+        });
+        let waker = Waker::from(flag.clone());
+        // Polled once to start, then whenever woken.
+        waker.wake_by_ref();
+        self.slots[id] = Some(Slot { watch, flag, waker });
+    }
+
+    /// Polls every watch that was ready when the pass began; those woken
+    /// meanwhile wait for the next pass, for which `cx` is woken.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) {
+        self.ready.conn.register(cx.waker());
+        std::mem::swap(&mut *lock(&self.ready.ids), &mut self.taking);
+        for i in 0..self.taking.len() {
+            let id = self.taking[i];
+            // An id can be stale: its watch ended, and the slot may hold
+            // another one now, which is then polled for nothing.
+            let Some(Some(slot)) = self.slots.get_mut(id) else {
+                continue;
+            };
+            slot.flag.queued.store(false, Ordering::Release);
+            let mut cx = Context::from_waker(&slot.waker);
+            if Pin::new(&mut slot.watch).poll(&mut cx).is_ready() {
+                self.slots[id] = None;
+                self.free.push(id);
+            }
+        }
+        self.taking.clear();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A watch sending its events on its HTTP/2 stream.
@@ -519,5 +636,75 @@ impl HttpBody for RequestBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts its polls; wakes itself while polled, as h2 makes a stream
+    /// do when it gets room; ends at its `end`-th poll.
+    struct Probe {
+        polls: Arc<AtomicUsize>,
+        end: usize,
+    }
+
+    impl Future for Probe {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let n = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == self.end {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn one_pass_polls_every_ready_watch_even_when_they_wake_themselves() {
+        let mut watches = Watches::default();
+        let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        for (i, p) in polls.iter().enumerate() {
+            let end = if i < 5 { 2 } else { usize::MAX };
+            watches.insert(Probe {
+                polls: p.clone(),
+                end,
+            });
+        }
+        let count = |polls: &[Arc<AtomicUsize>]| -> Vec<usize> {
+            polls.iter().map(|p| p.load(Ordering::SeqCst)).collect()
+        };
+        let woken = Arc::new(AtomicUsize::new(0));
+        struct Count(Arc<AtomicUsize>);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let waker = Waker::from(Arc::new(Count(woken.clone())));
+        let mut cx = Context::from_waker(&waker);
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [1; 10], "all in one pass, once each");
+        assert_eq!(
+            woken.load(Ordering::SeqCst),
+            1,
+            "the connection is woken for the next"
+        );
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
+        // The five that ended gave their places to a new one.
+        let fresh = Arc::new(AtomicUsize::new(0));
+        watches.insert(Probe {
+            polls: fresh.clone(),
+            end: usize::MAX,
+        });
+        assert_eq!(watches.slots.len(), 10);
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
+        assert_eq!(fresh.load(Ordering::SeqCst), 1);
     }
 }
