@@ -44,7 +44,7 @@ use api::server::ApiService;
 use api::{Api, Served};
 use cache::WatchCache;
 use config::Config;
-use dispatch::{Dispatcher, Rounds};
+use dispatch::Dispatcher;
 use object::Resource;
 use source::{spawn_freshness, spawn_reflector, Etcd};
 use telemetry::Metrics;
@@ -98,7 +98,6 @@ pub async fn run(
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
-    let rounds = Arc::new(Rounds::default());
     for rc in &config.resources {
         let resource = Arc::new(Resource::from(rc));
         let m = metrics.resource(&resource.name);
@@ -107,8 +106,7 @@ pub async fn run(
             config.watch.bookmark_interval,
             m.clone(),
         )
-        .with_encoder(Arc::new(api::encode_event))
-        .with_rounds(rounds.clone());
+        .with_encoder(Arc::new(api::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
         tasks.push(spawn_reflector(
             etcd.clone(),
@@ -176,7 +174,6 @@ pub async fn run(
         api,
         routes,
         &config.limits,
-        rounds,
         shutdown.clone(),
     );
     // After shutdown starts, open calls get the grace period to finish.

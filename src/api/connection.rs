@@ -39,7 +39,6 @@ use tracing::debug;
 use super::server::grpc_timeout;
 use super::socket::{self, Socket};
 use super::{Api, WatchMessage, WatchStream};
-use crate::dispatch::Rounds;
 use crate::pb;
 
 /// The path of the calls this module serves itself.
@@ -62,8 +61,6 @@ pub struct Settings {
     pub stream_send_buffer: usize,
     pub keep_alive_interval: Duration,
     pub keep_alive_timeout: Duration,
-    /// The dispatch rounds that writes wait for.
-    pub rounds: Arc<Rounds>,
 }
 
 /// Serves one accepted connection until the client leaves, or until
@@ -82,7 +79,6 @@ pub async fn serve<S>(
     S::Future: Send + 'static,
 {
     let (socket, flusher) = socket::split(tcp);
-    let flusher = flusher.after_rounds(settings.rounds.clone());
     let served = async move {
         let conn = h2::server::Builder::new()
             .max_concurrent_streams(settings.max_concurrent_streams)

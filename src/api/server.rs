@@ -1,7 +1,6 @@
 //! The gRPC server: the API with its limits, health and reflection.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,7 +20,6 @@ use tonic::codec::{BufferSettings, Codec, EnabledCompressionEncodings, EncodeBuf
 
 use super::{connection, Api, WatchMessage, WatchStream};
 use crate::config::LimitsConfig;
-use crate::dispatch::Rounds;
 use crate::pb;
 use crate::pb::watch_proxy_server::WatchProxyServer;
 
@@ -215,7 +213,6 @@ pub async fn serve<S>(
     api: Api,
     routes: S,
     limits: &LimitsConfig,
-    rounds: Arc<Rounds>,
     shutdown: CancellationToken,
 ) where
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
@@ -230,7 +227,6 @@ pub async fn serve<S>(
         stream_send_buffer: STREAM_SEND_BUFFER,
         keep_alive_interval: Duration::from_secs(30),
         keep_alive_timeout: Duration::from_secs(10),
-        rounds,
     };
     let routes = Deadlines(routes);
     let mut connections = JoinSet::new();

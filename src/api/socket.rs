@@ -6,8 +6,7 @@
 //! twenty system calls, twenty TCP segments and twenty wake-ups of the
 //! client. Here writes only fill a buffer, flushes return at once, and the
 //! buffer goes out in one write after the connection's task has let the
-//! other ready tasks run once, and after the dispatch round that woke its
-//! streams is over.
+//! other ready tasks (the streams of the same event) run once.
 
 use std::future::Future;
 use std::io;
@@ -18,8 +17,6 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-
-use crate::dispatch::Rounds;
 
 /// Bytes gathered before writes wait for the socket: bounds a connection's
 /// buffer and makes a large response go out while it is being produced.
@@ -47,8 +44,6 @@ struct Outgoing {
     /// Data arrived since the task last yielded: yield once more before
     /// writing so that the other streams of the same round add theirs.
     fresh: bool,
-    /// Since when the write waits for dispatch rounds to end.
-    held_since: Option<u64>,
     /// A failed write, reported to the connection at its next write.
     failed: Option<io::ErrorKind>,
     /// Writes made to the socket.
@@ -140,7 +135,6 @@ pub fn split(tcp: TcpStream) -> (Socket, Flusher) {
         buf: Vec::new(),
         sent: 0,
         fresh: false,
-        held_since: None,
         failed: None,
         writes: 0,
     }));
@@ -149,28 +143,19 @@ pub fn split(tcp: TcpStream) -> (Socket, Flusher) {
             read,
             out: out.clone(),
         },
-        Flusher { out, rounds: None },
+        Flusher(out),
     )
 }
 
 /// Sends the bytes a [`Socket`] gathered.
-pub struct Flusher {
-    out: Arc<Mutex<Outgoing>>,
-    rounds: Option<Arc<Rounds>>,
-}
+pub struct Flusher(Arc<Mutex<Outgoing>>);
 
 impl Flusher {
-    /// Holds each write until the dispatch round under way is over.
-    pub fn after_rounds(mut self, rounds: Arc<Rounds>) -> Self {
-        self.rounds = Some(rounds);
-        self
-    }
-
     /// After each poll of the connection: yields once while new data is
     /// fresh, then writes it all. Whatever is left (the socket is full) is
     /// written when the socket wakes the task.
     fn poll_after(&self, cx: &mut Context<'_>) {
-        let mut out = lock(&self.out);
+        let mut out = lock(&self.0);
         if !out.pending() {
             return;
         }
@@ -178,11 +163,6 @@ impl Flusher {
             out.fresh = false;
             cx.waker().wake_by_ref();
             return;
-        }
-        if let Some(rounds) = &self.rounds {
-            if rounds.poll_end(cx, &mut out.held_since).is_pending() {
-                return;
-            }
         }
         if let Poll::Ready(Err(_)) = out.poll_drain(cx) {
             // The connection learns of it at its next write or flush.
@@ -292,7 +272,7 @@ mod tests {
     async fn the_writes_of_one_poll_go_out_as_one() {
         let (server, mut client) = pair().await;
         let (mut socket, flusher) = split(server);
-        let out = flusher.out.clone();
+        let out = flusher.0.clone();
         let frames: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1100]).collect();
         let mut polls = 0;
         let conn = std::future::poll_fn(|cx| {
@@ -321,71 +301,13 @@ mod tests {
         assert_eq!(lock(&out).writes, 1);
     }
 
-    /// Writes made while a dispatch round is under way wait for its end,
-    /// however often the connection is polled meanwhile, but not for a
-    /// round that began later.
-    #[tokio::test]
-    async fn writes_wait_for_the_dispatch_round_under_way() {
-        let (server, mut client) = pair().await;
-        let rounds = Arc::new(Rounds::default());
-        let (mut socket, flusher) = split(server);
-        let flusher = flusher.after_rounds(rounds.clone());
-        let out = flusher.out.clone();
-        let to_write: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let queued = to_write.clone();
-        let conn = std::future::poll_fn(move |cx| {
-            let data = std::mem::take(&mut *queued.lock().unwrap());
-            if !data.is_empty() {
-                let n = Pin::new(&mut socket).poll_write(cx, &data);
-                assert!(matches!(n, Poll::Ready(Ok(100))));
-            }
-            Poll::<()>::Pending
-        });
-        let mut conn = std::pin::pin!(Gathered::new(conn, flusher));
-        let writes = || lock(&out).writes;
-
-        macro_rules! pending {
-            () => {
-                futures::poll!(conn.as_mut()).is_pending()
-            };
-        }
-        let round = rounds.begin();
-        to_write.lock().unwrap().extend([1; 100]);
-        assert!(pending!() && pending!());
-        to_write.lock().unwrap().extend([2; 100]);
-        assert!(pending!() && pending!());
-        assert_eq!(writes(), 0, "held while the round is on");
-        drop(round);
-        assert!(pending!());
-        assert_eq!(writes(), 1, "written together once the round is over");
-
-        let round = rounds.begin();
-        to_write.lock().unwrap().extend([3; 100]);
-        assert!(pending!() && pending!());
-        assert_eq!(writes(), 1);
-        drop(round);
-        let _next = rounds.begin();
-        assert!(pending!());
-        assert_eq!(
-            writes(),
-            2,
-            "held by the rounds under way, not by a later one"
-        );
-
-        let mut read = vec![0; 300];
-        client.read_exact(&mut read).await.unwrap();
-        assert_eq!(read[..100], [1; 100]);
-        assert_eq!(read[100..200], [2; 100]);
-        assert_eq!(read[200..], [3; 100]);
-    }
-
     /// More than the buffer holds, to a client that reads late: writes wait
     /// for the socket, and shutdown sends the rest before closing.
     #[tokio::test]
     async fn a_large_response_waits_for_the_socket_and_arrives_whole() {
         let (server, mut client) = pair().await;
         let (mut socket, flusher) = split(server);
-        let out = flusher.out.clone();
+        let out = flusher.0.clone();
         let data: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
         let sent = data.clone();
         let conn = Gathered::new(

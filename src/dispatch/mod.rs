@@ -4,7 +4,6 @@
 //! caught up from the event window by itself.
 
 mod queue;
-mod rounds;
 mod trigger;
 mod watcher;
 
@@ -20,7 +19,6 @@ use tokio::time::Instant;
 use crate::object::{Event, EventType, Object, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
-pub use rounds::Rounds;
 pub use trigger::Trigger;
 use trigger::TriggerIndex;
 pub use watcher::{Next, Watcher};
@@ -137,7 +135,6 @@ pub struct Dispatcher {
     bookmark_interval: Duration,
     metrics: ResourceMetrics,
     encode: Option<Encode>,
-    rounds: Option<Arc<Rounds>>,
 }
 
 /// A registered watcher's receiving end; dropping it unregisters.
@@ -170,20 +167,12 @@ impl Dispatcher {
             bookmark_interval,
             metrics,
             encode: None,
-            rounds: None,
         }
     }
 
     /// Encodes each delivered change once, for all its watchers.
     pub fn with_encoder(mut self, encode: Encode) -> Self {
         self.encode = Some(encode);
-        self
-    }
-
-    /// Marks each dispatch in `rounds`, for the connections that wait for
-    /// its end to write.
-    pub fn with_rounds(mut self, rounds: Arc<Rounds>) -> Self {
-        self.rounds = Some(rounds);
         self
     }
 
@@ -256,7 +245,6 @@ impl Dispatcher {
     /// is skipped until it rejoins: it is never waited for nor cut off.
     pub fn dispatch(&self, events: &[Arc<Event>]) {
         let Some(last) = events.last() else { return };
-        let _round = self.rounds.as_deref().map(Rounds::begin);
         let (mut delivered, mut encodings, mut fell_behind) = (0, 0, 0);
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
@@ -353,7 +341,6 @@ impl Dispatcher {
     /// progress anyway.
     pub fn send_due_bookmarks(&self, now: Instant) {
         let mut sent = 0;
-        let _round = self.rounds.as_deref().map(Rounds::begin);
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         while let Some(&Reverse((due, id))) = w.bookmarks_due.peek() {
