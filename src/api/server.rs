@@ -255,7 +255,9 @@ pub async fn serve<S>(
             api.clone(),
             routes.clone(),
             settings.clone(),
-            shutdown.clone(),
+            // Its own node of the token: each connection checks it at every
+            // pass, and the shared node's lock would be taken by all.
+            shutdown.child_token(),
         ));
     }
     // Stop accepting at once; the open connections drain.
