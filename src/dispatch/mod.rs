@@ -477,6 +477,16 @@ mod tests {
         assert_eq!(revisions(&mut s), [Some(7)]);
     }
 
+    /// Dispatches one new object at `rev`.
+    fn add_one(d: &Dispatcher, rev: Revision) {
+        d.dispatch(&[ev(
+            EventType::Added,
+            Some(obj(&rev.to_string(), "", rev)),
+            None,
+            rev,
+        )])
+    }
+
     fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
         std::iter::from_fn(|| s.rx.try_recv().ok())
             .map(|d| match d {
@@ -492,14 +502,7 @@ mod tests {
         let d = dispatcher(3);
         let mut slow = d.register(Predicate::default(), Trigger::All, 0, false, false);
         let mut fast = d.register(Predicate::default(), Trigger::All, 0, false, false);
-        let send = |rev: Revision| {
-            d.dispatch(&[ev(
-                EventType::Added,
-                Some(obj(&rev.to_string(), "", rev)),
-                None,
-                rev,
-            )])
-        };
+        let send = |rev: Revision| add_one(&d, rev);
         for rev in 1..=5 {
             send(rev);
             assert_eq!(revisions(&mut fast), [Some(rev)]);
@@ -536,14 +539,7 @@ mod tests {
     fn a_bookmark_never_takes_the_slot_kept_for_behind() {
         let d = dispatcher(3);
         let mut s = d.register(Predicate::default(), Trigger::All, 0, true, false);
-        let send = |rev: Revision| {
-            d.dispatch(&[ev(
-                EventType::Added,
-                Some(obj(&rev.to_string(), "", rev)),
-                None,
-                rev,
-            )])
-        };
+        let send = |rev: Revision| add_one(&d, rev);
         send(1);
         send(2);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
