@@ -25,7 +25,7 @@ use futures::FutureExt;
 use h2::server::{Connection, SendResponse};
 use h2::{Ping, PingPong, RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
-use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body::{Body as HttpBody, Frame};
 use prost::Message;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -487,6 +487,8 @@ impl Future for LiveWatch {
 /// Appends one length-prefixed gRPC message.
 fn put_message(dst: &mut BytesMut, message: &WatchMessage) {
     let at = dst.len();
+    // One allocation for the message rather than growth while writing it.
+    dst.reserve(5 + message.len_hint());
     dst.put_bytes(0, 5);
     message.write_to(dst);
     let len = (dst.len() - at - 5) as u32;
@@ -628,10 +630,6 @@ impl HttpBody for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
 

@@ -488,6 +488,18 @@ pub enum WatchMessage {
 }
 
 impl WatchMessage {
+    /// The message's length when its bytes are at hand (0 for a change
+    /// read back from the window, which is encoded as it is written).
+    pub fn len_hint(&self) -> usize {
+        match self {
+            WatchMessage::Own(e) => e.head.len() + e.body.len(),
+            WatchMessage::Change(view) => view
+                .encoded
+                .as_ref()
+                .map_or(0, |e| e.head.len() + e.body.len()),
+        }
+    }
+
     /// Writes the message to `dst`.
     pub fn write_to(&self, dst: &mut impl bytes::BufMut) {
         let own;
