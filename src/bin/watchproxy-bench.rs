@@ -51,7 +51,8 @@ struct Args {
     object_bytes: usize,
     #[arg(long, default_value_t = 1000)]
     watchers: usize,
-    /// gRPC connections the watchers are spread over.
+    /// gRPC connections the watchers are spread over. The watchers of one
+    /// node are on different connections (see [`connection_of`]).
     #[arg(long, default_value_t = 50)]
     connections: usize,
     /// Writes per second.
@@ -222,6 +223,16 @@ async fn wait_port(port: u16) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("nothing listens on {port}")
+}
+
+/// The connection of watcher `i`. Watcher i wants node i mod `nodes`, so
+/// `i mod connections` would put all the watchers of a node on one
+/// connection whenever the connections divide the nodes, and each filtered
+/// event would be one write to one connection. Shifting by `i / nodes`
+/// puts them on different connections, as different clients on one node
+/// would be: a filtered event is then a write to each of them.
+fn connection_of(i: usize, nodes: usize, connections: usize) -> usize {
+    (i + i / nodes.max(1)) % connections
 }
 
 fn object(i: usize, nodes: usize, bytes: usize, sent: u128) -> String {
@@ -416,7 +427,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
         match target {
             Target::Watchproxy => {
-                let mut client = WatchProxyClient::new(wp_channels[i % wp_channels.len()].clone());
+                let mut client = WatchProxyClient::new(
+                    wp_channels[connection_of(i, args.nodes, wp_channels.len())].clone(),
+                );
                 let req = WatchRequest {
                     resource: "pods".into(),
                     field_selector: if wanted.is_some() {
@@ -457,7 +470,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 }));
             }
             _ => {
-                let mut client = etcd_clients[i % etcd_clients.len()].clone();
+                let mut client =
+                    etcd_clients[connection_of(i, args.nodes, etcd_clients.len())].clone();
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
                     let options = WatchOptions::new()
@@ -669,4 +683,34 @@ async fn main() -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_of;
+    use std::collections::{HashMap, HashSet};
+
+    #[test]
+    fn the_watchers_of_a_node_are_spread_and_connections_evenly_loaded() {
+        for (watchers, connections) in [(1000, 50), (5000, 100), (10_000, 100)] {
+            let nodes = 100;
+            let mut of_node: HashMap<usize, HashSet<usize>> = HashMap::new();
+            let mut load = vec![0usize; connections];
+            for i in 0..watchers {
+                let c = connection_of(i, nodes, connections);
+                of_node.entry(i % nodes).or_default().insert(c);
+                load[c] += 1;
+            }
+            let per_node = (watchers / nodes).min(connections);
+            for (node, conns) in &of_node {
+                assert_eq!(conns.len(), per_node, "node {node} of {watchers}");
+            }
+            let even = watchers / connections;
+            let (min, max) = (load.iter().min().unwrap(), load.iter().max().unwrap());
+            assert!(
+                *min + 2 >= even && *max <= even + 2,
+                "{min}..{max} around {even}"
+            );
+        }
+    }
 }
