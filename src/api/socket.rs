@@ -5,8 +5,8 @@
 //! flushes after each, so twenty streams receiving the same event cost
 //! twenty system calls, twenty TCP segments and twenty wake-ups of the
 //! client. Here writes only fill a buffer, flushes return at once, and the
-//! buffer goes out in one write after the connection's task has let the
-//! other ready tasks (the streams of the same event) run once.
+//! buffer goes out in one write after each poll of the connection's task,
+//! which serves every stream that the event made ready.
 
 use std::future::Future;
 use std::io;
@@ -41,9 +41,6 @@ struct Outgoing {
     buf: Vec<u8>,
     /// Bytes at the front of `buf` already written.
     sent: usize,
-    /// Data arrived since the task last yielded: yield once more before
-    /// writing so that the other streams of the same round add theirs.
-    fresh: bool,
     /// A failed write, reported to the connection at its next write.
     failed: Option<io::ErrorKind>,
     /// Writes made to the socket.
@@ -98,9 +95,6 @@ impl Outgoing {
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
-        if !self.pending() {
-            self.fresh = true;
-        }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let want = (self.buf.len() + total)
             .next_power_of_two()
@@ -134,7 +128,6 @@ pub fn split(tcp: TcpStream) -> (Socket, Flusher) {
         write,
         buf: Vec::new(),
         sent: 0,
-        fresh: false,
         failed: None,
         writes: 0,
     }));
@@ -151,17 +144,12 @@ pub fn split(tcp: TcpStream) -> (Socket, Flusher) {
 pub struct Flusher(Arc<Mutex<Outgoing>>);
 
 impl Flusher {
-    /// After each poll of the connection: yields once while new data is
-    /// fresh, then writes it all. Whatever is left (the socket is full) is
-    /// written when the socket wakes the task.
+    /// After each poll of the connection: writes what it gathered.
+    /// Whatever is left (the socket is full) is written when the socket
+    /// wakes the task.
     fn poll_after(&self, cx: &mut Context<'_>) {
         let mut out = lock(&self.0);
         if !out.pending() {
-            return;
-        }
-        if out.fresh {
-            out.fresh = false;
-            cx.waker().wake_by_ref();
             return;
         }
         if let Poll::Ready(Err(_)) = out.poll_drain(cx) {

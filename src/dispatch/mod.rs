@@ -10,6 +10,7 @@ mod watcher;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -135,6 +136,9 @@ pub struct Dispatcher {
     bookmark_interval: Duration,
     metrics: ResourceMetrics,
     encode: Option<Encode>,
+    /// The wakers of receivers a dispatch has queued to, woken after it
+    /// releases the lock; kept for the allocation.
+    wakes: Mutex<Vec<Waker>>,
 }
 
 /// A registered watcher's receiving end; dropping it unregisters.
@@ -167,6 +171,7 @@ impl Dispatcher {
             bookmark_interval,
             metrics,
             encode: None,
+            wakes: Mutex::default(),
         }
     }
 
@@ -246,6 +251,7 @@ impl Dispatcher {
     pub fn dispatch(&self, events: &[Arc<Event>]) {
         let Some(last) = events.last() else { return };
         let (mut delivered, mut encodings, mut fell_behind) = (0, 0, 0);
+        let mut wakes = std::mem::take(&mut *self.wakes.lock().unwrap());
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
@@ -284,7 +290,7 @@ impl Dispatcher {
                     Delivery::Behind
                 };
                 let behind = matches!(delivery, Delivery::Behind);
-                match entry.tx.try_send(delivery) {
+                match entry.tx.try_send(delivery, &mut wakes) {
                     Ok(()) if behind => {
                         entry.behind = true;
                         fell_behind += 1;
@@ -301,6 +307,7 @@ impl Dispatcher {
         w.gone = gone;
         self.metrics.watchers.set(w.index.len() as i64);
         drop(guard);
+        self.wake(wakes);
         self.metrics.deliveries.inc_by(delivered);
         self.metrics.encodings.inc_by(encodings);
         self.metrics.fell_behind.inc_by(fell_behind);
@@ -341,6 +348,7 @@ impl Dispatcher {
     /// progress anyway.
     pub fn send_due_bookmarks(&self, now: Instant) {
         let mut sent = 0;
+        let mut wakes = std::mem::take(&mut *self.wakes.lock().unwrap());
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         while let Some(&Reverse((due, id))) = w.bookmarks_due.peek() {
@@ -362,7 +370,10 @@ impl Dispatcher {
             let next = if revision > entry.start {
                 // The last slot is kept for `Behind`.
                 if entry.tx.capacity() > 1
-                    && entry.tx.try_send(Delivery::Bookmark(revision)).is_ok()
+                    && entry
+                        .tx
+                        .try_send(Delivery::Bookmark(revision), &mut wakes)
+                        .is_ok()
                 {
                     sent += 1;
                 }
@@ -373,7 +384,15 @@ impl Dispatcher {
             w.bookmarks_due.push(Reverse((next, id)));
         }
         drop(guard);
+        self.wake(wakes);
         self.metrics.deliveries.inc_by(sent);
+    }
+
+    /// Wakes the receivers a batch queued to, each once, and keeps the
+    /// list's allocation for the next batch.
+    fn wake(&self, mut wakes: Vec<Waker>) {
+        wakes.drain(..).for_each(Waker::wake);
+        *self.wakes.lock().unwrap() = wakes;
     }
 
     /// Spreads bookmarks over the last fifth of the interval so watchers
@@ -523,6 +542,49 @@ mod tests {
         assert_eq!(d.len(), 1);
         drop(slow);
         assert!(d.is_empty());
+    }
+
+    /// Records each wake, and whether the dispatcher's lock was free then.
+    struct Woken {
+        dispatcher: Arc<Dispatcher>,
+        unlocked: Mutex<Vec<bool>>,
+    }
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            let free = self.dispatcher.watchers.try_lock().is_ok();
+            self.unlocked.lock().unwrap().push(free);
+        }
+    }
+
+    #[test]
+    fn a_batch_wakes_each_waiting_watcher_once_after_queuing_all_of_it() {
+        let d = dispatcher(16);
+        let mut subs: Vec<_> = (0..2)
+            .map(|_| d.register(Predicate::default(), Trigger::All, 0, false, false))
+            .collect();
+        let woken = Arc::new(Woken {
+            dispatcher: d.clone(),
+            unlocked: Mutex::default(),
+        });
+        let waker = Waker::from(woken.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        for s in &mut subs {
+            assert!(s.rx.poll_recv(&mut cx).is_pending());
+        }
+        d.dispatch(&[
+            ev(EventType::Added, Some(obj("a", "", 1)), None, 1),
+            ev(EventType::Added, Some(obj("b", "", 2)), None, 2),
+            ev(EventType::Added, Some(obj("c", "", 3)), None, 3),
+        ]);
+        assert_eq!(
+            *woken.unlocked.lock().unwrap(),
+            [true, true],
+            "once each, unlocked"
+        );
+        for s in &mut subs {
+            assert_eq!(revisions(s), [Some(1), Some(2), Some(3)]);
+        }
     }
 
     #[test]

@@ -62,22 +62,21 @@ impl<T> Sender<T> {
         self.0.capacity.saturating_sub(self.0.lock().items.len())
     }
 
-    /// Queues `item` if there is room and a receiver.
-    pub fn try_send(&self, item: T) -> Result<(), Refused> {
-        let waker = {
-            let mut state = self.0.lock();
-            if state.receiver_gone {
-                return Err(Refused::Closed);
-            }
-            if state.items.len() >= self.0.capacity {
-                return Err(Refused::Full);
-            }
-            state.items.push_back(item);
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+    /// Queues `item` if there is room and a receiver. A receiver that was
+    /// waiting is not woken here: its waker is added to `wakes`, for the
+    /// caller to wake once its batch of sends is queued and its locks are
+    /// released. Each receiver then runs once for the whole batch (and a
+    /// connection once for all its streams), finding everything queued.
+    pub fn try_send(&self, item: T, wakes: &mut Vec<Waker>) -> Result<(), Refused> {
+        let mut state = self.0.lock();
+        if state.receiver_gone {
+            return Err(Refused::Closed);
         }
+        if state.items.len() >= self.0.capacity {
+            return Err(Refused::Full);
+        }
+        state.items.push_back(item);
+        wakes.extend(state.waker.take());
         Ok(())
     }
 }
@@ -161,8 +160,12 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         assert!(rx.poll_recv(&mut cx).is_pending());
         assert!(rx.poll_recv(&mut cx).is_pending());
-        tx.try_send(1).unwrap();
-        tx.try_send(2).unwrap();
+        let mut wakes = Vec::new();
+        tx.try_send(1, &mut wakes).unwrap();
+        tx.try_send(2, &mut wakes).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "left to the sender");
+        assert_eq!(wakes.len(), 1, "one wake for the batch");
+        wakes.drain(..).for_each(Waker::wake);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(tx.capacity(), 1);
         assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(1)));
@@ -177,20 +180,20 @@ mod tests {
     #[test]
     fn what_was_queued_is_read_after_the_sender_goes_and_a_full_queue_or_gone_receiver_refuses() {
         let (tx, mut rx) = queue(2);
-        tx.try_send("a").unwrap();
+        tx.try_send("a", &mut Vec::new()).unwrap();
         drop(tx);
         assert_eq!(rx.try_recv(), Ok("a"));
         assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
 
         let (tx, mut rx) = queue(2);
         assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
-        tx.try_send("b").unwrap();
-        tx.try_send("c").unwrap();
-        assert_eq!(tx.try_send("d"), Err(Refused::Full));
+        tx.try_send("b", &mut Vec::new()).unwrap();
+        tx.try_send("c", &mut Vec::new()).unwrap();
+        assert_eq!(tx.try_send("d", &mut Vec::new()), Err(Refused::Full));
         rx.close();
         assert_eq!(rx.try_recv(), Ok("b"));
-        assert_eq!(tx.try_send("e"), Err(Refused::Closed));
+        assert_eq!(tx.try_send("e", &mut Vec::new()), Err(Refused::Closed));
         drop(rx);
-        assert_eq!(tx.try_send("f"), Err(Refused::Closed));
+        assert_eq!(tx.try_send("f", &mut Vec::new()), Err(Refused::Closed));
     }
 }
