@@ -436,6 +436,18 @@ impl Future for LiveWatch {
     /// watcher's queue fills and it reads the shared window later.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
+        // h2 wakes the waker it holds for the stream whenever the stream
+        // gets room, as it does at once when asked for some below: with
+        // this poll's waker still there from the last, every delivery would
+        // poll the watch twice. A waker that does nothing takes its place
+        // until this poll registers again, and a reset is seen here too.
+        if this
+            .tx
+            .poll_reset(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+        {
+            return Poll::Ready(());
+        }
         loop {
             this.tx.reserve_capacity(1);
             if this.tx.capacity() == 0 {
