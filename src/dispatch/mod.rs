@@ -126,7 +126,7 @@ struct Watchers {
 /// The watchers of one resource.
 ///
 /// Events are dispatched by the single cache writer, in revision order. The
-/// lock is held while queueing to the interested watchers: `try_send` never
+/// lock is held while queueing to the interested watchers: a send never
 /// waits, and holding it is what orders registration against dispatch (a
 /// watcher registered at revision R is in the set before any event after R
 /// is dispatched).
@@ -270,9 +270,14 @@ impl Dispatcher {
                 let Some((kind, object)) = seen else {
                     return;
                 };
-                // Capacity only grows while we hold the sender, so the
-                // last slot is always there for `Behind`.
-                let delivery = if entry.tx.capacity() > 1 {
+                // The last free place is kept for `Behind`, so a full queue
+                // is never met.
+                let mut behind = false;
+                let sent = entry.tx.try_send_with(&mut wakes, |free| {
+                    if free == 1 {
+                        behind = true;
+                        return Some(Delivery::Behind);
+                    }
                     let view = views[kind as usize].get_or_insert_with(|| {
                         let encoded = self.encode.as_ref().map(|encode| {
                             encodings += 1;
@@ -285,18 +290,15 @@ impl Dispatcher {
                             encoded,
                         })
                     });
-                    Delivery::Event(view.clone())
-                } else {
-                    Delivery::Behind
-                };
-                let behind = matches!(delivery, Delivery::Behind);
-                match entry.tx.try_send(delivery, &mut wakes) {
-                    Ok(()) if behind => {
+                    Some(Delivery::Event(view.clone()))
+                });
+                match sent {
+                    Ok(_) if behind => {
                         entry.behind = true;
                         fell_behind += 1;
                     }
-                    Ok(()) => delivered += 1,
-                    Err(queue::Refused::Full) => unreachable!("a slot is kept for Behind"),
+                    Ok(_) => delivered += 1,
+                    Err(queue::Refused::Full) => unreachable!("a place is kept for Behind"),
                     Err(queue::Refused::Closed) => gone.push(id),
                 }
             });
@@ -368,13 +370,9 @@ impl Dispatcher {
             }
             // Nothing newer than the watcher's start yet: try again soon.
             let next = if revision > entry.start {
-                // The last slot is kept for `Behind`.
-                if entry.tx.capacity() > 1
-                    && entry
-                        .tx
-                        .try_send(Delivery::Bookmark(revision), &mut wakes)
-                        .is_ok()
-                {
+                // The last free place is kept for `Behind`.
+                let bookmark = |free| (free > 1).then_some(Delivery::Bookmark(revision));
+                if let Ok(true) = entry.tx.try_send_with(&mut wakes, bookmark) {
                     sent += 1;
                 }
                 self.next_bookmark(now)

@@ -57,27 +57,36 @@ pub enum Refused {
 pub struct Sender<T>(Arc<Shared<T>>);
 
 impl<T> Sender<T> {
-    /// Free places: what the queue holds subtracted from its capacity.
-    pub fn capacity(&self) -> usize {
-        self.0.capacity.saturating_sub(self.0.lock().items.len())
-    }
-
-    /// Queues `item` if there is room and a receiver. A receiver that was
-    /// waiting is not woken here: its waker is added to `wakes`, for the
-    /// caller to wake once its batch of sends is queued and its locks are
-    /// released. Each receiver then runs once for the whole batch (and a
-    /// connection once for all its streams), finding everything queued.
-    pub fn try_send(&self, item: T, wakes: &mut Vec<Waker>) -> Result<(), Refused> {
+    /// Queues what `make` returns, given the free places (at least one),
+    /// all under one lock. `Ok(false)` when it returns nothing. A receiver
+    /// that was waiting is not woken here: its waker is added to `wakes`,
+    /// for the caller to wake once its batch of sends is queued and its
+    /// locks are released. Each receiver then runs once for the whole batch
+    /// (and a connection once for all its streams), finding all of it.
+    pub fn try_send_with(
+        &self,
+        wakes: &mut Vec<Waker>,
+        make: impl FnOnce(usize) -> Option<T>,
+    ) -> Result<bool, Refused> {
         let mut state = self.0.lock();
         if state.receiver_gone {
             return Err(Refused::Closed);
         }
-        if state.items.len() >= self.0.capacity {
+        let free = self.0.capacity.saturating_sub(state.items.len());
+        if free == 0 {
             return Err(Refused::Full);
         }
+        let Some(item) = make(free) else {
+            return Ok(false);
+        };
         state.items.push_back(item);
         wakes.extend(state.waker.take());
-        Ok(())
+        Ok(true)
+    }
+
+    #[cfg(test)]
+    pub fn try_send(&self, item: T, wakes: &mut Vec<Waker>) -> Result<(), Refused> {
+        self.try_send_with(wakes, |_| Some(item)).map(drop)
     }
 }
 
@@ -152,6 +161,17 @@ mod tests {
         }
     }
 
+    /// The free places `make` is given.
+    fn free<T>(tx: &Sender<T>) -> usize {
+        let mut free = 0;
+        let sent = tx.try_send_with(&mut Vec::new(), |n| {
+            free = n;
+            None
+        });
+        assert_eq!(sent, Ok(false), "nothing made, nothing queued");
+        free
+    }
+
     #[test]
     fn items_come_out_in_order_and_a_waiting_receiver_is_woken_once_per_wait() {
         let (tx, mut rx) = queue(3);
@@ -167,10 +187,10 @@ mod tests {
         assert_eq!(wakes.len(), 1, "one wake for the batch");
         wakes.drain(..).for_each(Waker::wake);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        assert_eq!(tx.capacity(), 1);
+        assert_eq!(free(&tx), 1);
         assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(1)));
         assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(2)));
-        assert_eq!(tx.capacity(), 3);
+        assert_eq!(free(&tx), 3);
         assert!(rx.poll_recv(&mut cx).is_pending());
         drop(tx);
         assert_eq!(count.0.load(Ordering::SeqCst), 2, "the end wakes it");
