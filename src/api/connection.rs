@@ -49,8 +49,10 @@ const WATCH_PATH: &str = "/watchproxy.v1.WatchProxy/Watch";
 const BATCH_BYTES: usize = 8 * 1024;
 
 /// The frames of one pass are cut from allocations of this size (one per
-/// frame was a tenth of the time spent per delivery).
-const PASS_BYTES: usize = 32 * 1024;
+/// frame was a tenth of the time spent per delivery). A frame HTTP/2 holds
+/// for a client that stopped reading keeps its whole allocation: this
+/// bounds what such a stream pins.
+const PASS_BYTES: usize = 16 * 1024;
 
 /// The HTTP/2 receive window of each stream and of the connection.
 const RECEIVE_WINDOW: u32 = 1024 * 1024;
