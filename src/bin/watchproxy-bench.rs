@@ -41,6 +41,20 @@ enum Mode {
     Node,
 }
 
+/// How the watchers of one node are spread over the connections.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Layout {
+    /// On different connections, as separate clients on one node would
+    /// be: a filtered event is a write to each of them.
+    Spread,
+    /// Watcher i on connection i mod --connections: when the connections
+    /// divide the nodes, all the watchers of a node share one connection,
+    /// as watches multiplexed by one client per node would, and a filtered
+    /// event is one write.
+    Shared,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Watch load against watchproxy, etcd grpc-proxy and etcd, side by side")]
 struct Args {
@@ -51,8 +65,7 @@ struct Args {
     object_bytes: usize,
     #[arg(long, default_value_t = 1000)]
     watchers: usize,
-    /// gRPC connections the watchers are spread over. The watchers of one
-    /// node are on different connections (see [`connection_of`]).
+    /// gRPC connections the watchers are spread over (see --layout).
     #[arg(long, default_value_t = 50)]
     connections: usize,
     /// Writes per second.
@@ -65,6 +78,8 @@ struct Args {
     mode: Mode,
     #[arg(long, default_value_t = 100)]
     nodes: usize,
+    #[arg(long, value_enum, default_value = "spread")]
+    layout: Layout,
     #[arg(
         long,
         value_enum,
@@ -225,14 +240,14 @@ async fn wait_port(port: u16) -> anyhow::Result<()> {
     bail!("nothing listens on {port}")
 }
 
-/// The connection of watcher `i`. Watcher i wants node i mod `nodes`, so
-/// `i mod connections` would put all the watchers of a node on one
-/// connection whenever the connections divide the nodes, and each filtered
-/// event would be one write to one connection. Shifting by `i / nodes`
-/// puts them on different connections, as different clients on one node
-/// would be: a filtered event is then a write to each of them.
-fn connection_of(i: usize, nodes: usize, connections: usize) -> usize {
-    (i + i / nodes.max(1)) % connections
+/// The connection of watcher `i`, which wants node i mod `nodes`. For
+/// [`Layout::Spread`], shifting by `i / nodes` moves the watchers of one
+/// node to different connections.
+fn connection_of(i: usize, nodes: usize, connections: usize, layout: Layout) -> usize {
+    match layout {
+        Layout::Spread => (i + i / nodes.max(1)) % connections,
+        Layout::Shared => i % connections,
+    }
 }
 
 fn object(i: usize, nodes: usize, bytes: usize, sent: u128) -> String {
@@ -428,7 +443,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         match target {
             Target::Watchproxy => {
                 let mut client = WatchProxyClient::new(
-                    wp_channels[connection_of(i, args.nodes, wp_channels.len())].clone(),
+                    wp_channels[connection_of(i, args.nodes, wp_channels.len(), args.layout)]
+                        .clone(),
                 );
                 let req = WatchRequest {
                     resource: "pods".into(),
@@ -470,8 +486,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 }));
             }
             _ => {
-                let mut client =
-                    etcd_clients[connection_of(i, args.nodes, etcd_clients.len())].clone();
+                let mut client = etcd_clients
+                    [connection_of(i, args.nodes, etcd_clients.len(), args.layout)]
+                .clone();
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
                     let options = WatchOptions::new()
@@ -618,7 +635,7 @@ async fn main() -> anyhow::Result<()> {
     let mut out = String::new();
     writeln!(
         out,
-        "{} objects of ~{} B, {} watchers over {} connections (+{} stalled, never reading), {} writes/s for {} s, mode {:?}",
+        "{} objects of ~{} B, {} watchers over {} connections (+{} stalled, never reading), {} writes/s for {} s, mode {:?}{}",
         args.objects,
         args.object_bytes,
         args.watchers,
@@ -626,7 +643,11 @@ async fn main() -> anyhow::Result<()> {
         args.stalled,
         args.rate,
         args.duration,
-        args.mode
+        args.mode,
+        match args.mode {
+            Mode::Node => format!(" ({:?} layout)", args.layout),
+            Mode::All => String::new(),
+        }
     )?;
     writeln!(
         out,
@@ -687,20 +708,27 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::connection_of;
+    use super::{connection_of, Layout};
     use std::collections::{HashMap, HashSet};
 
     #[test]
-    fn the_watchers_of_a_node_are_spread_and_connections_evenly_loaded() {
+    fn spread_watchers_of_a_node_use_many_connections_evenly_and_shared_ones_one() {
         for (watchers, connections) in [(1000, 50), (5000, 100), (10_000, 100)] {
             let nodes = 100;
             let mut of_node: HashMap<usize, HashSet<usize>> = HashMap::new();
             let mut load = vec![0usize; connections];
+            let mut shared: HashMap<usize, HashSet<usize>> = HashMap::new();
             for i in 0..watchers {
-                let c = connection_of(i, nodes, connections);
+                let c = connection_of(i, nodes, connections, Layout::Spread);
                 of_node.entry(i % nodes).or_default().insert(c);
                 load[c] += 1;
+                let c = connection_of(i, nodes, connections, Layout::Shared);
+                shared.entry(i % nodes).or_default().insert(c);
             }
+            assert!(
+                shared.values().all(|c| c.len() == 1),
+                "one each when shared"
+            );
             let per_node = (watchers / nodes).min(connections);
             for (node, conns) in &of_node {
                 assert_eq!(conns.len(), per_node, "node {node} of {watchers}");
