@@ -461,14 +461,8 @@ impl Drive for LiveWatch {
             return Poll::Ready(());
         }
         loop {
-            self.tx.reserve_capacity(1);
-            if self.tx.capacity() == 0 {
-                match self.tx.poll_capacity(cx) {
-                    Poll::Ready(Some(Ok(_))) => continue,
-                    // Reset by the client, or the connection is gone.
-                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
-                    Poll::Pending => return Poll::Pending,
-                }
+            if !std::task::ready!(poll_room(&mut self.tx, cx)) {
+                return Poll::Ready(());
             }
             if buf.capacity() < BATCH_BYTES {
                 *buf = BytesMut::with_capacity(PASS_BYTES);
@@ -508,6 +502,21 @@ impl Drive for LiveWatch {
                 let _ = self.tx.send_trailers(trailers);
                 return Poll::Ready(());
             }
+        }
+    }
+}
+
+/// Waits until the stream has room for more of the response: `false` when
+/// the client reset it or the connection is gone.
+fn poll_room(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<bool> {
+    loop {
+        tx.reserve_capacity(1);
+        if tx.capacity() > 0 {
+            return Poll::Ready(true);
+        }
+        match std::task::ready!(tx.poll_capacity(cx)) {
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return Poll::Ready(false),
         }
     }
 }
@@ -588,14 +597,7 @@ where
 /// frame.
 fn pipe(body: &mut Body, tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<()> {
     loop {
-        tx.reserve_capacity(1);
-        if tx.capacity() == 0 {
-            match std::task::ready!(tx.poll_capacity(cx)) {
-                Some(Ok(_)) => continue,
-                Some(Err(_)) | None => return Poll::Ready(()),
-            }
-        }
-        if tx.poll_reset(cx).is_ready() {
+        if !std::task::ready!(poll_room(tx, cx)) || tx.poll_reset(cx).is_ready() {
             return Poll::Ready(());
         }
         let frame = match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {

@@ -492,11 +492,8 @@ impl WatchMessage {
     /// read back from the window, which is encoded as it is written).
     pub fn len_hint(&self) -> usize {
         match self {
-            WatchMessage::Own(e) => e.head.len() + e.body.len(),
-            WatchMessage::Change(view) => view
-                .encoded
-                .as_ref()
-                .map_or(0, |e| e.head.len() + e.body.len()),
+            WatchMessage::Own(e) => e.size(),
+            WatchMessage::Change(view) => view.encoded.as_ref().map_or(0, Encoded::size),
         }
     }
 

@@ -38,6 +38,11 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// The message's size in bytes.
+    pub fn size(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
     /// The whole message in one buffer.
     pub fn to_bytes(&self) -> Bytes {
         if self.body.is_empty() {
