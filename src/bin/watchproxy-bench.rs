@@ -150,6 +150,14 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    /// Fails if the process has exited, e.g. because its port was taken.
+    fn check_running(&mut self, what: &str) -> anyhow::Result<()> {
+        match self.0.try_wait()? {
+            Some(status) => bail!("{what} exited with {status}"),
+            None => Ok(()),
+        }
+    }
+
     /// user + system CPU seconds so far.
     fn cpu_seconds(&self) -> f64 {
         let stat =
@@ -183,8 +191,11 @@ impl Proc {
 async fn start_etcd(bin: &PathBuf, dir: &std::path::Path) -> anyhow::Result<(Proc, String)> {
     let (client, peer) = (free_port(), free_port());
     let url = format!("http://127.0.0.1:{client}");
+    // A name of its own, so an etcd of another run on the same port is not
+    // taken for this one.
+    let name = format!("bench-{}", std::process::id());
     let child = Command::new(bin)
-        .args(["--name", "bench", "--data-dir"])
+        .args(["--name", &name, "--data-dir"])
         .arg(dir.join("etcd"))
         .args([
             "--listen-client-urls",
@@ -197,7 +208,7 @@ async fn start_etcd(bin: &PathBuf, dir: &std::path::Path) -> anyhow::Result<(Pro
             "--initial-advertise-peer-urls",
             &format!("http://127.0.0.1:{peer}"),
         ])
-        .arg(format!("--initial-cluster=bench=http://127.0.0.1:{peer}"))
+        .arg(format!("--initial-cluster={name}=http://127.0.0.1:{peer}"))
         .args([
             "--quota-backend-bytes",
             "8589934592",
@@ -215,20 +226,25 @@ async fn start_etcd(bin: &PathBuf, dir: &std::path::Path) -> anyhow::Result<(Pro
                 bin.display()
             )
         })?;
-    let proc = Proc(child);
+    let mut proc = Proc(child);
     for _ in 0..200 {
         if let Ok(mut c) = Client::connect([&url], None).await {
-            if c.status().await.is_ok() {
-                return Ok((proc, url));
+            if let Ok(members) = c.member_list().await {
+                if members.members().iter().any(|m| m.name() == name) {
+                    return Ok((proc, url));
+                }
             }
         }
+        proc.check_running("etcd")?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("etcd did not start")
 }
 
-async fn wait_port(port: u16) -> anyhow::Result<()> {
+/// Waits until `proc` listens on `port`.
+async fn wait_port(proc: &mut Proc, what: &str, port: u16) -> anyhow::Result<()> {
     for _ in 0..200 {
+        proc.check_running(what)?;
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
@@ -237,7 +253,7 @@ async fn wait_port(port: u16) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    bail!("nothing listens on {port}")
+    bail!("{what}: nothing listens on {port}")
 }
 
 /// The connection of watcher `i`, which wants node i mod `nodes`. For
@@ -361,8 +377,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .stderr(Stdio::null())
                 .spawn()
                 .context("starting etcd grpc-proxy")?;
-            let p = Proc(child);
-            wait_port(port).await?;
+            let mut p = Proc(child);
+            wait_port(&mut p, "etcd grpc-proxy", port).await?;
             (Some(p), format!("http://127.0.0.1:{port}"))
         }
         Target::Watchproxy => {
@@ -386,8 +402,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .stderr(Stdio::null())
                 .spawn()
                 .with_context(|| format!("starting {}", bin.display()))?;
-            let p = Proc(child);
-            wait_port(port).await?;
+            let mut p = Proc(child);
+            wait_port(&mut p, "watchproxy", port).await?;
             (Some(p), format!("http://127.0.0.1:{port}"))
         }
     };

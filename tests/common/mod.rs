@@ -34,6 +34,11 @@ fn etcd_binary() -> PathBuf {
     found.unwrap_or_else(|| panic!("{INSTALL_HINT}"))
 }
 
+enum Launch {
+    Ready,
+    PortTaken,
+}
+
 fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .unwrap()
@@ -46,6 +51,10 @@ fn free_port() -> u16 {
 pub struct Etcd {
     pub client_url: String,
     peer_url: String,
+    /// Unique member name: tests run in parallel, and a port picked free may
+    /// be taken by another test's etcd before ours binds it, so readiness
+    /// checks that the member answering is this one.
+    name: String,
     progress_interval: &'static str,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -66,21 +75,32 @@ impl Etcd {
 
     async fn start_with_progress_interval(progress_interval: &'static str) -> Etcd {
         let dir = tempfile::tempdir().unwrap();
+        let name = dir.path().file_name().unwrap().to_string_lossy().into();
         let mut etcd = Etcd {
-            client_url: format!("http://127.0.0.1:{}", free_port()),
-            peer_url: format!("http://127.0.0.1:{}", free_port()),
+            client_url: String::new(),
+            peer_url: String::new(),
+            name,
             progress_interval,
             dir,
             child: None,
         };
-        etcd.launch().await;
-        etcd
+        for _ in 0..5 {
+            etcd.client_url = format!("http://127.0.0.1:{}", free_port());
+            etcd.peer_url = format!("http://127.0.0.1:{}", free_port());
+            match etcd.launch().await {
+                Launch::Ready => return etcd,
+                Launch::PortTaken => continue,
+            }
+        }
+        panic!("etcd found no free ports in 5 attempts");
     }
 
-    async fn launch(&mut self) {
+    /// Starts the member and waits until it, not another process on its
+    /// port, answers.
+    async fn launch(&mut self) -> Launch {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
         let child = Command::new(etcd_binary())
-            .args(["--name", "test", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args([
                 "--listen-client-urls",
@@ -94,7 +114,7 @@ impl Etcd {
                 "--initial-advertise-peer-urls",
                 &self.peer_url,
             ])
-            .arg(format!("--initial-cluster=test={}", self.peer_url))
+            .arg(format!("--initial-cluster={}={}", self.name, self.peer_url))
             .args([
                 "--experimental-watch-progress-notify-interval",
                 self.progress_interval,
@@ -107,13 +127,20 @@ impl Etcd {
         self.child = Some(child);
         for _ in 0..200 {
             if let Ok(mut c) = Client::connect([&self.client_url], None).await {
-                if c.status().await.is_ok() {
-                    return;
+                if let Ok(members) = c.member_list().await {
+                    if members.members().iter().any(|m| m.name() == self.name) {
+                        return Launch::Ready;
+                    }
                 }
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
                 let log =
                     std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+                if log.contains("address already in use") {
+                    let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
+                    return Launch::PortTaken;
+                }
                 panic!("etcd exited with {status}:\n{log}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -131,7 +158,9 @@ impl Etcd {
     /// Starts the same member again on the same data and ports.
     pub async fn restart(&mut self) {
         self.stop();
-        self.launch().await;
+        if let Launch::PortTaken = self.launch().await {
+            panic!("another process took etcd's port {}", self.client_url);
+        }
     }
 
     pub async fn client(&self) -> Client {
