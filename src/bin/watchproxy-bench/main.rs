@@ -7,7 +7,10 @@
 //! send timestamp in every value, and reports deliveries, latency, missed
 //! events, server CPU and memory. In `node` mode watcher i wants only
 //! objects on node i mod M: watchproxy filters for it, etcd and grpc-proxy
-//! clients receive everything and filter themselves.
+//! clients receive everything and filter themselves. The `floor` target is
+//! the least any proxy can do for the same load (see [`floor`]).
+
+mod floor;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,6 +33,9 @@ enum Target {
     Watchproxy,
     GrpcProxy,
     Etcd,
+    /// One etcd watch and a plain write of each value to each connection
+    /// that wants it: the CPU any proxy spends on this load, at least.
+    Floor,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
@@ -102,6 +108,13 @@ struct Args {
     /// and never read: the others' latency shows whether they cost anyone.
     #[arg(long, default_value_t = 0)]
     stalled: usize,
+    /// Serve as the floor target on this address (the run starts it).
+    #[arg(long, hide = true)]
+    floor_listen: Option<std::net::SocketAddr>,
+    #[arg(long, hide = true, default_value = "")]
+    floor_etcd: String,
+    #[arg(long, hide = true, default_value_t = 0)]
+    floor_start: i64,
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -381,6 +394,20 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             wait_port(&mut p, "etcd grpc-proxy", port).await?;
             (Some(p), format!("http://127.0.0.1:{port}"))
         }
+        Target::Floor => {
+            let port = free_port();
+            let child = Command::new(std::env::current_exe()?)
+                .arg(format!("--floor-listen=127.0.0.1:{port}"))
+                .arg(format!("--floor-etcd={etcd_url}"))
+                .arg(format!("--floor-start={}", start_rev + 1))
+                .arg(format!("--connections={}", args.connections.max(1)))
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting the floor")?;
+            let mut p = Proc(child);
+            wait_port(&mut p, "floor", port).await?;
+            (Some(p), format!("127.0.0.1:{port}"))
+        }
         Target::Watchproxy => {
             let port = free_port();
             let config = dir.path().join("watchproxy.yaml");
@@ -421,13 +448,14 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             Target::Watchproxy => {
                 wp_channels.push(Channel::from_shared(endpoint.clone())?.connect().await?)
             }
+            Target::Floor => {}
             _ => etcd_clients.push(Client::connect([&endpoint], None).await?),
         }
     }
     // Held unread until the end.
     let mut stalled_wp = Vec::new();
     let mut stalled_etcd = Vec::new();
-    if args.stalled > 0 {
+    if args.stalled > 0 && target != Target::Floor {
         match target {
             Target::Watchproxy => {
                 let channel = Channel::from_shared(endpoint.clone())?.connect().await?;
@@ -452,7 +480,47 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             }
         }
     }
-    for i in 0..args.watchers {
+    if target == Target::Floor {
+        let connections = args.connections.max(1);
+        for c in 0..connections {
+            let wants: Vec<u32> = (0..args.watchers)
+                .filter(|&i| connection_of(i, args.nodes, connections, args.layout) == c)
+                .map(|i| match args.mode {
+                    Mode::All => floor::EVERY,
+                    Mode::Node => (i % args.nodes) as u32,
+                })
+                .collect();
+            let (endpoint, stop, opened, counted) = (
+                endpoint.clone(),
+                stop.clone(),
+                opened.clone(),
+                useful.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut seen = Seen::default();
+                let tcp = floor::connect(&endpoint, &wants).await?;
+                let mut tcp = tokio::io::BufReader::new(tcp);
+                opened.fetch_add(wants.len() as u64, Ordering::Relaxed);
+                let mut value = Vec::new();
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        more = floor::next_value(&mut tcp, &mut value) => {
+                            if !more? {
+                                seen.ended = Some("end of stream".into());
+                                break;
+                            }
+                            if seen.record(&value, None) {
+                                counted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                anyhow::Ok(seen)
+            }));
+        }
+    }
+    for i in (0..args.watchers).filter(|_| target != Target::Floor) {
         let node = format!("node-{}", i % args.nodes);
         let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
         let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
@@ -637,6 +705,16 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(listen) = args.floor_listen {
+        return floor::serve(
+            listen,
+            &args.floor_etcd,
+            PREFIX,
+            args.floor_start,
+            args.connections,
+        )
+        .await;
+    }
     let mut reports = Vec::new();
     for &target in &args.targets {
         eprintln!(
