@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType as EtcdEventType, KeyValue, WatchOptions, WatchStream};
+use etcd_client::{EventType as EtcdEventType, KeyValue, WatchOptions};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -13,8 +13,8 @@ use crate::cache::Change;
 use crate::object::{Event, EventType, Object, Resource, Revision};
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
-/// The changes under a prefix before a list, and the watch that goes on
-/// from them.
+/// The changes under a prefix before a list, and after it up to where the
+/// reading stopped.
 pub struct History {
     /// Every event in `(oldest, list revision]`, in order, with the
     /// previous state of each object.
@@ -22,13 +22,12 @@ pub struct History {
     pub oldest: Revision,
     /// Changes after the list revision that arrived while reading history.
     pub live: Vec<Change>,
-    pub stream: WatchStream,
-    pub watch_id: Option<i64>,
 }
 
 /// Reads the history of `resource` from up to `depth` revisions before
 /// `listed` (or from etcd's compaction point), on a watch with previous
-/// values, which then goes on as the resource's live watch.
+/// values. The watch ends with the reading: the live watch goes without
+/// previous values, which would have etcd read and send every object twice.
 ///
 /// etcd gives no marker for the end of history on a new watch (requested
 /// progress notifications may run ahead of events before 3.4.31 / 3.5.13),
@@ -55,7 +54,6 @@ pub async fn read(
             .with_prev_key();
         let mut stream = etcd.watch(start.clone(), options).await?;
         let (mut events, mut oldest, mut live) = (Vec::new(), from - 1, Vec::new());
-        let mut watch_id = None;
         let mut seen = from - 1;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -85,9 +83,6 @@ pub async fn read(
                                     ))
                                 }
                             }
-                        }
-                        if r.created() {
-                            watch_id = Some(r.watch_id());
                         }
                         for e in r.events() {
                             let Some(kv) = e.kv() else { continue };
@@ -126,8 +121,6 @@ pub async fn read(
                     events,
                     oldest,
                     live,
-                    stream,
-                    watch_id,
                 });
             }
         }

@@ -189,8 +189,8 @@ impl Reflector {
     }
 
     /// Lists the whole prefix in pages cut from one revision. The first
-    /// list also reads the history before it into the event window, on the
-    /// watch that then goes on live; a later list (after compaction) turns
+    /// list also reads the history before it into the event window; a later
+    /// list (after compaction) turns
     /// its difference with the cache into events instead.
     async fn list(&mut self) -> Result<State, EtcdError> {
         let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
@@ -222,10 +222,8 @@ impl Reflector {
                     self.writer
                         .replace_with_history(objects, revision, h.oldest, h.events);
                     self.writer.apply(h.live);
-                    return Ok(State::Watching {
-                        stream: Box::new(h.stream),
-                        watch_id: h.watch_id,
-                    });
+                    let revision = self.writer.cache().progress().revision;
+                    return Ok(State::Connecting { revision });
                 }
                 Err(e) => warn!(error = %e, "could not read history; resumes start at the list"),
             }
