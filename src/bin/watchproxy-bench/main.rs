@@ -90,7 +90,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "watchproxy,grpc-proxy,etcd"
+        default_value = "watchproxy,grpc-proxy,etcd,floor"
     )]
     targets: Vec<Target>,
     /// Seconds to wait after the writer stops for deliveries still under way.
@@ -106,6 +106,7 @@ struct Args {
     json: Option<PathBuf>,
     /// Extra watchers, on a connection of their own, that want every event
     /// and never read: the others' latency shows whether they cost anyone.
+    /// The floor has no flow control and runs without them.
     #[arg(long, default_value_t = 0)]
     stalled: usize,
     /// Serve as the floor target on this address (the run starts it).
