@@ -210,6 +210,40 @@ async fn a_continue_token_whose_revision_left_the_window_is_out_of_range() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_watch_after_the_history_read_asks_etcd_for_no_previous_values() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..5 {
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
+    }
+    let (_proxy, mut client) = proxy_ready(&etcd).await;
+    let rv = list_version(&mut client, "pods", "").await;
+    let mut stream = open_watch(&mut client, watch_req("pods", &rv.to_string())).await;
+
+    // etcd reads a previous value as a range at the revision before the
+    // event: that is the cost a watch with previous values adds per event.
+    let ranges = || etcd.metric("etcd_mvcc_range_total");
+    let before = ranges();
+    const UPDATES: usize = 30;
+    for i in 0..UPDATES {
+        put_pod(
+            &mut ec,
+            "ns",
+            &format!("p{}", i % 5),
+            &[("n", &i.to_string())],
+            "",
+        )
+        .await;
+    }
+    assert_eq!(take_events(&mut stream, UPDATES).await.len(), UPDATES);
+    let read = ranges() - before;
+    assert!(
+        read < UPDATES as f64 / 2.0,
+        "etcd read {read} ranges for {UPDATES} updates"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_resume_across_a_restart_of_watchproxy_without_out_of_range() {
     const WATCHERS: usize = 300;
     let etcd = Etcd::start().await;
