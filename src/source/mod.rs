@@ -190,8 +190,8 @@ impl Reflector {
 
     /// Lists the whole prefix in pages cut from one revision. The first
     /// list also reads the history before it into the event window; a later
-    /// list (after compaction) turns
-    /// its difference with the cache into events instead.
+    /// list (after compaction) turns its difference with the cache into
+    /// events instead.
     async fn list(&mut self) -> Result<State, EtcdError> {
         let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
         let (kvs, revision) = self

@@ -62,7 +62,9 @@ enum Layout {
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "Watch load against watchproxy, etcd grpc-proxy and etcd, side by side")]
+#[command(
+    about = "Watch load against watchproxy, etcd grpc-proxy, etcd and the least any proxy spends (floor), side by side"
+)]
 struct Args {
     #[arg(long, default_value_t = 2000)]
     objects: usize,
