@@ -190,9 +190,13 @@ async fn a_continue_token_whose_revision_left_the_window_is_out_of_range() {
         .await
         .unwrap()
         .into_inner();
+    let mut last = 0;
     for i in 0..6 {
-        put_pod(&mut ec, "ns", &format!("p{i}"), &[("round", "2")], "").await;
+        last = put_pod(&mut ec, "ns", &format!("p{i}"), &[("round", "2")], "").await;
     }
+    // Once the cache holds the writes, the token's revision has left its
+    // window of 4 events.
+    assert!(list_version(&mut client, "pods", &last.to_string()).await >= last);
     let err = client
         .list(ListRequest {
             limit: 3,
