@@ -124,6 +124,9 @@ struct Driver<S> {
     keep_alive: Option<KeepAlive>,
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stopping: bool,
+    /// The waker of the shutdown and keepalive futures.
+    aside: Arc<Aside>,
+    aside_waker: Waker,
 }
 
 impl<S> Driver<S>
@@ -141,6 +144,10 @@ where
         settings: Settings,
         stop: CancellationToken,
     ) -> Self {
+        let aside = Arc::new(Aside {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
         let keep_alive = conn.ping_pong().map(|ping_pong| KeepAlive {
             ping_pong,
             timer: Box::pin(tokio::time::sleep(settings.keep_alive_interval)),
@@ -159,18 +166,24 @@ where
             keep_alive,
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
+            aside_waker: Waker::from(aside.clone()),
+            aside,
         }
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
-        if !self.stopping && self.stop.as_mut().poll(cx).is_ready() {
-            self.stopping = true;
-            self.conn.graceful_shutdown();
-        }
-        if let Some(keep_alive) = &mut self.keep_alive {
-            if let Err(e) = keep_alive.poll(cx) {
-                debug!(error = %e, "keepalive failed; closing the connection");
-                return Poll::Ready(Ok(()));
+        self.aside.task.register(cx.waker());
+        if self.aside.woken.swap(false, Ordering::AcqRel) {
+            let mut aside_cx = Context::from_waker(&self.aside_waker);
+            if !self.stopping && self.stop.as_mut().poll(&mut aside_cx).is_ready() {
+                self.stopping = true;
+                self.conn.graceful_shutdown();
+            }
+            if let Some(keep_alive) = &mut self.keep_alive {
+                if let Err(e) = keep_alive.poll(&mut aside_cx) {
+                    debug!(error = %e, "keepalive failed; closing the connection");
+                    return Poll::Ready(Ok(()));
+                }
             }
         }
         // Bounded: a client that keeps opening streams yields to the others.
@@ -534,6 +547,25 @@ fn put_message(dst: &mut BytesMut, message: &WatchMessage) {
 
 /// HTTP/2 pings at an interval; a peer that does not answer within the
 /// timeout is dead and its connection is closed.
+/// Wakes the connection's task for the futures it polls only when they ask
+/// to be: polled on every pass, once per delivery, the shutdown token and
+/// the keepalive timer took a few percent of the task's time.
+struct Aside {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Aside {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
 struct KeepAlive {
     ping_pong: PingPong,
     timer: Pin<Box<Sleep>>,
