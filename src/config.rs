@@ -50,6 +50,13 @@ pub struct LimitsConfig {
     /// Largest gRPC message accepted or sent.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Each connection gets an HTTP/2 PING this often; one that does not
+    /// answer within `keepalive_timeout` is closed, so the watches of a
+    /// client that vanished without a word do not stay open.
+    #[serde(default = "default_keepalive_interval", with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    #[serde(default = "default_keepalive_timeout", with = "humantime_serde")]
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for LimitsConfig {
@@ -60,6 +67,8 @@ impl Default for LimitsConfig {
             max_concurrent_streams: default_max_concurrent_streams(),
             max_concurrent_unary: default_max_concurrent_unary(),
             max_message_bytes: default_max_message_bytes(),
+            keepalive_interval: default_keepalive_interval(),
+            keepalive_timeout: default_keepalive_timeout(),
         }
     }
 }
@@ -81,6 +90,12 @@ fn default_max_concurrent_unary() -> usize {
 }
 fn default_max_message_bytes() -> usize {
     64 * 1024 * 1024
+}
+fn default_keepalive_interval() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_keepalive_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -365,3 +365,50 @@ async fn shutdown_ends_watches_with_unavailable_and_the_version_to_resume_from()
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(resume_version(&status) >= rev);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_does_not_answer_pings_is_closed_and_one_that_does_stays() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let etcd = Etcd::start().await;
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        .replace(
+            "max_concurrent_unary: 4096",
+            "max_concurrent_unary: 4096\n  keepalive_interval: 200ms\n  keepalive_timeout: 200ms",
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let mut answering = open_watch(&mut client, watch_req("pods", "0")).await;
+
+    // A peer that opens HTTP/2 and then goes silent.
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut read))
+        .await
+        .expect("the silent connection is closed")
+        .unwrap();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 9 <= read.len() {
+        let len = u32::from_be_bytes([0, read[at], read[at + 1], read[at + 2]]) as usize;
+        frames.push((read[at + 3], read[at + 4]));
+        at += 9 + len;
+    }
+    assert!(
+        frames.contains(&(6, 0)),
+        "a PING before the close: {frames:?}"
+    );
+
+    // The client that answers (h2 does by itself) still gets events.
+    let mut ec = etcd.client().await;
+    let rev = put_pod(&mut ec, "ns", "after-pings", &[], "").await;
+    let event = take_events(&mut answering, 1).await.remove(0);
+    assert_eq!(summary(&event).2, rev);
+}

@@ -225,8 +225,8 @@ pub async fn serve<S>(
         max_concurrent_streams: limits.max_concurrent_streams,
         max_message_bytes: limits.max_message_bytes,
         stream_send_buffer: STREAM_SEND_BUFFER,
-        keep_alive_interval: Duration::from_secs(30),
-        keep_alive_timeout: Duration::from_secs(10),
+        keep_alive_interval: limits.keepalive_interval,
+        keep_alive_timeout: limits.keepalive_timeout,
     };
     let routes = Deadlines(routes);
     let mut connections = JoinSet::new();
