@@ -172,8 +172,12 @@ where
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
-        self.aside.task.register(cx.waker());
         if self.aside.woken.swap(false, Ordering::AcqRel) {
+            // The wake that set the flag took the registered waker. A wake
+            // between the swap and here finds none, but what it announced
+            // is seen by the polls below. The task's waker is the same on
+            // every poll, so it is registered only here.
+            self.aside.task.register(cx.waker());
             let mut aside_cx = Context::from_waker(&self.aside_waker);
             if !self.stopping && self.stop.as_mut().poll(&mut aside_cx).is_ready() {
                 self.stopping = true;
