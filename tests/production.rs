@@ -11,7 +11,6 @@ use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use watchproxy::config::Config;
 use watchproxy::pb::ListRequest;
 
 async fn channel(proxy: &Proxy) -> tonic::transport::Channel {
@@ -169,14 +168,11 @@ async fn reflection_v1_describes_the_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_call_limits_answer_resource_exhausted() {
     let etcd = Etcd::start().await;
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        .replace(
-            "max_concurrent_unary: 4096",
-            "max_concurrent_unary: 1\n  max_watchers_per_resource: 2\n  max_watchers: 3",
-        );
-    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let config = pods_config_with_limits(
+        &etcd.client_url,
+        "max_concurrent_unary: 1\n  max_watchers_per_resource: 2\n  max_watchers: 3",
+    );
+    let proxy = Proxy::start_config(config).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
 

@@ -371,14 +371,11 @@ async fn a_connection_that_does_not_answer_pings_is_closed_and_one_that_does_sta
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let etcd = Etcd::start().await;
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        .replace(
-            "max_concurrent_unary: 4096",
-            "max_concurrent_unary: 4096\n  keepalive_interval: 200ms\n  keepalive_timeout: 200ms",
-        );
-    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let config = pods_config_with_limits(
+        &etcd.client_url,
+        "max_concurrent_unary: 4096\n  keepalive_interval: 200ms\n  keepalive_timeout: 200ms",
+    );
+    let proxy = Proxy::start_config(config).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
     let mut answering = open_watch(&mut client, watch_req("pods", "0")).await;

@@ -259,6 +259,16 @@ impl Drop for Forwarder {
     }
 }
 
+/// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64 and `limits`
+/// (YAML lines under `limits:`) in place of the default limits.
+pub fn pods_config_with_limits(etcd_url: &str, limits: &str) -> Config {
+    let yaml = PODS_CONFIG
+        .replace("ETCD", etcd_url)
+        .replace("QUEUE", "64")
+        .replace("max_concurrent_unary: 4096", limits);
+    Config::from_yaml(&yaml).unwrap()
+}
+
 pub const PODS_CONFIG: &str = r#"
 etcd:
   endpoints: ["ETCD"]
