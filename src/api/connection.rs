@@ -125,7 +125,6 @@ struct Driver<S> {
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stopping: bool,
     /// The waker of the shutdown and keepalive futures.
-    aside: Arc<Aside>,
     aside_waker: Waker,
 }
 
@@ -144,10 +143,8 @@ where
         settings: Settings,
         stop: CancellationToken,
     ) -> Self {
-        let aside = Arc::new(Aside {
-            woken: AtomicBool::new(true),
-            task: AtomicWaker::new(),
-        });
+        let watches = Watches::default();
+        let aside_waker = watches.aside_waker();
         let keep_alive = conn.ping_pong().map(|ping_pong| KeepAlive {
             ping_pong,
             timer: Box::pin(tokio::time::sleep(settings.keep_alive_interval)),
@@ -161,35 +158,16 @@ where
             routes,
             settings,
             starts: FuturesUnordered::new(),
-            watches: Watches::default(),
+            watches,
             calls: JoinSet::new(),
             keep_alive,
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
-            aside_waker: Waker::from(aside.clone()),
-            aside,
+            aside_waker,
         }
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
-        if self.aside.woken.swap(false, Ordering::AcqRel) {
-            // The wake that set the flag took the registered waker. A wake
-            // between the swap and here finds none, but what it announced
-            // is seen by the polls below. The task's waker is the same on
-            // every poll, so it is registered only here.
-            self.aside.task.register(cx.waker());
-            let mut aside_cx = Context::from_waker(&self.aside_waker);
-            if !self.stopping && self.stop.as_mut().poll(&mut aside_cx).is_ready() {
-                self.stopping = true;
-                self.conn.graceful_shutdown();
-            }
-            if let Some(keep_alive) = &mut self.keep_alive {
-                if let Err(e) = keep_alive.poll(&mut aside_cx) {
-                    debug!(error = %e, "keepalive failed; closing the connection");
-                    return Poll::Ready(Ok(()));
-                }
-            }
-        }
         // Bounded: a client that keeps opening streams yields to the others.
         for _ in 0..16 {
             while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
@@ -198,6 +176,21 @@ where
                 }
             }
             self.watches.poll_ready(cx);
+            // Checked once `poll_ready` has registered the task's waker,
+            // which the aside waker wakes as well.
+            if self.watches.take_aside() {
+                let mut aside_cx = Context::from_waker(&self.aside_waker);
+                if !self.stopping && self.stop.as_mut().poll(&mut aside_cx).is_ready() {
+                    self.stopping = true;
+                    self.conn.graceful_shutdown();
+                }
+                if let Some(keep_alive) = &mut self.keep_alive {
+                    if let Err(e) = keep_alive.poll(&mut aside_cx) {
+                        debug!(error = %e, "keepalive failed; closing the connection");
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
             while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
             // Last, so that what the watches sent is written in this pass.
             let mut accepted = false;
@@ -359,7 +352,10 @@ struct Slot<F> {
 #[derive(Default)]
 struct ReadyList {
     ids: Mutex<Vec<usize>>,
-    /// The connection's task, woken when the list stops being empty.
+    /// The connection's own futures (shutdown, keepalive) were woken.
+    aside: AtomicBool,
+    /// The connection's task, woken when the list stops being empty or
+    /// the aside futures are woken.
     conn: AtomicWaker,
 }
 
@@ -390,6 +386,22 @@ impl Wake for WatchWaker {
     }
 }
 
+/// The waker of a connection's own futures. Polled on every pass, once per
+/// delivery, the shutdown token and the keepalive timer took a few percent
+/// of the task's time; they are polled only after this fired.
+struct AsideWaker(Arc<ReadyList>);
+
+impl Wake for AsideWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.aside.store(true, Ordering::Release);
+        self.0.conn.wake();
+    }
+}
+
 impl<F> Default for Watches<F> {
     fn default() -> Self {
         Self {
@@ -406,6 +418,21 @@ trait Drive {
     /// Sends what the stream has ready, cutting its frames from `buf`;
     /// `Ready` once the stream is over.
     fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()>;
+}
+
+impl<F> Watches<F> {
+    /// A waker for the connection's other futures, which wakes the task as
+    /// a watch does; it counts as fired at first, so they are polled to
+    /// start.
+    fn aside_waker(&self) -> Waker {
+        self.ready.aside.store(true, Ordering::Release);
+        Waker::from(Arc::new(AsideWaker(self.ready.clone())))
+    }
+
+    /// Whether the aside waker fired since the last call.
+    fn take_aside(&self) -> bool {
+        self.ready.aside.swap(false, Ordering::AcqRel)
+    }
 }
 
 impl<F: Drive> Watches<F> {
@@ -551,25 +578,6 @@ fn put_message(dst: &mut BytesMut, message: &WatchMessage) {
 
 /// HTTP/2 pings at an interval; a peer that does not answer within the
 /// timeout is dead and its connection is closed.
-/// Wakes the connection's task for the futures it polls only when they ask
-/// to be: polled on every pass, once per delivery, the shutdown token and
-/// the keepalive timer took a few percent of the task's time.
-struct Aside {
-    woken: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl Wake for Aside {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake();
-    }
-}
-
 struct KeepAlive {
     ping_pong: PingPong,
     timer: Pin<Box<Sleep>>,

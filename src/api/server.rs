@@ -255,9 +255,7 @@ pub async fn serve<S>(
             api.clone(),
             routes.clone(),
             settings.clone(),
-            // Its own node of the token: each connection checks it at every
-            // pass, and the shared node's lock would be taken by all.
-            shutdown.child_token(),
+            shutdown.clone(),
         ));
     }
     // Stop accepting at once; the open connections drain.
