@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use tower::{Service, ServiceExt};
 use tracing::debug;
 
 use super::server::grpc_timeout;
-use super::socket::{self, Socket};
+use super::socket::{self, lock, Socket};
 use super::{Api, WatchMessage, WatchStream};
 use crate::pb;
 
@@ -475,10 +475,6 @@ impl<F: Drive> Watches<F> {
         }
         self.taking.clear();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A watch sending its events on its HTTP/2 stream.

@@ -116,8 +116,9 @@ impl Outgoing {
     }
 }
 
-fn lock(out: &Mutex<Outgoing>) -> MutexGuard<'_, Outgoing> {
-    out.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Locks state that stays consistent even if a holder panicked.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Splits `tcp` into the socket a connection is served on and the handle
