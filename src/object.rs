@@ -1,12 +1,15 @@
 //! The boundary types every stage shares: the resource, its objects, change
 //! events, and resource versions.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 
 use crate::config::{ResourceConfig, ValueFormat};
 
@@ -187,26 +190,216 @@ impl Resource {
         }
     }
 
+    /// Reads the labels and the selectable fields in one pass over the
+    /// document that builds nothing else: a `serde_json::Value` of the
+    /// whole object was most of the cost of reading a change. The result is
+    /// the same as reading them from such a value (later duplicate keys
+    /// win; a step into something other than an object finds nothing).
     fn read_json(&self, value: &[u8]) -> Result<(Labels, Box<[String]>), DecodeError> {
-        let doc: serde_json::Value = serde_json::from_slice(value).map_err(DecodeError::NotJson)?;
-        if !doc.is_object() {
+        let text = match std::str::from_utf8(value) {
+            Ok(text) => text,
+            Err(_) => {
+                let e = serde_json::from_slice::<serde_json::Value>(value)
+                    .err()
+                    .unwrap_or_else(|| serde::de::Error::custom("value is not UTF-8"));
+                return Err(DecodeError::NotJson(e));
+            }
+        };
+        let paths: Vec<Vec<&str>> = self
+            .selectable_fields
+            .iter()
+            .map(|f| f.split('.').collect())
+            .collect();
+        let wants: Vec<Want> = std::iter::once(Want {
+            rest: &["metadata", "labels"],
+            target: Target::Labels,
+        })
+        .chain(paths.iter().enumerate().map(|(i, p)| Want {
+            rest: p,
+            target: Target::Field(i),
+        }))
+        .collect();
+        let mut found = Found {
+            labels: None,
+            fields: vec![None; paths.len()],
+            object: false,
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        Level {
+            wants: &wants,
+            found: &mut found,
+        }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(DecodeError::NotJson)?;
+        if !found.object {
             return Err(DecodeError::NotJsonObject);
         }
-        let labels = match doc.pointer("/metadata/labels") {
+        let labels = match found.labels {
             None | Some(serde_json::Value::Null) => BTreeMap::new(),
             Some(serde_json::Value::Object(map)) => map
-                .iter()
-                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .into_iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(v) => Some((k, v)),
+                    _ => None,
+                })
                 .collect::<Option<_>>()
                 .ok_or(DecodeError::BadLabels)?,
             Some(_) => return Err(DecodeError::BadLabels),
         };
-        let fields = self
-            .selectable_fields
+        let fields = found
+            .fields
             .iter()
-            .map(|path| field_string(path.split('.').try_fold(&doc, |v, step| v.get(step))))
+            .map(|v| field_string(v.as_ref()))
             .collect();
         Ok((labels, fields))
+    }
+}
+
+/// A value the reader of a document looks for, by the keys still to follow.
+#[derive(Clone, Copy)]
+struct Want<'a> {
+    rest: &'a [&'a str],
+    target: Target,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Labels,
+    Field(usize),
+}
+
+struct Found {
+    labels: Option<serde_json::Value>,
+    fields: Vec<Option<serde_json::Value>>,
+    /// The document is an object (set by any object in it, and only
+    /// objects are looked into).
+    object: bool,
+}
+
+impl Found {
+    fn set(&mut self, target: Target, v: Option<serde_json::Value>) {
+        match target {
+            Target::Labels => self.labels = v,
+            Target::Field(i) => self.fields[i] = v,
+        }
+    }
+}
+
+/// One value of the document, with what is wanted below it: the keys that
+/// lead to a wanted value are followed, every other value is only checked.
+struct Level<'a, 'f> {
+    wants: &'a [Want<'a>],
+    found: &'f mut Found,
+}
+
+impl<'de> DeserializeSeed<'de> for Level<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Level<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.found.object = true;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let key = &*key.0;
+            let mut here = self.wants.iter().filter(|w| w.rest[0] == key).peekable();
+            if here.peek().is_none() {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let (ends, deeper): (Vec<Want>, Vec<Want>) = here.partition(|w| w.rest.len() == 1);
+            // A key seen again replaces what the first one held.
+            for w in ends.iter().chain(&deeper) {
+                self.found.set(w.target, None);
+            }
+            let deeper: Vec<Want> = deeper
+                .into_iter()
+                .map(|w| Want {
+                    rest: &w.rest[1..],
+                    target: w.target,
+                })
+                .collect();
+            if ends.is_empty() {
+                map.next_value_seed(Level {
+                    wants: &deeper,
+                    found: &mut *self.found,
+                })?;
+                continue;
+            }
+            let v: serde_json::Value = map.next_value()?;
+            for w in &deeper {
+                let at = w.rest.iter().try_fold(&v, |v, step| v.get(step));
+                self.found.set(w.target, at.cloned());
+            }
+            for w in &ends {
+                self.found.set(w.target, Some(v.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// An object key, borrowed from the document unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -373,6 +566,83 @@ mod tests {
         assert!(matches!(
             r.decode(b"/p/a/b", bad_labels, 1),
             Err(DecodeError::BadLabels)
+        ));
+    }
+
+    /// Labels and fields read from a whole `serde_json::Value`, as the
+    /// one-pass reader must read them.
+    fn read_by_value(r: &Resource, value: &[u8]) -> Result<(Labels, Vec<String>), String> {
+        let doc: serde_json::Value = serde_json::from_slice(value).map_err(|_| "not json")?;
+        if !doc.is_object() {
+            return Err("not an object".into());
+        }
+        let labels = match doc.pointer("/metadata/labels") {
+            None | Some(serde_json::Value::Null) => BTreeMap::new(),
+            Some(serde_json::Value::Object(map)) => map
+                .iter()
+                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect::<Option<_>>()
+                .ok_or("bad labels")?,
+            Some(_) => return Err("bad labels".into()),
+        };
+        let fields = r
+            .selectable_fields
+            .iter()
+            .map(|path| field_string(path.split('.').try_fold(&doc, |v, step| v.get(step))))
+            .collect();
+        Ok((labels, fields))
+    }
+
+    #[test]
+    fn the_one_pass_reader_reads_what_a_whole_value_holds() {
+        let r = Resource::for_tests(&[
+            "spec.nodeName",
+            "spec",
+            "spec.n.x",
+            "metadata.labels",
+            "metadata.labels.app",
+            "status.phase",
+            "a\"b",
+        ]);
+        let docs: &[&str] = &[
+            r#"{}"#,
+            r#"{"metadata":{"labels":{"app":"web","x":"y"}},"spec":{"nodeName":"n1"}}"#,
+            r#"{"spec":{"nodeName":"n1"},"spec":{"other":1}}"#,
+            r#"{"spec":{"nodeName":"n1"},"spec":null}"#,
+            r#"{"spec":[{"nodeName":"n1"}],"status":{"phase":3.50}}"#,
+            r#"{"spec":{"nodeName":{"deep":[1,true,null]},"n":{"x":"\u00e9\n"}}}"#,
+            r#"{"metadata":{"labels":{"app":"a"}},"metadata":{"name":"b"}}"#,
+            r#"{"metadata":{"labels":null}}"#,
+            r#"{"metadata":[{"labels":{"a":"b"}}]}"#,
+            r#"{"metadata":{"labels":{"a":1}}}"#,
+            r#"{"metadata":{"labels":["a"]}}"#,
+            r#"{"met\u0061data":{"l\u0061bels":{"k\"":"v\\"}},"a\"b":false}"#,
+            r#"{"status":{"phase":12345678901234567890},"x":[[[{"spec":1}]]]}"#,
+            r#"{"status":{"phase":-0.0e3},"spec":{"nodeName":""}}"#,
+            r#"[{"metadata":{"labels":{"a":"b"}}}]"#,
+            r#""{}""#,
+            r#"null"#,
+            r#"{"a":1} x"#,
+            r#"{"a":}"#,
+            r#"{"spec":{"nodeName":"\ud800"}}"#,
+        ];
+        for doc in docs {
+            let want = read_by_value(&r, doc.as_bytes());
+            let got = r
+                .read_json(doc.as_bytes())
+                .map(|(labels, fields)| (labels, fields.into_vec()))
+                .map_err(|e| match e {
+                    DecodeError::NotJson(_) => "not json".to_string(),
+                    DecodeError::NotJsonObject => "not an object".into(),
+                    DecodeError::BadLabels => "bad labels".into(),
+                    other => other.to_string(),
+                });
+            assert_eq!(got, want, "{doc}");
+        }
+        let not_utf8 = b"{\"a\":\"\xff\"}";
+        assert!(matches!(
+            r.read_json(not_utf8),
+            Err(DecodeError::NotJson(_))
         ));
     }
 
