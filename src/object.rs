@@ -622,6 +622,7 @@ mod tests {
             r#"[{"metadata":{"labels":{"a":"b"}}}]"#,
             r#""{}""#,
             r#"null"#,
+            r#"5"#,
             r#"{"a":1} x"#,
             r#"{"a":}"#,
             r#"{"spec":{"nodeName":"\ud800"}}"#,
