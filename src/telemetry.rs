@@ -45,7 +45,11 @@ pub fn init(json: bool) -> anyhow::Result<TracingGuard> {
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal: a file or a log collector would keep
+    // the escape codes.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt = if json {
         fmt.json().boxed()
     } else {
