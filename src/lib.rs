@@ -163,7 +163,12 @@ pub async fn run(
         metrics.clone(),
         shutdown.clone(),
     );
-    info!(addr = %listeners.grpc.local_addr()?, resources = config.resources.len(), "serving gRPC");
+    info!(
+        addr = %listeners.grpc.local_addr()?,
+        resources = config.resources.len(),
+        worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        "serving gRPC"
+    );
     let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

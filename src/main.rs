@@ -51,6 +51,12 @@ enum Command {
             default_value = "text"
         )]
         log_format: LogFormat,
+        /// Threads serving calls; by default, one per CPU the process may
+        /// use (its cgroup's CPU limit included). Where it shares a few
+        /// cores with etcd and its clients, one thread spends less per
+        /// delivery than several, which hand each event between cores.
+        #[arg(long, env = "WATCHPROXY_WORKER_THREADS")]
+        worker_threads: Option<std::num::NonZeroUsize>,
     },
     /// Write Kubernetes-shaped demo pods into etcd.
     DemoLoad {
@@ -96,15 +102,29 @@ struct Query {
     field_selector: String,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> anyhow::Result<()> {
+    let command = Cli::parse().command;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Command::Serve {
+        worker_threads: Some(n),
+        ..
+    } = &command
+    {
+        runtime.worker_threads(n.get());
+    }
+    runtime.build()?.block_on(run_command(command))
+}
+
+async fn run_command(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve {
             config,
             listen,
             metrics_listen,
             etcd_endpoints,
             log_format,
+            worker_threads: _,
         } => {
             let _traces = telemetry::init(matches!(log_format, LogFormat::Json))?;
             let mut config = Config::from_file(&config)?;

@@ -231,7 +231,8 @@ async fn watcher_and_call_limits_answer_resource_exhausted() {
 }
 
 /// The real binary serving `etcd` with the test configuration and extra
-/// environment, and a client connected to it once its cache is ready.
+/// environment, and a client connected to it once its cache is ready. Its
+/// log is `log` in the returned directory.
 async fn spawn_binary(
     etcd: &Etcd,
     env: &[(&str, &str)],
@@ -256,7 +257,7 @@ async fn spawn_binary(
         .arg(&config)
         .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
@@ -307,6 +308,34 @@ async fn sigterm_ends_watches_with_unavailable_and_the_version_then_exits() {
     });
     assert!(exit.success(), "{exit:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_thread_count_is_taken_from_the_environment_and_a_zero_refused() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let (mut child, mut client, dir) =
+        spawn_binary(&etcd, &[("WATCHPROXY_WORKER_THREADS", "1")]).await;
+    let mut stream = open_watch(&mut client, watch_req("pods", "0")).await;
+    put_pod(&mut ec, "ns", "a", &[], "").await;
+    take_events(&mut stream, 1).await;
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let serving = log
+        .lines()
+        .find(|l| l.contains("serving gRPC"))
+        .unwrap_or_else(|| panic!("no start line in the log:\n{log}"));
+    assert!(serving.contains("worker_threads=1"), "{serving}");
+    assert!(!log.contains('\x1b'), "colour codes in a log file: {log}");
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_watchproxy"))
+        .args(["serve", "--config", "/nonexistent", "--worker-threads", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--worker-threads"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
