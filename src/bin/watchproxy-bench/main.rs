@@ -106,6 +106,12 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Runs every target this many times, round by round, so that a shared
+    /// machine's drift reaches all of them alike, and prints each figure's
+    /// median over the rounds (missed events, early ends and memory: the
+    /// worst round).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Extra watchers, on a connection of their own, that want every event
     /// and never read: the others' latency shows whether they cost anyone.
     /// The floor has no flow control and runs without them.
@@ -120,7 +126,7 @@ struct Args {
     floor_start: i64,
 }
 
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize)]
 struct Report {
     target: String,
     writes: u64,
@@ -718,21 +724,32 @@ async fn main() -> anyhow::Result<()> {
         )
         .await;
     }
-    let mut reports = Vec::new();
-    for &target in &args.targets {
-        eprintln!(
-            "{target:?}: {} watchers over {} connections (+{} stalled), {} writes/s for {} s, mode {:?} ...",
-            args.watchers, args.connections, args.stalled, args.rate, args.duration, args.mode
-        );
-        let report = run_target(&args, target)
-            .await
-            .with_context(|| format!("{target:?}"))?;
-        reports.push(report);
+    let mut rounds: Vec<Vec<Report>> = Vec::new();
+    for round in 1..=args.rounds {
+        let mut reports = Vec::new();
+        for &target in &args.targets {
+            eprintln!(
+                "{target:?}{}: {} watchers over {} connections (+{} stalled), {} writes/s for {} s, mode {:?} ...",
+                if args.rounds > 1 { format!(" (round {round} of {})", args.rounds) } else { String::new() },
+                args.watchers, args.connections, args.stalled, args.rate, args.duration, args.mode
+            );
+            let report = run_target(&args, target)
+                .await
+                .with_context(|| format!("{target:?}"))?;
+            if args.rounds > 1 {
+                eprintln!("{}", row(&report));
+            }
+            reports.push(report);
+        }
+        rounds.push(reports);
     }
+    let reports: Vec<Report> = (0..args.targets.len())
+        .map(|t| median(&rounds.iter().map(|r| r[t].clone()).collect::<Vec<_>>()))
+        .collect();
     let mut out = String::new();
     writeln!(
         out,
-        "{} objects of ~{} B, {} watchers over {} connections (+{} stalled, never reading), {} writes/s for {} s, mode {:?}{}",
+        "{} objects of ~{} B, {} watchers over {} connections (+{} stalled, never reading), {} writes/s for {} s, mode {:?}{}{}",
         args.objects,
         args.object_bytes,
         args.watchers,
@@ -744,6 +761,11 @@ async fn main() -> anyhow::Result<()> {
         match args.mode {
             Mode::Node => format!(" ({:?} layout)", args.layout),
             Mode::All => String::new(),
+        },
+        if args.rounds > 1 {
+            format!("; medians of {} rounds", args.rounds)
+        } else {
+            String::new()
         }
     )?;
     writeln!(
@@ -765,7 +787,7 @@ async fn main() -> anyhow::Result<()> {
         "MiB at end"
     )?;
     for r in &reports {
-        writeln!(out, "{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)?;
+        writeln!(out, "{}", row(r))?;
     }
     for r in reports.iter().filter(|r| !r.ended_early.is_empty()) {
         writeln!(
@@ -796,16 +818,64 @@ async fn main() -> anyhow::Result<()> {
         std::fs::write(
             path,
             serde_json::to_string_pretty(
-                &serde_json::json!({"args": format!("{args:?}"), "results": reports}),
+                &serde_json::json!({"args": format!("{args:?}"), "results": reports, "rounds": rounds}),
             )?,
         )?;
     }
     Ok(())
 }
 
+/// One target's line of the table.
+fn row(r: &Report) -> String {
+    format!("{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)
+}
+
+/// One target's rounds as one report: the median of each rate, latency
+/// and CPU figure, each taken on its own (so the CPU parts need not add up
+/// to the median total); the worst round's missed events and memory; every
+/// round's early ends.
+fn median(rounds: &[Report]) -> Report {
+    let mid = |f: fn(&Report) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let worst = |f: fn(&Report) -> f64| rounds.iter().map(f).fold(0.0, f64::max);
+    let mut ended_early = std::collections::BTreeMap::new();
+    for r in rounds {
+        for (why, n) in &r.ended_early {
+            *ended_early.entry(why.clone()).or_insert(0) += n;
+        }
+    }
+    Report {
+        target: rounds[0].target.clone(),
+        writes: rounds[0].writes,
+        write_seconds: mid(|r| r.write_seconds),
+        writes_per_s: mid(|r| r.writes_per_s),
+        deliveries_per_s: mid(|r| r.deliveries_per_s),
+        useful_per_s: mid(|r| r.useful_per_s),
+        latency_ms_p50: mid(|r| r.latency_ms_p50),
+        latency_ms_p99: mid(|r| r.latency_ms_p99),
+        latency_ms_max: mid(|r| r.latency_ms_max),
+        missed: rounds.iter().map(|r| r.missed).max().unwrap_or(0),
+        ended_early,
+        server_cpu_s: mid(|r| r.server_cpu_s),
+        etcd_cpu_s: mid(|r| r.etcd_cpu_s),
+        front_cpu_s: mid(|r| r.front_cpu_s),
+        etcd_peak_rss_mib: worst(|r| r.etcd_peak_rss_mib),
+        front_peak_rss_mib: worst(|r| r.front_peak_rss_mib),
+        front_rss_end_mib: worst(|r| r.front_rss_end_mib),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{connection_of, Layout};
+    use super::{connection_of, median, Layout, Report};
     use std::collections::{HashMap, HashSet};
 
     #[test]
@@ -837,5 +907,35 @@ mod tests {
                 "{min}..{max} around {even}"
             );
         }
+    }
+
+    #[test]
+    fn rounds_give_each_figure_its_median_and_the_worst_of_what_must_not_happen() {
+        let round = |cpu: f64, p99: f64, missed: u64, rss: f64, ended: Option<&str>| Report {
+            target: "Watchproxy".into(),
+            writes: 4000,
+            front_cpu_s: cpu,
+            latency_ms_p99: p99,
+            missed,
+            front_peak_rss_mib: rss,
+            ended_early: ended.map(|why| (why.to_string(), 1)).into_iter().collect(),
+            ..Report::default()
+        };
+        let odd = median(&[
+            round(1.5, 2.0, 0, 30.0, None),
+            round(1.1, 9.0, 3, 28.0, Some("Cancelled")),
+            round(1.3, 3.0, 0, 41.0, Some("Cancelled")),
+        ]);
+        assert_eq!((odd.front_cpu_s, odd.latency_ms_p99), (1.3, 3.0));
+        assert_eq!((odd.missed, odd.front_peak_rss_mib), (3, 41.0));
+        assert_eq!(odd.ended_early.get("Cancelled"), Some(&2));
+        assert_eq!((odd.target.as_str(), odd.writes), ("Watchproxy", 4000));
+        let even = median(&[round(1.0, 2.0, 0, 1.0, None), round(2.0, 4.0, 0, 1.0, None)]);
+        assert_eq!((even.front_cpu_s, even.latency_ms_p99), (1.5, 3.0));
+        let one = median(&[round(1.7, 2.5, 1, 9.0, None)]);
+        assert_eq!(
+            (one.front_cpu_s, one.missed, one.front_peak_rss_mib),
+            (1.7, 1, 9.0)
+        );
     }
 }
