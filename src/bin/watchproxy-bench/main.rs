@@ -108,8 +108,8 @@ struct Args {
     json: Option<PathBuf>,
     /// Runs every target this many times, round by round, so that a shared
     /// machine's drift reaches all of them alike, and prints each figure's
-    /// median over the rounds (missed events, early ends and memory: the
-    /// worst round).
+    /// median over the rounds (missed events and memory: the worst round;
+    /// watches ended early: those of every round).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
     /// Extra watchers, on a connection of their own, that want every event
