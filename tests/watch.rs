@@ -224,6 +224,47 @@ async fn watch_timeout_ends_the_stream_with_ok() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_the_client_cancels_ends_even_when_nothing_is_sent_to_it() {
+    let (etcd, proxy, mut client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let watchers = || proxy.metric("watchproxy_watchers", "resource=\"pods\"");
+    let gone = || proxy.metric("watchproxy_watchers_ended_total", "reason=\"client_gone\"");
+    // Both on one connection, which stays open: one watch sees every
+    // change, the other's selector matches nothing, so nothing is sent
+    // on its stream after the client resets it.
+    let mut busy = open_watch(&mut client, watch_req("pods", "0")).await;
+    let idle = open_watch(
+        &mut client,
+        WatchRequest {
+            field_selector: "spec.nodeName=nowhere".into(),
+            ..watch_req("pods", "0")
+        },
+    )
+    .await;
+    for _ in 0..100 {
+        if watchers() == 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(watchers(), 2.0, "both watches registered");
+    drop(idle);
+    for _ in 0..100 {
+        if watchers() == 1.0 && gone() == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (watchers(), gone()),
+        (1.0, 1.0),
+        "the cancelled watch ended within 10 s"
+    );
+    let r = put_pod(&mut ec, "ns", "after", &[], "node-1").await;
+    assert_eq!(take_versions(&mut busy, 1).await, vec![r]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_object_watch_sees_only_that_object() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;

@@ -57,6 +57,11 @@ const PASS_BYTES: usize = 16 * 1024;
 /// The HTTP/2 receive window of each stream and of the connection.
 const RECEIVE_WINDOW: u32 = 1024 * 1024;
 
+/// How often the connection looks for watches the client reset. A watch
+/// sees a reset at its next delivery; one that gets none is ended within
+/// this time.
+const RESET_SWEEP: Duration = Duration::from_secs(1);
+
 /// How one connection is served.
 #[derive(Clone)]
 pub struct Settings {
@@ -215,6 +220,7 @@ struct Driver<S> {
     /// Every other call, each in its own task; aborted with the connection.
     calls: JoinSet<()>,
     keep_alive: Option<KeepAlive>,
+    sweep: Pin<Box<Sleep>>,
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stopping: bool,
     /// The waker of the shutdown and keepalive futures.
@@ -254,6 +260,7 @@ where
             watches,
             calls: JoinSet::new(),
             keep_alive,
+            sweep: Box::pin(tokio::time::sleep(RESET_SWEEP)),
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
             aside_waker,
@@ -282,6 +289,11 @@ where
                         debug!(error = %e, "keepalive failed; closing the connection");
                         return Poll::Ready(Ok(()));
                     }
+                }
+                if self.sweep.as_mut().poll(&mut aside_cx).is_ready() {
+                    self.watches.end_reset();
+                    self.sweep.as_mut().reset(Instant::now() + RESET_SWEEP);
+                    let _ = self.sweep.as_mut().poll(&mut aside_cx);
                 }
             }
             while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
@@ -511,6 +523,10 @@ trait Drive {
     /// Sends what the stream has ready, cutting its frames from `buf`;
     /// `Ready` once the stream is over.
     fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()>;
+
+    /// Whether the client reset the stream; if not, `cx` is woken when it
+    /// does.
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> bool;
 }
 
 impl<F> Watches<F> {
@@ -543,6 +559,17 @@ impl<F: Drive> Watches<F> {
         // Polled once to start, then whenever woken.
         waker.wake_by_ref();
         self.slots[id] = Some(Slot { watch, flag, waker });
+    }
+
+    /// Ends the watches whose client reset their stream.
+    fn end_reset(&mut self) {
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            let Some(s) = slot else { continue };
+            if s.watch.poll_reset(&mut Context::from_waker(&s.waker)) {
+                *slot = None;
+                self.free.push(id);
+            }
+        }
     }
 
     /// Polls every watch that was ready when the pass began; those woken
@@ -580,19 +607,13 @@ impl Drive for LiveWatch {
     /// Sends what is ready, in frames of up to [`BATCH_BYTES`], while the
     /// stream has room. A stream without room is not asked for events: its
     /// watcher's queue fills and it reads the shared window later.
+    ///
+    /// h2 holds no waker for the stream while it has room: one that h2
+    /// held would be woken whenever room is asked for, as it is below for
+    /// each delivery, and replacing it on each poll moved the waker's count
+    /// between cores. A reset is seen here when it fails a send, or by
+    /// [`Watches::end_reset`].
     fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()> {
-        // h2 wakes the waker it holds for the stream whenever the stream
-        // gets room, as it does at once when asked for some below: with
-        // this poll's waker still there from the last, every delivery would
-        // poll the watch twice. A waker that does nothing takes its place
-        // until this poll registers again, and a reset is seen here too.
-        if self
-            .tx
-            .poll_reset(&mut Context::from_waker(Waker::noop()))
-            .is_ready()
-        {
-            return Poll::Ready(());
-        }
         loop {
             if !std::task::ready!(poll_room(&mut self.tx, cx)) {
                 return Poll::Ready(());
@@ -616,11 +637,7 @@ impl Drive for LiveWatch {
                         {
                             return Poll::Ready(());
                         }
-                        // Woken by a reset as well as by the next event.
-                        return match self.tx.poll_reset(cx) {
-                            Poll::Ready(_) => Poll::Ready(()),
-                            Poll::Pending => Poll::Pending,
-                        };
+                        return Poll::Pending;
                     }
                 }
             };
@@ -636,6 +653,10 @@ impl Drive for LiveWatch {
                 return Poll::Ready(());
             }
         }
+    }
+
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> bool {
+        self.tx.poll_reset(cx).is_ready()
     }
 }
 
@@ -816,6 +837,10 @@ mod tests {
             }
             cx.waker().wake_by_ref();
             Poll::Pending
+        }
+
+        fn poll_reset(&mut self, _: &mut Context<'_>) -> bool {
+            false
         }
     }
 
