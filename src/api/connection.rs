@@ -634,16 +634,14 @@ impl Drive for LiveWatch {
                     Poll::Ready(Some(Err(status))) => break Some(status),
                     Poll::Ready(None) => break Some(Status::ok("")),
                     Poll::Pending => {
-                        if !buf.is_empty()
-                            && self.tx.send_data(buf.split().freeze(), false).is_err()
-                        {
+                        if !buf.is_empty() && !send_frame(&mut self.tx, buf) {
                             return Poll::Ready(());
                         }
                         return Poll::Pending;
                     }
                 }
             };
-            if !buf.is_empty() && self.tx.send_data(buf.split().freeze(), false).is_err() {
+            if !buf.is_empty() && !send_frame(&mut self.tx, buf) {
                 return Poll::Ready(());
             }
             if let Some(status) = ended {
@@ -675,6 +673,15 @@ fn poll_room(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<bool> {
             Some(Err(_)) | None => return Poll::Ready(false),
         }
     }
+}
+
+/// Sends what `buf` holds as one DATA frame: `false` when the stream is
+/// gone. Room for the frame and one byte more is asked for first, so that
+/// h2 assigns it once rather than again inside `send_data`, and the byte
+/// left once the frame is written is the room [`poll_room`] finds next.
+fn send_frame(tx: &mut SendStream<Bytes>, buf: &mut BytesMut) -> bool {
+    tx.reserve_capacity(buf.len() + 1);
+    tx.send_data(buf.split().freeze(), false).is_ok()
 }
 
 /// Appends one length-prefixed gRPC message.
