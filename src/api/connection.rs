@@ -392,7 +392,11 @@ async fn start_watch(
                 .body(())
                 .expect("a valid response head");
             let tx = respond.send_response(head, false).ok()?;
-            Some(LiveWatch { events, tx })
+            Some(LiveWatch {
+                events,
+                tx,
+                awaiting_room: false,
+            })
         }
         Err(status) => {
             let (head, _) = status.into_http::<()>().into_parts();
@@ -524,9 +528,9 @@ trait Drive {
     /// `Ready` once the stream is over.
     fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()>;
 
-    /// Whether the client reset the stream; if not, `cx` is woken when it
-    /// does.
-    fn poll_reset(&mut self, cx: &mut Context<'_>) -> bool;
+    /// Whether the client reset the stream. Wakes nothing later: a stream
+    /// that h2 will wake for room anyway is not asked.
+    fn is_reset(&mut self) -> bool;
 }
 
 impl<F> Watches<F> {
@@ -561,13 +565,11 @@ impl<F: Drive> Watches<F> {
         self.slots[id] = Some(Slot { watch, flag, waker });
     }
 
-    /// Ends the watches whose client reset their stream. Each other watch
-    /// leaves h2 its waker, which its next request for room wakes: one
-    /// extra poll per watch and sweep.
+    /// Ends the watches whose client reset their stream.
     fn end_reset(&mut self) {
         for (id, slot) in self.slots.iter_mut().enumerate() {
             let Some(s) = slot else { continue };
-            if s.watch.poll_reset(&mut Context::from_waker(&s.waker)) {
+            if s.watch.is_reset() {
                 *slot = None;
                 self.free.push(id);
             }
@@ -603,6 +605,9 @@ impl<F: Drive> Watches<F> {
 struct LiveWatch {
     events: WatchStream,
     tx: SendStream<Bytes>,
+    /// h2 holds the watch's waker until the stream has room, and wakes it
+    /// on a reset too.
+    awaiting_room: bool,
 }
 
 impl Drive for LiveWatch {
@@ -617,7 +622,9 @@ impl Drive for LiveWatch {
     /// [`Watches::end_reset`].
     fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()> {
         loop {
-            if !std::task::ready!(poll_room(&mut self.tx, cx)) {
+            let room = poll_room(&mut self.tx, cx);
+            self.awaiting_room = room.is_pending();
+            if !std::task::ready!(room) {
                 return Poll::Ready(());
             }
             if buf.capacity() < BATCH_BYTES {
@@ -655,8 +662,16 @@ impl Drive for LiveWatch {
         }
     }
 
-    fn poll_reset(&mut self, cx: &mut Context<'_>) -> bool {
-        self.tx.poll_reset(cx).is_ready()
+    /// Asked with a waker that does nothing: the watch's own, left with
+    /// h2, would be woken by the next request for room, an extra poll of
+    /// every watch at every sweep. It must not replace the watch's waker
+    /// while the watch waits for room, which would then never wake it.
+    fn is_reset(&mut self) -> bool {
+        !self.awaiting_room
+            && self
+                .tx
+                .poll_reset(&mut Context::from_waker(Waker::noop()))
+                .is_ready()
     }
 }
 
@@ -848,7 +863,7 @@ mod tests {
             Poll::Pending
         }
 
-        fn poll_reset(&mut self, _: &mut Context<'_>) -> bool {
+        fn is_reset(&mut self) -> bool {
             false
         }
     }
