@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -61,6 +61,16 @@ const RECEIVE_WINDOW: u32 = 1024 * 1024;
 /// sees a reset at its next delivery; one that gets none is ended within
 /// this time.
 const RESET_SWEEP: Duration = Duration::from_secs(1);
+
+/// When the next sweep is due: on the same ticks for every connection of
+/// the process, so that their sweeps wake a worker once rather than once
+/// per connection.
+fn next_sweep(now: Instant) -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| now);
+    let sweeps = now.saturating_duration_since(origin).as_nanos() / RESET_SWEEP.as_nanos();
+    origin + RESET_SWEEP * (sweeps as u32 + 1)
+}
 
 /// How one connection is served.
 #[derive(Clone)]
@@ -260,7 +270,7 @@ where
             watches,
             calls: JoinSet::new(),
             keep_alive,
-            sweep: Box::pin(tokio::time::sleep(RESET_SWEEP)),
+            sweep: Box::pin(tokio::time::sleep_until(next_sweep(Instant::now()))),
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
             aside_waker,
@@ -292,7 +302,7 @@ where
                 }
                 if self.sweep.as_mut().poll(&mut aside_cx).is_ready() {
                     self.watches.end_reset();
-                    self.sweep.as_mut().reset(Instant::now() + RESET_SWEEP);
+                    self.sweep.as_mut().reset(next_sweep(Instant::now()));
                     let _ = self.sweep.as_mut().poll(&mut aside_cx);
                 }
             }
@@ -894,6 +904,23 @@ mod tests {
             self.waker = Some(cx.waker().clone());
             Poll::Pending
         }
+    }
+
+    #[test]
+    fn every_connection_sweeps_on_the_same_ticks() {
+        let start = Instant::now();
+        let first = next_sweep(start);
+        assert!(first > start && first <= start + RESET_SWEEP);
+        // A connection that starts or sweeps later in the same period is
+        // due at the same instant, the one after that a period later.
+        for later in [1, 400, 999] {
+            let now = first - RESET_SWEEP + Duration::from_millis(later);
+            if now >= start {
+                assert_eq!(next_sweep(now), first);
+            }
+        }
+        assert_eq!(next_sweep(first), first + RESET_SWEEP);
+        assert_eq!(next_sweep(first + RESET_SWEEP / 2), first + RESET_SWEEP);
     }
 
     #[test]
