@@ -137,18 +137,24 @@ impl Resource {
             ValueFormat::Json => self.read_json(value)?,
         };
         let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
-        let wire = crate::pb::Object {
+        let pb = crate::pb::Object {
             key: key.to_owned(),
-            namespace: namespace.clone(),
-            name: name.clone(),
+            namespace,
+            name,
             resource_version: revision.to_string(),
-            labels: labels.clone(),
+            labels,
             value: Bytes::copy_from_slice(value),
-        }
-        .encode_to_vec();
-        let wire = Bytes::from(wire);
+        };
+        let wire = Bytes::from(pb.encode_to_vec());
         // The value is the last field written, so it is the end of `wire`.
         let value = wire.slice(wire.len() - value.len()..);
+        // Taken back from the message rather than copied into it.
+        let crate::pb::Object {
+            namespace,
+            name,
+            labels,
+            ..
+        } = pb;
         Ok(Object {
             key: Arc::from(key),
             namespace,
