@@ -84,8 +84,12 @@ struct Args {
     duration: u64,
     #[arg(long, value_enum, default_value = "all")]
     mode: Mode,
-    #[arg(long, default_value_t = 100)]
-    nodes: usize,
+    /// Nodes the objects are spread over (object i is on node i mod
+    /// --nodes). By default one per watcher, so every write is wanted by
+    /// one watcher: as many useful deliveries as writes, however many
+    /// watchers there are.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    nodes: Option<u64>,
     #[arg(long, value_enum, default_value = "spread")]
     layout: Layout,
     #[arg(
@@ -124,6 +128,12 @@ struct Args {
     floor_etcd: String,
     #[arg(long, hide = true, default_value_t = 0)]
     floor_start: i64,
+}
+
+impl Args {
+    fn nodes(&self) -> usize {
+        self.nodes.map_or(self.watchers, |n| n as usize).max(1)
+    }
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -369,7 +379,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             .map(|&i| {
                 etcd_client::TxnOp::put(
                     format!("{PREFIX}/bench/pod-{i}"),
-                    object(i, args.nodes, args.object_bytes, 0),
+                    object(i, args.nodes(), args.object_bytes, 0),
                     None,
                 )
             })
@@ -493,10 +503,10 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         let connections = args.connections.max(1);
         for c in 0..connections {
             let wants: Vec<u32> = (0..args.watchers)
-                .filter(|&i| connection_of(i, args.nodes, connections, args.layout) == c)
+                .filter(|&i| connection_of(i, args.nodes(), connections, args.layout) == c)
                 .map(|i| match args.mode {
                     Mode::All => floor::EVERY,
-                    Mode::Node => (i % args.nodes) as u32,
+                    Mode::Node => (i % args.nodes()) as u32,
                 })
                 .collect();
             let (endpoint, stop, opened, counted) = (
@@ -530,13 +540,13 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         }
     }
     for i in (0..args.watchers).filter(|_| target != Target::Floor) {
-        let node = format!("node-{}", i % args.nodes);
+        let node = format!("node-{}", i % args.nodes());
         let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
         let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
         match target {
             Target::Watchproxy => {
                 let mut client = WatchProxyClient::new(
-                    wp_channels[connection_of(i, args.nodes, wp_channels.len(), args.layout)]
+                    wp_channels[connection_of(i, args.nodes(), wp_channels.len(), args.layout)]
                         .clone(),
                 );
                 let req = WatchRequest {
@@ -580,7 +590,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             }
             _ => {
                 let mut client = etcd_clients
-                    [connection_of(i, args.nodes, etcd_clients.len(), args.layout)]
+                    [connection_of(i, args.nodes(), etcd_clients.len(), args.layout)]
                 .clone();
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
@@ -638,11 +648,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         x ^= x >> 7;
         x ^= x << 17;
         let i = (x % args.objects as u64) as usize;
-        *per_node.entry(i % args.nodes).or_default() += 1;
+        *per_node.entry(i % args.nodes()).or_default() += 1;
         let key = format!("{PREFIX}/bench/pod-{i}");
         ec.put(
             key,
-            object(i, args.nodes, args.object_bytes, now_nanos()),
+            object(i, args.nodes(), args.object_bytes, now_nanos()),
             None,
         )
         .await?;
@@ -650,7 +660,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let write_seconds = started.elapsed().as_secs_f64();
     let expected = |w: usize| match args.mode {
         Mode::All => total,
-        Mode::Node => per_node.get(&(w % args.nodes)).copied().unwrap_or(0),
+        Mode::Node => per_node.get(&(w % args.nodes())).copied().unwrap_or(0),
     };
     let want_total: u64 = (0..args.watchers).map(expected).sum();
 
@@ -759,7 +769,7 @@ async fn main() -> anyhow::Result<()> {
         args.duration,
         args.mode,
         match args.mode {
-            Mode::Node => format!(" ({:?} layout)", args.layout),
+            Mode::Node => format!(" ({} nodes, {:?} layout)", args.nodes(), args.layout),
             Mode::All => String::new(),
         },
         if args.rounds > 1 {
@@ -794,6 +804,14 @@ async fn main() -> anyhow::Result<()> {
             out,
             "{}: watches ended early: {:?}",
             r.target, r.ended_early
+        )?;
+    }
+    for r in reports.iter().filter(|r| r.front_cpu_s > 0.0) {
+        writeln!(
+            out,
+            "{}: the process in front used {:.1}% of one core over the writes",
+            r.target,
+            100.0 * r.front_cpu_s / r.write_seconds.max(1e-9)
         )?;
     }
     if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
