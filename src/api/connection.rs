@@ -686,8 +686,12 @@ impl Drive for LiveWatch {
 }
 
 /// Waits until the stream has room for more of the response: `false` when
-/// the client reset it or the connection is gone.
+/// the client reset it or the connection is gone. Room left by the last
+/// frame (see [`send_frame`]) is found without asking h2 for any.
 fn poll_room(tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<bool> {
+    if tx.capacity() > 0 {
+        return Poll::Ready(true);
+    }
     loop {
         tx.reserve_capacity(1);
         if tx.capacity() > 0 {
