@@ -365,6 +365,7 @@ impl Seen {
 }
 
 async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
+    let nodes = args.nodes();
     // etcd's data on tmpfs where there is one: the disk's fsync latency is
     // not what is measured, and it is the same for every target.
     let dir = match std::path::Path::new("/dev/shm").is_dir() {
@@ -379,7 +380,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             .map(|&i| {
                 etcd_client::TxnOp::put(
                     format!("{PREFIX}/bench/pod-{i}"),
-                    object(i, args.nodes(), args.object_bytes, 0),
+                    object(i, nodes, args.object_bytes, 0),
                     None,
                 )
             })
@@ -503,10 +504,10 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         let connections = args.connections.max(1);
         for c in 0..connections {
             let wants: Vec<u32> = (0..args.watchers)
-                .filter(|&i| connection_of(i, args.nodes(), connections, args.layout) == c)
+                .filter(|&i| connection_of(i, nodes, connections, args.layout) == c)
                 .map(|i| match args.mode {
                     Mode::All => floor::EVERY,
-                    Mode::Node => (i % args.nodes()) as u32,
+                    Mode::Node => (i % nodes) as u32,
                 })
                 .collect();
             let (endpoint, stop, opened, counted) = (
@@ -540,14 +541,13 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         }
     }
     for i in (0..args.watchers).filter(|_| target != Target::Floor) {
-        let node = format!("node-{}", i % args.nodes());
+        let node = format!("node-{}", i % nodes);
         let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
         let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
         match target {
             Target::Watchproxy => {
                 let mut client = WatchProxyClient::new(
-                    wp_channels[connection_of(i, args.nodes(), wp_channels.len(), args.layout)]
-                        .clone(),
+                    wp_channels[connection_of(i, nodes, wp_channels.len(), args.layout)].clone(),
                 );
                 let req = WatchRequest {
                     resource: "pods".into(),
@@ -589,9 +589,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 }));
             }
             _ => {
-                let mut client = etcd_clients
-                    [connection_of(i, args.nodes(), etcd_clients.len(), args.layout)]
-                .clone();
+                let mut client =
+                    etcd_clients[connection_of(i, nodes, etcd_clients.len(), args.layout)].clone();
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
                     let options = WatchOptions::new()
@@ -648,19 +647,15 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         x ^= x >> 7;
         x ^= x << 17;
         let i = (x % args.objects as u64) as usize;
-        *per_node.entry(i % args.nodes()).or_default() += 1;
+        *per_node.entry(i % nodes).or_default() += 1;
         let key = format!("{PREFIX}/bench/pod-{i}");
-        ec.put(
-            key,
-            object(i, args.nodes(), args.object_bytes, now_nanos()),
-            None,
-        )
-        .await?;
+        ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
+            .await?;
     }
     let write_seconds = started.elapsed().as_secs_f64();
     let expected = |w: usize| match args.mode {
         Mode::All => total,
-        Mode::Node => per_node.get(&(w % args.nodes())).copied().unwrap_or(0),
+        Mode::Node => per_node.get(&(w % nodes)).copied().unwrap_or(0),
     };
     let want_total: u64 = (0..args.watchers).map(expected).sum();
 
