@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use watchproxy::cache::{Change, WatchCache};
 use watchproxy::config::{CacheConfig, ValueFormat};
-use watchproxy::dispatch::{Dispatcher, Trigger};
+use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, EventType, Object, Resource};
 use watchproxy::selector::Predicate;
 use watchproxy::telemetry::Metrics;
@@ -70,7 +70,7 @@ fn dispatch(c: &mut Criterion) {
                         },
                         false => Trigger::All,
                     };
-                    d.register(p, trigger, 0, false, false)
+                    d.register(&Inbox::solo(), p, trigger, 0, false, false)
                 })
                 .collect();
             let events: Vec<Arc<Event>> = (0..watchers)
@@ -84,7 +84,6 @@ fn dispatch(c: &mut Criterion) {
                     })
                 })
                 .collect();
-            let mut subs = subs;
             let name = if indexed { "indexed" } else { "unindexed" };
             // Every event for one node: the interested watcher stays in
             // the CPU caches, so this is the cost of passing the others by.
@@ -96,7 +95,7 @@ fn dispatch(c: &mut Criterion) {
                         d.dispatch(std::slice::from_ref(&events[7]));
                         black_box(
                             subs[7]
-                                .rx
+                                .mailbox
                                 .try_recv()
                                 .expect("the interested watcher got it"),
                         );
@@ -122,7 +121,7 @@ fn dispatch(c: &mut Criterion) {
                         spent += t.elapsed();
                         black_box(
                             subs[n]
-                                .rx
+                                .mailbox
                                 .try_recv()
                                 .expect("the interested watcher got it"),
                         );

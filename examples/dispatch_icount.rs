@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 use watchproxy::config::ValueFormat;
-use watchproxy::dispatch::{Dispatcher, Trigger};
+use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, EventType, Resource};
 use watchproxy::selector::Predicate;
 use watchproxy::telemetry::Metrics;
@@ -29,10 +29,11 @@ fn main() {
         Duration::from_secs(3600),
         Metrics::default().resource("pods"),
     ));
-    let mut subs: Vec<_> = (0..watchers)
+    let subs: Vec<_> = (0..watchers)
         .map(|n| {
             let p = Predicate::new(&r, "", "", "", &format!("spec.nodeName=node-{n}")).unwrap();
             d.register(
+                &Inbox::solo(),
                 p,
                 Trigger::Field {
                     field: 0,
@@ -68,13 +69,13 @@ fn main() {
     // Touch each watcher once so first-use costs are out of the way.
     for n in 0..watchers {
         d.dispatch(std::slice::from_ref(&events[n]));
-        subs[n].rx.try_recv().unwrap();
+        subs[n].mailbox.try_recv().unwrap();
     }
     let mut x = 0u64;
     for i in 0..events_n {
         let n = (i * 7919) % watchers;
         d.dispatch(std::slice::from_ref(&events[n]));
-        if subs[n].rx.try_recv().is_ok() {
+        if subs[n].mailbox.try_recv().is_some() {
             x += 1;
         }
     }

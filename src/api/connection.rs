@@ -39,6 +39,7 @@ use tracing::debug;
 use super::server::grpc_timeout;
 use super::socket::{self, lock, Socket};
 use super::{Api, WatchMessage, WatchStream};
+use crate::dispatch::Inbox;
 use crate::pb;
 
 /// The path of the calls this module serves itself.
@@ -332,6 +333,7 @@ where
         if is_plain_watch(&request) {
             let start = start_watch(
                 self.api.clone(),
+                self.watches.inbox.clone(),
                 request,
                 respond,
                 self.settings.max_message_bytes,
@@ -358,10 +360,12 @@ fn is_plain_watch(request: &Request<RecvStream>) -> bool {
         && uncompressed
 }
 
-/// Reads the request and asks the API for the watch; answers a refusal
-/// itself. `None` when there is nothing to stream.
+/// Reads the request and asks the API for the watch, with its deliveries
+/// in the connection's `inbox`; answers a refusal itself. `None` when
+/// there is nothing to stream.
 async fn start_watch(
     api: Api,
+    inbox: Arc<Inbox>,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     max_message_bytes: usize,
@@ -373,7 +377,9 @@ async fn start_watch(
         let request = pb::WatchRequest::decode(message)
             .map_err(|e| Status::internal(format!("failed to decode the request: {e}")))?;
         let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
-        let request = tonic::Request::from_parts(metadata, parts.extensions, request);
+        let mut extensions = parts.extensions;
+        extensions.insert(inbox);
+        let request = tonic::Request::from_parts(metadata, extensions, request);
         api.watch_encoded(request)
             .await
             .map(tonic::Response::into_inner)
@@ -457,6 +463,11 @@ async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, Status
 struct Watches<F = LiveWatch> {
     slots: Vec<Option<Slot<F>>>,
     free: Vec<usize>,
+    /// The deliveries of every watch, sorted into their queues at the
+    /// start of each pass.
+    inbox: Arc<Inbox>,
+    /// Wakes the connection when deliveries arrive.
+    mail: Waker,
     ready: Arc<ReadyList>,
     /// The ids taken from `ready` for this pass; kept for its allocation.
     taking: Vec<usize>,
@@ -505,6 +516,19 @@ impl Wake for WatchWaker {
     }
 }
 
+/// Wakes the connection's task for new deliveries.
+struct MailWaker(Arc<ReadyList>);
+
+impl Wake for MailWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.conn.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.conn.wake();
+    }
+}
+
 /// The waker of a connection's own futures. Polled on every pass, once per
 /// delivery, the shutdown token and the keepalive timer took a few percent
 /// of the task's time; they are polled only after this fired.
@@ -523,10 +547,13 @@ impl Wake for AsideWaker {
 
 impl<F> Default for Watches<F> {
     fn default() -> Self {
+        let ready = Arc::<ReadyList>::default();
         Self {
             slots: Vec::new(),
             free: Vec::new(),
-            ready: Arc::default(),
+            inbox: Inbox::shared(),
+            mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
+            ready,
             taking: Vec::new(),
         }
     }
@@ -590,6 +617,8 @@ impl<F: Drive> Watches<F> {
     /// meanwhile wait for the next pass, for which `cx` is woken.
     fn poll_ready(&mut self, cx: &mut Context<'_>) {
         self.ready.conn.register(cx.waker());
+        // Wakes the watches that got something, which this pass then polls.
+        self.inbox.collect(&self.mail);
         std::mem::swap(&mut *lock(&self.ready.ids), &mut self.taking);
         // Dropped after the pass: an idle connection holds no buffer.
         let mut buf = BytesMut::new();

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::cache::{NotInWindow, Snapshot, WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Encoded, Next, View, Watcher};
+use crate::dispatch::{Encoded, Inbox, Next, View, Watcher};
 use crate::object::{range_end, EventType, Object, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
@@ -390,8 +390,13 @@ impl Api {
         found.ok_or(ApiError::NotFound { key })
     }
 
-    /// Starts a watch; its stream yields each event encoded for the wire.
-    async fn watch(&self, req: pb::WatchRequest) -> Result<WatchStream, ApiError> {
+    /// Starts a watch whose deliveries wait in `inbox`; its stream yields
+    /// each event encoded for the wire.
+    async fn watch(
+        &self,
+        req: pb::WatchRequest,
+        inbox: Arc<Inbox>,
+    ) -> Result<WatchStream, ApiError> {
         let s = self.served(&req.resource)?;
         let resource = &s.cache.resource;
         let predicate = Predicate::new(
@@ -439,7 +444,7 @@ impl Api {
         };
         let start = s
             .cache
-            .watch(predicate, from, req.allow_bookmarks)
+            .watch(&inbox, predicate, from, req.allow_bookmarks)
             .map_err(|too_old| {
                 let WatchFrom::Revision(requested) = from else {
                     unreachable!("only a replay can be too old")
@@ -738,19 +743,25 @@ impl Stream for WatchStream {
 
 impl Api {
     /// Answers a Watch with its events encoded, for the handler that sends
-    /// them as they are.
+    /// them as they are. A caller that reads the deliveries of several
+    /// watches in one task passes their [`Inbox`] as a request extension;
+    /// otherwise the watch gets one of its own.
     pub async fn watch_encoded(
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
-        let (metadata, _, req) = request.into_parts();
+        let (metadata, extensions, req) = request.into_parts();
+        let inbox = extensions
+            .get::<Arc<Inbox>>()
+            .cloned()
+            .unwrap_or_else(Inbox::solo);
         let info = CallInfo::new(
             "Watch",
             &req.resource,
             &req.label_selector,
             &req.field_selector,
         );
-        self.answer(&metadata, info, self.watch(req)).await
+        self.answer(&metadata, info, self.watch(req, inbox)).await
     }
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::CacheConfig;
-use crate::dispatch::{Dispatcher, Subscription, Trigger, Watcher};
+use crate::dispatch::{Dispatcher, Inbox, Subscription, Trigger, Watcher};
 use crate::object::{Event, EventType, Object, Resource, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
@@ -315,10 +315,12 @@ impl WatchCache {
             })
     }
 
-    /// Registers a watcher. Capturing its starting point and registering
-    /// happen under one lock, so no event falls between them.
+    /// Registers a watcher whose deliveries wait in `inbox`. Capturing its
+    /// starting point and registering happen under one lock, so no event
+    /// falls between them.
     pub fn watch(
         &self,
+        inbox: &Arc<Inbox>,
         predicate: Predicate,
         from: WatchFrom,
         bookmarks: bool,
@@ -342,9 +344,14 @@ impl WatchCache {
         };
         let trigger = self.trigger(&predicate, &s.indexes);
         let behind = state.is_none();
-        let subscription =
-            self.dispatcher
-                .register(predicate.clone(), trigger, revision, bookmarks, behind);
+        let subscription = self.dispatcher.register(
+            inbox,
+            predicate.clone(),
+            trigger,
+            revision,
+            bookmarks,
+            behind,
+        );
         Ok(WatchStart {
             state,
             watcher: Watcher::new(subscription, predicate, revision, behind),
@@ -364,7 +371,7 @@ impl WatchCache {
         let s = self.state.lock().unwrap();
         let events = s.ring.read(after, max)?;
         if events.is_empty() {
-            self.dispatcher.rejoin(subscription, after);
+            subscription.rejoin(after);
         }
         self.metrics.replayed.inc_by(events.len() as u64);
         Ok(events)
@@ -627,7 +634,12 @@ mod tests {
             10,
         );
         let mut live = cache
-            .watch(Predicate::default(), WatchFrom::State, false)
+            .watch(
+                &Inbox::solo(),
+                Predicate::default(),
+                WatchFrom::State,
+                false,
+            )
             .unwrap()
             .watcher;
         w.replace(
@@ -648,7 +660,12 @@ mod tests {
         );
         // The same events are in the window for watchers that resume later.
         let mut start = cache
-            .watch(Predicate::default(), WatchFrom::Revision(12), false)
+            .watch(
+                &Inbox::solo(),
+                Predicate::default(),
+                WatchFrom::Revision(12),
+                false,
+            )
             .unwrap();
         assert!(start.state.is_none());
         let replay: Vec<Revision> = shown(&cache, &mut start.watcher)
@@ -670,7 +687,12 @@ mod tests {
         let (cache, mut w) = new_cache();
         w.replace(vec![], 5);
         let mut watcher = cache
-            .watch(Predicate::default(), WatchFrom::State, false)
+            .watch(
+                &Inbox::solo(),
+                Predicate::default(),
+                WatchFrom::State,
+                false,
+            )
             .unwrap()
             .watcher;
         w.apply(vec![Change {
@@ -865,7 +887,7 @@ mod model_tests {
                         Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),
                         None => WatchFrom::State,
                     };
-                    let watcher = cache.watch(p.clone(), from, false).unwrap().watcher;
+                    let watcher = cache.watch(&Inbox::solo(), p.clone(), from, false).unwrap().watcher;
                     subs.push((p, watcher.revision(), watcher, &w.reads, Vec::new()));
                 }
                 let revision = i as Revision + 2;

@@ -1,14 +1,14 @@
 //! Fan-out: hands each event to every interested watcher's bounded queue,
 //! rewriting its type per watcher, and sends periodic bookmarks. A watcher
-//! whose queue is nearly full is marked behind and skipped until it has
-//! caught up from the event window by itself.
+//! whose queue is nearly full falls behind: its live deliveries are skipped
+//! until it has caught up from the event window by itself.
 
-mod queue;
+mod inbox;
 mod trigger;
 mod watcher;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Duration;
@@ -20,6 +20,8 @@ use tokio::time::Instant;
 use crate::object::{Event, EventType, Object, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
+use inbox::{Address, Counters, Parcel, QueueSpec};
+pub use inbox::{Inbox, Mailbox};
 pub use trigger::Trigger;
 use trigger::TriggerIndex;
 pub use watcher::{Next, Watcher};
@@ -72,9 +74,9 @@ pub enum Delivery {
     /// Progress with nothing to show: the watcher has seen everything up to
     /// this revision.
     Bookmark(Revision),
-    /// The queue had no room for the next event: the dispatcher skips this
-    /// watcher from here on, and the watcher reads the event window from
-    /// the last change it received, then calls `rejoin` (through the cache).
+    /// The queue had no room for the next event: live deliveries are
+    /// skipped from here on, and the watcher reads the event window from
+    /// the last change it received, then rejoins (through the cache).
     Behind,
 }
 
@@ -107,11 +109,22 @@ struct Entry {
     /// Events at or before this revision are already in the watcher's
     /// initial state or replay.
     start: Revision,
-    tx: queue::Sender<Delivery>,
+    to: Address,
+    /// Where its deliveries wait to be posted: `Watchers::posts`.
+    post: usize,
     bookmarks: bool,
-    /// Sent `Behind` and not yet rejoined.
-    behind: bool,
 }
+
+/// The deliveries of one dispatch for one inbox, posted together.
+struct Post {
+    inbox: Arc<Inbox>,
+    parcels: Vec<Parcel>,
+    /// The watchers registered with this inbox.
+    watchers: usize,
+}
+
+/// Parcels gathered before a dispatch of many events posts what it has.
+const POST_PARCELS: usize = 16 * 1024;
 
 struct Watchers {
     next_id: u64,
@@ -121,11 +134,88 @@ struct Watchers {
     bookmarks_due: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The newest revision dispatched (events or progress); bookmarks carry it.
     revision: Revision,
-    /// Watchers to drop after an event (queue full or closed); reused so
-    /// dispatch does not allocate.
-    gone: Vec<u64>,
+    posts: Posts,
     /// No more events will come: the cache's writer is gone.
     closed: bool,
+}
+
+/// The inboxes of the registered watchers, each with what a dispatch
+/// gathered for it.
+#[derive(Default)]
+struct Posts {
+    posts: Vec<Option<Post>>,
+    /// The place in `posts` of each inbox, by its address.
+    post_of: HashMap<usize, usize>,
+    free: Vec<usize>,
+    /// The posts holding parcels, and how many parcels they hold together.
+    posting: Vec<usize>,
+    parcels: usize,
+}
+
+impl Posts {
+    /// The place of `inbox`'s post, for one more watcher.
+    fn join(&mut self, inbox: &Arc<Inbox>) -> usize {
+        let key = Arc::as_ptr(inbox) as usize;
+        if let Some(&i) = self.post_of.get(&key) {
+            self.posts[i].as_mut().expect("a listed post").watchers += 1;
+            return i;
+        }
+        let post = Post {
+            inbox: inbox.clone(),
+            parcels: Vec::new(),
+            watchers: 1,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.posts[i] = Some(post);
+                i
+            }
+            None => {
+                self.posts.push(Some(post));
+                self.posts.len() - 1
+            }
+        };
+        self.post_of.insert(key, i);
+        i
+    }
+
+    /// One watcher fewer at post `i`.
+    fn leave(&mut self, i: usize) {
+        let slot = &mut self.posts[i];
+        let post = slot.as_mut().expect("a watcher's post");
+        post.watchers -= 1;
+        if post.watchers == 0 {
+            self.post_of.remove(&(Arc::as_ptr(&post.inbox) as usize));
+            *slot = None;
+            self.free.push(i);
+        }
+    }
+
+    fn inbox(&self, i: usize) -> &Arc<Inbox> {
+        &self.posts[i].as_ref().expect("a watcher's post").inbox
+    }
+
+    fn send(&mut self, post: usize, to: Address, delivery: Delivery) {
+        let parcels = &mut self.posts[post].as_mut().expect("a watcher's post").parcels;
+        if parcels.is_empty() {
+            self.posting.push(post);
+        }
+        parcels.push(Parcel {
+            to,
+            delivery: Some(delivery),
+        });
+        self.parcels += 1;
+    }
+
+    /// Posts what was gathered, each inbox's parcels at once.
+    fn post(&mut self, wakes: &mut Vec<Waker>) {
+        for i in self.posting.drain(..) {
+            if let Some(post) = &mut self.posts[i] {
+                post.inbox.post(&mut post.parcels, wakes);
+            }
+        }
+        self.parcels = 0;
+    }
 }
 
 /// The watchers of one resource.
@@ -140,6 +230,8 @@ pub struct Dispatcher {
     queue_len: usize,
     bookmark_interval: Duration,
     metrics: ResourceMetrics,
+    /// Kept by the watchers' queues.
+    counters: Arc<Counters>,
     encode: Option<Encode>,
     /// The wakers of receivers a dispatch has queued to, woken after it
     /// releases the lock; kept for the allocation.
@@ -149,14 +241,26 @@ pub struct Dispatcher {
 /// A registered watcher's receiving end; dropping it unregisters.
 pub struct Subscription {
     id: u64,
-    pub rx: queue::Receiver<Delivery>,
+    pub mailbox: Mailbox,
     dispatcher: Arc<Dispatcher>,
+}
+
+impl Subscription {
+    /// Resumes live delivery after the watcher read the window through
+    /// `after`. The caller holds the cache lock and has checked that the
+    /// window holds nothing after `after`, so events up to it that are
+    /// still on their way are skipped and every later one is delivered.
+    pub(crate) fn rejoin(&self, after: Revision) {
+        self.mailbox.rejoin(after);
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut w = self.dispatcher.watchers.lock().unwrap();
-        w.index.remove(self.id);
+        if let Some(entry) = w.index.remove(self.id) {
+            w.posts.leave(entry.post);
+        }
         self.dispatcher.metrics.watchers.set(w.index.len() as i64);
     }
 }
@@ -169,11 +273,15 @@ impl Dispatcher {
                 index: TriggerIndex::default(),
                 bookmarks_due: BinaryHeap::new(),
                 revision: 0,
-                gone: Vec::new(),
+                posts: Posts::default(),
                 closed: false,
             }),
             queue_len,
             bookmark_interval,
+            counters: Arc::new(Counters {
+                deliveries: metrics.deliveries.clone(),
+                fell_behind: metrics.fell_behind.clone(),
+            }),
             metrics,
             encode: None,
             wakes: Mutex::default(),
@@ -186,28 +294,38 @@ impl Dispatcher {
         self
     }
 
-    /// Adds a watcher that receives events after `start`, registered under
-    /// `trigger`, which must cover every object `predicate` can match. One
-    /// that starts `behind` reads the window from `start` and then rejoins.
+    /// Adds a watcher that receives events after `start` in `inbox`,
+    /// registered under `trigger`, which must cover every object
+    /// `predicate` can match. One that starts `behind` reads the window
+    /// from `start` and then rejoins.
     pub fn register(
         self: &Arc<Self>,
+        inbox: &Arc<Inbox>,
         predicate: Predicate,
         trigger: Trigger,
         start: Revision,
         bookmarks: bool,
         behind: bool,
     ) -> Subscription {
-        let (tx, rx) = queue::queue(self.queue_len);
+        let mailbox = inbox.open(QueueSpec {
+            capacity: self.queue_len,
+            start,
+            behind,
+            counters: self.counters.clone(),
+        });
         let due = self.next_bookmark(Instant::now());
         let mut w = self.watchers.lock().unwrap();
         let id = w.next_id;
         w.next_id += 1;
         if w.closed {
             // Its queue ends at once: the watcher sees `Closed`.
-            drop(tx);
+            let mut wakes = Vec::new();
+            inbox.post_end(mailbox.address(), &mut wakes);
+            drop(w);
+            wakes.into_iter().for_each(Waker::wake);
             return Subscription {
                 id,
-                rx,
+                mailbox,
                 dispatcher: self.clone(),
             };
         }
@@ -227,16 +345,16 @@ impl Dispatcher {
             predicate,
             trigger_decides,
             start,
-            tx,
+            to: mailbox.address(),
+            post: w.posts.join(inbox),
             bookmarks,
-            behind,
         };
         w.index.insert(id, trigger, entry);
         self.metrics.watchers.set(w.index.len() as i64);
         drop(w);
         Subscription {
             id,
-            rx,
+            mailbox,
             dispatcher: self.clone(),
         }
     }
@@ -250,22 +368,22 @@ impl Dispatcher {
     }
 
     /// Queues `events` (in revision order) to every watcher they concern,
-    /// visiting only the watchers the trigger index names. A watcher whose
-    /// queue has room for one more delivery only gets `Behind` instead, and
-    /// is skipped until it rejoins: it is never waited for nor cut off.
+    /// visiting only the watchers the trigger index names. Each inbox gets
+    /// the batch's deliveries at once; a watcher whose queue is full falls
+    /// behind there and is never waited for nor cut off.
     pub fn dispatch(&self, events: &[Arc<Event>]) {
         let Some(last) = events.last() else { return };
-        let (mut delivered, mut encodings, mut fell_behind) = (0, 0, 0);
+        let mut encodings = 0;
         let mut wakes = std::mem::take(&mut *self.wakes.lock().unwrap());
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
         w.revision = w.revision.max(last.revision);
-        let mut gone = std::mem::take(&mut w.gone);
+        let Watchers { index, posts, .. } = w;
         for event in events {
             // One view (and encoding) per type this event is delivered as.
             let mut views: [Option<Arc<View>>; 3] = [None, None, None];
-            w.index.for_each_candidate(event, |id, entry, via| {
-                if entry.behind || event.revision <= entry.start {
+            index.for_each_candidate(event, |_, entry, via| {
+                if event.revision <= entry.start {
                     return;
                 }
                 let seen = match entry.trigger_decides {
@@ -275,73 +393,46 @@ impl Dispatcher {
                 let Some((kind, object)) = seen else {
                     return;
                 };
-                // The last free place is kept for `Behind`, so a full queue
-                // is never met.
-                let mut behind = false;
-                let sent = entry.tx.try_send_with(&mut wakes, |free| {
-                    if free == 1 {
-                        behind = true;
-                        return Some(Delivery::Behind);
-                    }
-                    let view = views[kind as usize].get_or_insert_with(|| {
-                        let encoded = self.encode.as_ref().map(|encode| {
-                            encodings += 1;
-                            encode(kind, &object, event.revision)
-                        });
-                        Arc::new(View {
-                            kind,
-                            object,
-                            revision: event.revision,
-                            encoded,
-                        })
+                let view = views[kind as usize].get_or_insert_with(|| {
+                    let encoded = self.encode.as_ref().map(|encode| {
+                        encodings += 1;
+                        encode(kind, &object, event.revision)
                     });
-                    Some(Delivery::Event(view.clone()))
+                    Arc::new(View {
+                        kind,
+                        object,
+                        revision: event.revision,
+                        encoded,
+                    })
                 });
-                match sent {
-                    Ok(_) if behind => {
-                        entry.behind = true;
-                        fell_behind += 1;
-                    }
-                    Ok(_) => delivered += 1,
-                    Err(queue::Refused::Full) => unreachable!("a place is kept for Behind"),
-                    Err(queue::Refused::Closed) => gone.push(id),
-                }
+                posts.send(entry.post, entry.to, Delivery::Event(view.clone()));
             });
-            for id in gone.drain(..) {
-                w.index.remove(id);
+            if posts.parcels >= POST_PARCELS {
+                posts.post(&mut wakes);
             }
         }
-        w.gone = gone;
-        self.metrics.watchers.set(w.index.len() as i64);
+        posts.post(&mut wakes);
         drop(guard);
         self.wake(wakes);
-        self.metrics.deliveries.inc_by(delivered);
         self.metrics.encodings.inc_by(encodings);
-        self.metrics.fell_behind.inc_by(fell_behind);
-    }
-
-    /// Resumes live delivery to a watcher that was behind and has read the
-    /// window through `after`. The caller holds the cache lock and has
-    /// checked that the window holds nothing after `after`, so events up to
-    /// it that are still being dispatched are skipped and every later one is
-    /// delivered.
-    pub(crate) fn rejoin(&self, subscription: &Subscription, after: Revision) {
-        let mut w = self.watchers.lock().unwrap();
-        if let Some(entry) = w.index.get_mut(subscription.id) {
-            entry.start = entry.start.max(after);
-            entry.behind = false;
-        }
     }
 
     /// Ends every watcher's queue after what it holds, and any registered
     /// later at once: no more events will come. Watchers learn of it from
     /// their own queues, so a watch needs no other signal to see the end.
     pub fn close(&self) {
+        let mut wakes = Vec::new();
         let mut w = self.watchers.lock().unwrap();
         w.closed = true;
-        w.index = TriggerIndex::default();
+        let index = std::mem::take(&mut w.index);
+        for entry in index.into_watchers() {
+            w.posts.inbox(entry.post).post_end(entry.to, &mut wakes);
+        }
+        w.posts = Posts::default();
         w.bookmarks_due.clear();
         self.metrics.watchers.set(0);
+        drop(w);
+        wakes.into_iter().for_each(Waker::wake);
     }
 
     /// Records progress without events (an etcd progress notification).
@@ -351,10 +442,10 @@ impl Dispatcher {
     }
 
     /// Sends a bookmark to each watcher whose bookmark is due, visiting
-    /// only those. A full queue skips the bookmark: the events in it carry
-    /// progress anyway.
+    /// only those. A watcher that is behind, or whose queue is full, gets
+    /// none: it shows progress when it has caught up, and the events in a
+    /// full queue carry progress anyway.
     pub fn send_due_bookmarks(&self, now: Instant) {
-        let mut sent = 0;
         let mut wakes = std::mem::take(&mut *self.wakes.lock().unwrap());
         let mut guard = self.watchers.lock().unwrap();
         let w = &mut *guard;
@@ -367,28 +458,19 @@ impl Dispatcher {
             let Some(entry) = w.index.get_mut(id).filter(|e| e.bookmarks) else {
                 continue;
             };
-            // A watcher that is behind gets the progress of the window
-            // when it has caught up.
-            if entry.behind {
-                w.bookmarks_due.push(Reverse((self.next_bookmark(now), id)));
-                continue;
-            }
             // Nothing newer than the watcher's start yet: try again soon.
             let next = if revision > entry.start {
-                // The last free place is kept for `Behind`.
-                let bookmark = |free| (free > 1).then_some(Delivery::Bookmark(revision));
-                if let Ok(true) = entry.tx.try_send_with(&mut wakes, bookmark) {
-                    sent += 1;
-                }
+                w.posts
+                    .send(entry.post, entry.to, Delivery::Bookmark(revision));
                 self.next_bookmark(now)
             } else {
                 now + Duration::from_secs(1)
             };
             w.bookmarks_due.push(Reverse((next, id)));
         }
+        w.posts.post(&mut wakes);
         drop(guard);
         self.wake(wakes);
-        self.metrics.deliveries.inc_by(sent);
     }
 
     /// Wakes the receivers a batch queued to, each once, and keeps the
@@ -490,7 +572,14 @@ mod tests {
     #[test]
     fn watchers_get_only_events_after_their_start() {
         let d = dispatcher(16);
-        let mut s = d.register(Predicate::default(), Trigger::All, 6, false, false);
+        let mut s = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            6,
+            false,
+            false,
+        );
         d.dispatch(&[
             ev(EventType::Added, Some(obj("a", "", 5)), None, 5),
             ev(EventType::Added, Some(obj("b", "", 6)), None, 6),
@@ -510,7 +599,7 @@ mod tests {
     }
 
     fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
-        std::iter::from_fn(|| s.rx.try_recv().ok())
+        std::iter::from_fn(|| s.mailbox.try_recv())
             .map(|d| match d {
                 Delivery::Event(v) => Some(v.revision),
                 Delivery::Bookmark(_) => panic!("no bookmarks asked for"),
@@ -522,8 +611,22 @@ mod tests {
     #[test]
     fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
         let d = dispatcher(3);
-        let mut slow = d.register(Predicate::default(), Trigger::All, 0, false, false);
-        let mut fast = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        let mut slow = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            0,
+            false,
+            false,
+        );
+        let mut fast = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            0,
+            false,
+            false,
+        );
         let send = |rev: Revision| add_one(&d, rev);
         for rev in 1..=5 {
             send(rev);
@@ -536,7 +639,7 @@ mod tests {
         assert_eq!(revisions(&mut slow), []);
         // It read the window through 6 and rejoins: 6 is not sent again
         // when its dispatch comes late, 7 is sent.
-        d.rejoin(&slow, 6);
+        slow.rejoin(6);
         send(6);
         send(7);
         assert_eq!(revisions(&mut slow), [Some(7)]);
@@ -564,7 +667,16 @@ mod tests {
     fn a_batch_wakes_each_waiting_watcher_once_after_queuing_all_of_it() {
         let d = dispatcher(16);
         let mut subs: Vec<_> = (0..2)
-            .map(|_| d.register(Predicate::default(), Trigger::All, 0, false, false))
+            .map(|_| {
+                d.register(
+                    &Inbox::solo(),
+                    Predicate::default(),
+                    Trigger::All,
+                    0,
+                    false,
+                    false,
+                )
+            })
             .collect();
         let woken = Arc::new(Woken {
             dispatcher: d.clone(),
@@ -573,7 +685,7 @@ mod tests {
         let waker = Waker::from(woken.clone());
         let mut cx = std::task::Context::from_waker(&waker);
         for s in &mut subs {
-            assert!(s.rx.poll_recv(&mut cx).is_pending());
+            assert!(s.mailbox.poll_recv(&mut cx).is_pending());
         }
         d.dispatch(&[
             ev(EventType::Added, Some(obj("a", "", 1)), None, 1),
@@ -590,26 +702,114 @@ mod tests {
         }
     }
 
+    fn ended(s: &Subscription) -> bool {
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        matches!(s.mailbox.poll_recv(&mut cx), std::task::Poll::Ready(None))
+    }
+
+    fn counting() -> Arc<Woken> {
+        Arc::new(Woken {
+            dispatcher: dispatcher(1),
+            unlocked: Mutex::default(),
+        })
+    }
+
+    fn woken(w: &Woken) -> usize {
+        w.unlocked.lock().unwrap().len()
+    }
+
     #[test]
-    fn a_departed_watcher_is_dropped_at_the_next_event() {
+    fn watchers_sharing_an_inbox_get_each_batch_through_one_wake_of_their_reader() {
+        let d = dispatcher(16);
+        let inbox = Inbox::shared();
+        let mut subs: Vec<_> = (0..3)
+            .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
+            .collect();
+        let (reader, watch) = (counting(), counting());
+        let (reader_waker, watch_waker) = (Waker::from(reader.clone()), Waker::from(watch.clone()));
+        inbox.collect(&reader_waker);
+        let mut cx = std::task::Context::from_waker(&watch_waker);
+        for s in &subs {
+            assert!(s.mailbox.poll_recv(&mut cx).is_pending());
+        }
+        add_one(&d, 1);
+        add_one(&d, 2);
+        assert_eq!(woken(&reader), 1, "once for both batches");
+        assert_eq!(woken(&watch), 0, "the watchers wait for the reader");
+        inbox.collect(&reader_waker);
+        assert_eq!(woken(&watch), 3, "each watcher once");
+        for s in &mut subs {
+            assert_eq!(revisions(s), [Some(1), Some(2)]);
+        }
+
+        // A watcher that leaves with deliveries on their way: its place is
+        // taken by a new one, which does not get them.
+        add_one(&d, 3);
+        drop(subs.pop());
+        let mut late = d.register(&inbox, Predicate::default(), Trigger::All, 3, false, false);
+        add_one(&d, 4);
+        inbox.collect(&reader_waker);
+        for s in &mut subs {
+            assert_eq!(revisions(s), [Some(3), Some(4)]);
+        }
+        assert_eq!(revisions(&mut late), [Some(4)]);
+        assert_eq!(d.metrics.deliveries.get(), 2 * 3 + 2 * 2 + 1);
+    }
+
+    #[test]
+    fn an_inbox_without_room_puts_all_its_watchers_behind_until_each_rejoins() {
         let d = dispatcher(4);
-        let mut s = d.register(Predicate::default(), Trigger::All, 0, false, false);
-        s.rx.close();
-        d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
-        assert!(d.is_empty());
-        drop(s);
+        let inbox = Inbox::shared();
+        let mut subs: Vec<_> = (0..2)
+            .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
+            .collect();
+        let reader = Waker::noop();
+        // Ten deliveries for a room of eight: none is posted.
+        d.dispatch(
+            &(1..=5)
+                .map(|r| ev(EventType::Added, Some(obj(&r.to_string(), "", r)), None, r))
+                .collect::<Vec<_>>(),
+        );
+        inbox.collect(reader);
+        for s in &mut subs {
+            assert_eq!(revisions(s), [None]);
+        }
+        add_one(&d, 6);
+        inbox.collect(reader);
+        assert_eq!(revisions(&mut subs[0]), [], "skipped while behind");
+        // Each rejoins after reading the window through 6.
+        subs[0].rejoin(6);
+        add_one(&d, 7);
+        inbox.collect(reader);
+        assert_eq!(revisions(&mut subs[0]), [Some(7)]);
+        assert_eq!(revisions(&mut subs[1]), []);
+        assert_eq!(
+            d.metrics.deliveries.get(),
+            1,
+            "what was skipped is not counted"
+        );
+        d.close();
+        inbox.collect(reader);
+        assert!(subs.iter().all(ended));
     }
 
     #[test]
     fn a_bookmark_never_takes_the_slot_kept_for_behind() {
         let d = dispatcher(3);
-        let mut s = d.register(Predicate::default(), Trigger::All, 0, true, false);
+        let s = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            0,
+            true,
+            false,
+        );
         let send = |rev: Revision| add_one(&d, rev);
         send(1);
         send(2);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         send(3);
-        let got: Vec<_> = std::iter::from_fn(|| s.rx.try_recv().ok())
+        let got: Vec<_> = std::iter::from_fn(|| s.mailbox.try_recv())
             .map(|d| match d {
                 Delivery::Event(v) => format!("event {}", v.revision),
                 Delivery::Bookmark(r) => format!("bookmark {r}"),
@@ -622,21 +822,29 @@ mod tests {
     #[test]
     fn closing_ends_each_queue_after_what_it_holds_and_later_ones_at_once() {
         let d = dispatcher(4);
-        let mut before = d.register(Predicate::default(), Trigger::All, 0, false, false);
+        let before = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            0,
+            false,
+            false,
+        );
         d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
         d.close();
         assert!(d.is_empty());
         d.dispatch(&[ev(EventType::Added, Some(obj("b", "", 2)), None, 2)]);
-        assert!(matches!(before.rx.try_recv(), Ok(Delivery::Event(v)) if v.revision == 1));
-        assert_eq!(
-            before.rx.try_recv().unwrap_err(),
-            queue::TryRecvError::Disconnected
+        assert!(matches!(before.mailbox.try_recv(), Some(Delivery::Event(v)) if v.revision == 1));
+        assert!(ended(&before));
+        let after = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            2,
+            true,
+            false,
         );
-        let mut after = d.register(Predicate::default(), Trigger::All, 2, true, false);
-        assert_eq!(
-            after.rx.try_recv().unwrap_err(),
-            queue::TryRecvError::Disconnected
-        );
+        assert!(ended(&after));
         assert!(d.is_empty());
     }
 
@@ -660,10 +868,28 @@ mod tests {
             .with_encoder(encode),
         );
         let mut node1: Vec<_> = (0..50)
-            .map(|_| d.register(on_node("node-1"), Trigger::All, 0, false, false))
+            .map(|_| {
+                d.register(
+                    &Inbox::solo(),
+                    on_node("node-1"),
+                    Trigger::All,
+                    0,
+                    false,
+                    false,
+                )
+            })
             .collect();
         let mut node2: Vec<_> = (0..50)
-            .map(|_| d.register(on_node("node-2"), Trigger::All, 0, false, false))
+            .map(|_| {
+                d.register(
+                    &Inbox::solo(),
+                    on_node("node-2"),
+                    Trigger::All,
+                    0,
+                    false,
+                    false,
+                )
+            })
             .collect();
         let moved = ev(
             EventType::Modified,
@@ -677,8 +903,8 @@ mod tests {
             2,
             "DELETED once and ADDED once"
         );
-        let encoded = |s: &mut Subscription| match s.rx.try_recv() {
-            Ok(Delivery::Event(view)) => view.encoded.clone().unwrap().to_bytes(),
+        let encoded = |s: &mut Subscription| match s.mailbox.try_recv() {
+            Some(Delivery::Event(view)) => view.encoded.clone().unwrap().to_bytes(),
             other => panic!("{other:?}"),
         };
         assert!(node1.iter_mut().all(|s| encoded(s) == "DELETED@6"));
@@ -688,23 +914,43 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn bookmarks_go_only_to_watchers_that_allow_them_and_never_backwards() {
         let d = dispatcher(16);
-        let mut with = d.register(Predicate::default(), Trigger::All, 10, true, false);
-        let mut without = d.register(Predicate::default(), Trigger::All, 10, false, false);
+        let with = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            10,
+            true,
+            false,
+        );
+        let without = d.register(
+            &Inbox::solo(),
+            Predicate::default(),
+            Trigger::All,
+            10,
+            false,
+            false,
+        );
         d.progress(9);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         assert!(
-            with.rx.try_recv().is_err(),
+            with.mailbox.try_recv().is_none(),
             "revision 9 is behind the watcher's start"
         );
         d.progress(12);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
-        assert!(with.rx.try_recv().is_err(), "the retry is a second away");
+        assert!(
+            with.mailbox.try_recv().is_none(),
+            "the retry is a second away"
+        );
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(62));
-        assert!(matches!(with.rx.try_recv(), Ok(Delivery::Bookmark(12))));
-        assert!(without.rx.try_recv().is_err());
+        assert!(matches!(
+            with.mailbox.try_recv(),
+            Some(Delivery::Bookmark(12))
+        ));
+        assert!(without.mailbox.try_recv().is_none());
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(63));
         assert!(
-            with.rx.try_recv().is_err(),
+            with.mailbox.try_recv().is_none(),
             "the next bookmark is an interval away"
         );
     }

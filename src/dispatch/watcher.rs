@@ -112,7 +112,7 @@ impl Watcher {
             if let Some(next) = self.read_window(cache) {
                 return Poll::Ready(next);
             }
-            match ready!(self.subscription.rx.poll_recv(cx)) {
+            match ready!(self.subscription.mailbox.poll_recv(cx)) {
                 Some(Delivery::Event(view)) => {
                     self.at.delivered(view.revision);
                     return Poll::Ready(Next::Event(view));
