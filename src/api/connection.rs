@@ -283,7 +283,7 @@ where
         for _ in 0..16 {
             while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
                 if let Some(watch) = started {
-                    self.watches.insert(watch);
+                    self.watches.insert(watch.events.place(), watch);
                 }
             }
             self.watches.poll_ready(cx);
@@ -461,10 +461,10 @@ async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, Status
 /// wakes a stream whenever it gets more room, as it does when one is
 /// polled: passes of two watches, each followed by a write.)
 struct Watches<F = LiveWatch> {
+    /// By the place of each watch's queue in the inbox.
     slots: Vec<Option<Slot<F>>>,
-    free: Vec<usize>,
     /// The deliveries of every watch, sorted into their queues at the
-    /// start of each pass.
+    /// start of each pass, which then polls the watches they went to.
     inbox: Arc<Inbox>,
     /// Wakes the connection when deliveries arrive.
     mail: Waker,
@@ -550,7 +550,6 @@ impl<F> Default for Watches<F> {
         let ready = Arc::<ReadyList>::default();
         Self {
             slots: Vec::new(),
-            free: Vec::new(),
             inbox: Inbox::shared(),
             mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
             ready,
@@ -586,10 +585,10 @@ impl<F> Watches<F> {
 }
 
 impl<F: Drive> Watches<F> {
-    fn insert(&mut self, watch: F) {
-        let id = self.free.pop().unwrap_or(self.slots.len());
-        if id == self.slots.len() {
-            self.slots.push(None);
+    /// Adds a watch at `id`, the place of its queue in the inbox.
+    fn insert(&mut self, id: usize, watch: F) {
+        if id >= self.slots.len() {
+            self.slots.resize_with(id + 1, || None);
         }
         let flag = Arc::new(WatchWaker {
             id,
@@ -604,11 +603,9 @@ impl<F: Drive> Watches<F> {
 
     /// Ends the watches whose client reset their stream.
     fn end_reset(&mut self) {
-        for (id, slot) in self.slots.iter_mut().enumerate() {
-            let Some(s) = slot else { continue };
-            if s.watch.is_reset() {
+        for slot in &mut self.slots {
+            if slot.as_mut().is_some_and(|s| s.watch.is_reset()) {
                 *slot = None;
-                self.free.push(id);
             }
         }
     }
@@ -617,9 +614,8 @@ impl<F: Drive> Watches<F> {
     /// meanwhile wait for the next pass, for which `cx` is woken.
     fn poll_ready(&mut self, cx: &mut Context<'_>) {
         self.ready.conn.register(cx.waker());
-        // Wakes the watches that got something, which this pass then polls.
-        self.inbox.collect(&self.mail);
         std::mem::swap(&mut *lock(&self.ready.ids), &mut self.taking);
+        self.inbox.collect(&self.mail, &mut self.taking);
         // Dropped after the pass: an idle connection holds no buffer.
         let mut buf = BytesMut::new();
         for i in 0..self.taking.len() {
@@ -633,7 +629,6 @@ impl<F: Drive> Watches<F> {
             let mut cx = Context::from_waker(&slot.waker);
             if slot.watch.poll_drive(&mut cx, &mut buf).is_ready() {
                 self.slots[id] = None;
-                self.free.push(id);
             }
         }
         self.taking.clear();
@@ -989,10 +984,13 @@ mod tests {
         let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
         for (i, p) in polls.iter().enumerate() {
             let end = if i < 5 { 2 } else { usize::MAX };
-            watches.insert(Probe {
-                polls: p.clone(),
-                end,
-            });
+            watches.insert(
+                i,
+                Probe {
+                    polls: p.clone(),
+                    end,
+                },
+            );
         }
         let count = |polls: &[Arc<AtomicUsize>]| -> Vec<usize> {
             polls.iter().map(|p| p.load(Ordering::SeqCst)).collect()
@@ -1009,12 +1007,15 @@ mod tests {
         );
         watches.poll_ready(&mut cx);
         assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
-        // The five that ended gave their places to a new one.
+        // A new one in the place of one that ended.
         let fresh = Arc::new(AtomicUsize::new(0));
-        watches.insert(Probe {
-            polls: fresh.clone(),
-            end: usize::MAX,
-        });
+        watches.insert(
+            0,
+            Probe {
+                polls: fresh.clone(),
+                end: usize::MAX,
+            },
+        );
         assert_eq!(watches.slots.len(), 10);
         watches.poll_ready(&mut cx);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);

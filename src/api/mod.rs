@@ -686,6 +686,13 @@ impl Drop for EndCounter {
     }
 }
 
+impl WatchStream {
+    /// Where its deliveries wait in its inbox (see [`Inbox::collect`]).
+    pub fn place(&self) -> usize {
+        self.watcher.place()
+    }
+}
+
 impl Stream for WatchStream {
     type Item = Result<WatchMessage, Status>;
 

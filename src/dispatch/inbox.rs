@@ -74,8 +74,6 @@ struct Queue {
     start: Revision,
     /// The dispatcher sends nothing more.
     closed: bool,
-    /// Woken when the queue stops being empty.
-    waker: Option<Waker>,
     counters: Arc<Counters>,
 }
 
@@ -126,7 +124,6 @@ impl Inbox {
             behind: spec.behind,
             start: spec.start,
             closed: false,
-            waker: None,
             counters: spec.counters,
         };
         let mut queues = lock(&self.queues);
@@ -170,16 +167,18 @@ impl Inbox {
         wakes.extend(incoming.reader.take());
     }
 
-    /// Sorts what was posted into the queues, waking the watchers whose
-    /// queue stops being empty. `reader` is woken by the next post.
-    pub fn collect(&self, reader: &Waker) {
-        self.sort(&mut lock(&self.queues), reader, true);
+    /// Sorts what was posted into the queues, and adds to `ready` the place
+    /// ([`Mailbox::place`]) of each queue that stops being empty or ends:
+    /// its watcher has something to read. `reader` is woken by the next
+    /// post. A watcher is not woken by its queue: the reader, which was,
+    /// polls those it names.
+    pub fn collect(&self, reader: &Waker, ready: &mut Vec<usize>) {
+        self.sort(&mut lock(&self.queues), reader, Some(ready));
     }
 
-    /// Moves the posted parcels into their queues. With `wake`, a watcher
-    /// whose queue stops being empty is woken; a lone watcher sorting for
-    /// itself is not.
-    fn sort(&self, queues: &mut Queues, reader: &Waker, wake: bool) {
+    /// Moves the posted parcels into their queues, naming in `ready` those
+    /// that were empty.
+    fn sort(&self, queues: &mut Queues, reader: &Waker, mut ready: Option<&mut Vec<usize>>) {
         let overflowed = {
             let mut incoming = lock(&self.incoming);
             match &incoming.reader {
@@ -191,6 +190,11 @@ impl Inbox {
         };
         let Queues { slots, sorting, .. } = queues;
         let mut tally = Tally::default();
+        let mut name = |place: u32, q: &Queue| {
+            if let (Some(ready), true) = (ready.as_deref_mut(), q.items.len() <= 1) {
+                ready.push(place as usize);
+            }
+        };
         for Parcel { to, delivery } in sorting.drain(..) {
             let Some(q) = slots
                 .get_mut(to.slot as usize)
@@ -201,9 +205,7 @@ impl Inbox {
             };
             let Some(delivery) = delivery else {
                 q.closed = true;
-                if wake && q.items.is_empty() {
-                    q.wake();
-                }
+                name(to.slot, q);
                 continue;
             };
             let shown = match delivery {
@@ -228,36 +230,25 @@ impl Inbox {
             if !matches!(shown, Delivery::Behind) {
                 tally.count(&q.counters);
             }
-            q.push(shown, wake);
+            q.items.push_back(shown);
+            name(to.slot, q);
         }
         tally.flush();
         if overflowed {
-            let live = slots.iter_mut().filter_map(|s| s.queue.as_mut());
-            for q in live.filter(|q| !q.behind && !q.closed) {
+            for (place, slot) in slots.iter_mut().enumerate() {
+                let Some(q) = slot.queue.as_mut().filter(|q| !q.behind && !q.closed) else {
+                    continue;
+                };
                 q.behind = true;
                 q.counters.fell_behind.inc();
-                q.push(Delivery::Behind, wake);
+                q.items.push_back(Delivery::Behind);
+                name(place as u32, q);
             }
         }
     }
 
     fn lock_queues(&self) -> MutexGuard<'_, Queues> {
         lock(&self.queues)
-    }
-}
-
-impl Queue {
-    fn push(&mut self, delivery: Delivery, wake: bool) {
-        self.items.push_back(delivery);
-        if wake && self.items.len() == 1 {
-            self.wake();
-        }
-    }
-
-    fn wake(&self) {
-        if let Some(w) = &self.waker {
-            w.wake_by_ref();
-        }
     }
 }
 
@@ -295,24 +286,25 @@ impl Mailbox {
         self.at
     }
 
-    /// The next delivery; `None` once the queue is ended and empty.
-    /// `Pending` keeps `cx`'s waker for the next one.
+    /// Where the queue is in its inbox, unique among the inbox's open
+    /// queues: how [`Inbox::collect`] names it.
+    pub fn place(&self) -> usize {
+        self.at.slot as usize
+    }
+
+    /// The next delivery; `None` once the queue is ended and empty. On
+    /// `Pending`, a lone watcher's `cx` is woken by the next post; in a
+    /// shared inbox, the reader's collection names the queue instead.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         let mut queues = self.inbox.lock_queues();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
-            self.inbox.sort(&mut queues, cx.waker(), false);
+            self.inbox.sort(&mut queues, cx.waker(), None);
         }
         let q = self.queue(&mut queues);
         match q.items.pop_front() {
             Some(d) => Poll::Ready(Some(d)),
             None if q.closed => Poll::Ready(None),
-            None => {
-                match &q.waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => q.waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
+            None => Poll::Pending,
         }
     }
 

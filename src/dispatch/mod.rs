@@ -725,19 +725,20 @@ mod tests {
         let mut subs: Vec<_> = (0..3)
             .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
             .collect();
-        let (reader, watch) = (counting(), counting());
-        let (reader_waker, watch_waker) = (Waker::from(reader.clone()), Waker::from(watch.clone()));
-        inbox.collect(&reader_waker);
-        let mut cx = std::task::Context::from_waker(&watch_waker);
-        for s in &subs {
-            assert!(s.mailbox.poll_recv(&mut cx).is_pending());
-        }
+        let places = |subs: &[Subscription]| -> Vec<usize> {
+            subs.iter().map(|s| s.mailbox.place()).collect()
+        };
+        let reader = counting();
+        let reader_waker = Waker::from(reader.clone());
+        let mut ready = Vec::new();
+        inbox.collect(&reader_waker, &mut ready);
+        assert!(ready.is_empty());
         add_one(&d, 1);
         add_one(&d, 2);
         assert_eq!(woken(&reader), 1, "once for both batches");
-        assert_eq!(woken(&watch), 0, "the watchers wait for the reader");
-        inbox.collect(&reader_waker);
-        assert_eq!(woken(&watch), 3, "each watcher once");
+        inbox.collect(&reader_waker, &mut ready);
+        ready.sort();
+        assert_eq!(ready, places(&subs), "each watcher named once");
         for s in &mut subs {
             assert_eq!(revisions(s), [Some(1), Some(2)]);
         }
@@ -748,7 +749,11 @@ mod tests {
         drop(subs.pop());
         let mut late = d.register(&inbox, Predicate::default(), Trigger::All, 3, false, false);
         add_one(&d, 4);
-        inbox.collect(&reader_waker);
+        ready.clear();
+        inbox.collect(&reader_waker, &mut ready);
+        assert_eq!(late.mailbox.place(), 2);
+        ready.sort();
+        assert_eq!(ready, [0, 1, 2]);
         for s in &mut subs {
             assert_eq!(revisions(s), [Some(3), Some(4)]);
         }
@@ -764,23 +769,24 @@ mod tests {
             .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
             .collect();
         let reader = Waker::noop();
+        let ready = &mut Vec::new();
         // Ten deliveries for a room of eight: none is posted.
         d.dispatch(
             &(1..=5)
                 .map(|r| ev(EventType::Added, Some(obj(&r.to_string(), "", r)), None, r))
                 .collect::<Vec<_>>(),
         );
-        inbox.collect(reader);
+        inbox.collect(reader, ready);
         for s in &mut subs {
             assert_eq!(revisions(s), [None]);
         }
         add_one(&d, 6);
-        inbox.collect(reader);
+        inbox.collect(reader, ready);
         assert_eq!(revisions(&mut subs[0]), [], "skipped while behind");
         // Each rejoins after reading the window through 6.
         subs[0].rejoin(6);
         add_one(&d, 7);
-        inbox.collect(reader);
+        inbox.collect(reader, ready);
         assert_eq!(revisions(&mut subs[0]), [Some(7)]);
         assert_eq!(revisions(&mut subs[1]), []);
         assert_eq!(
@@ -789,7 +795,7 @@ mod tests {
             "what was skipped is not counted"
         );
         d.close();
-        inbox.collect(reader);
+        inbox.collect(reader, ready);
         assert!(subs.iter().all(ended));
     }
 

@@ -89,6 +89,11 @@ impl Watcher {
         }
     }
 
+    /// Where its deliveries wait in its inbox (see [`super::Inbox::collect`]).
+    pub fn place(&self) -> usize {
+        self.subscription.mailbox.place()
+    }
+
     pub fn predicate(&self) -> &Predicate {
         &self.predicate
     }
