@@ -1,7 +1,7 @@
 //! One client connection, served on HTTP/2 directly. Watch streams are
-//! driven in place by the connection's own task: a delivery wakes only its
-//! stream, and one pass of the task writes what every woken stream has
-//! ready. Every other call (List, Get, health, reflection, and a Watch
+//! driven in place by the connection's own task: their deliveries arrive
+//! in the connection's inbox, and one pass of the task polls the streams
+//! they went to (and those h2 woke) and writes what they have ready. Every other call (List, Get, health, reflection, and a Watch
 //! whose request is compressed) goes to the gRPC routes in a task of its
 //! own, as a general-purpose server would run it.
 //!
@@ -597,6 +597,7 @@ impl<F: Drive> Watches<F> {
         if id >= self.slots.len() {
             self.slots.resize_with(id + 1, || None);
         }
+        debug_assert!(self.slots[id].is_none(), "one watch per place");
         let flag = Arc::new(WatchWaker {
             id,
             queued: AtomicBool::new(false),

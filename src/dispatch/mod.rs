@@ -110,7 +110,7 @@ struct Entry {
     /// initial state or replay.
     start: Revision,
     to: Address,
-    /// Where its deliveries wait to be posted: `Watchers::posts`.
+    /// Where its deliveries wait to be posted, in `Posts::posts`.
     post: usize,
     bookmarks: bool,
 }
