@@ -572,20 +572,30 @@ mod tests {
     #[test]
     fn watchers_get_only_events_after_their_start() {
         let d = dispatcher(16);
-        let mut s = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            6,
-            false,
-            false,
-        );
+        let mut s = everything(&d, &Inbox::solo(), 6, false);
         d.dispatch(&[
             ev(EventType::Added, Some(obj("a", "", 5)), None, 5),
             ev(EventType::Added, Some(obj("b", "", 6)), None, 6),
             ev(EventType::Added, Some(obj("c", "", 7)), None, 7),
         ]);
         assert_eq!(revisions(&mut s), [Some(7)]);
+    }
+
+    /// Registers a watcher of every object, live after `start`.
+    fn everything(
+        d: &Arc<Dispatcher>,
+        inbox: &Arc<Inbox>,
+        start: Revision,
+        bookmarks: bool,
+    ) -> Subscription {
+        d.register(
+            inbox,
+            Predicate::default(),
+            Trigger::All,
+            start,
+            bookmarks,
+            false,
+        )
     }
 
     /// Dispatches one new object at `rev`.
@@ -611,22 +621,8 @@ mod tests {
     #[test]
     fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
         let d = dispatcher(3);
-        let mut slow = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            0,
-            false,
-            false,
-        );
-        let mut fast = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            0,
-            false,
-            false,
-        );
+        let mut slow = everything(&d, &Inbox::solo(), 0, false);
+        let mut fast = everything(&d, &Inbox::solo(), 0, false);
         let send = |rev: Revision| add_one(&d, rev);
         for rev in 1..=5 {
             send(rev);
@@ -667,16 +663,7 @@ mod tests {
     fn a_batch_wakes_each_waiting_watcher_once_after_queuing_all_of_it() {
         let d = dispatcher(16);
         let mut subs: Vec<_> = (0..2)
-            .map(|_| {
-                d.register(
-                    &Inbox::solo(),
-                    Predicate::default(),
-                    Trigger::All,
-                    0,
-                    false,
-                    false,
-                )
-            })
+            .map(|_| everything(&d, &Inbox::solo(), 0, false))
             .collect();
         let woken = Arc::new(Woken {
             dispatcher: d.clone(),
@@ -722,9 +709,7 @@ mod tests {
     fn watchers_sharing_an_inbox_get_each_batch_through_one_wake_of_their_reader() {
         let d = dispatcher(16);
         let inbox = Inbox::shared();
-        let mut subs: Vec<_> = (0..3)
-            .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
-            .collect();
+        let mut subs: Vec<_> = (0..3).map(|_| everything(&d, &inbox, 0, false)).collect();
         let places = |subs: &[Subscription]| -> Vec<usize> {
             subs.iter().map(|s| s.mailbox.place()).collect()
         };
@@ -747,7 +732,7 @@ mod tests {
         // taken by a new one, which does not get them.
         add_one(&d, 3);
         drop(subs.pop());
-        let mut late = d.register(&inbox, Predicate::default(), Trigger::All, 3, false, false);
+        let mut late = everything(&d, &inbox, 3, false);
         add_one(&d, 4);
         ready.clear();
         inbox.collect(&reader_waker, &mut ready);
@@ -765,9 +750,7 @@ mod tests {
     fn an_inbox_without_room_puts_all_its_watchers_behind_until_each_rejoins() {
         let d = dispatcher(4);
         let inbox = Inbox::shared();
-        let mut subs: Vec<_> = (0..2)
-            .map(|_| d.register(&inbox, Predicate::default(), Trigger::All, 0, false, false))
-            .collect();
+        let mut subs: Vec<_> = (0..2).map(|_| everything(&d, &inbox, 0, false)).collect();
         let reader = Waker::noop();
         let ready = &mut Vec::new();
         // Ten deliveries for a room of eight: none is posted.
@@ -802,14 +785,7 @@ mod tests {
     #[test]
     fn a_bookmark_never_takes_the_slot_kept_for_behind() {
         let d = dispatcher(3);
-        let s = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            0,
-            true,
-            false,
-        );
+        let s = everything(&d, &Inbox::solo(), 0, true);
         let send = |rev: Revision| add_one(&d, rev);
         send(1);
         send(2);
@@ -828,28 +804,14 @@ mod tests {
     #[test]
     fn closing_ends_each_queue_after_what_it_holds_and_later_ones_at_once() {
         let d = dispatcher(4);
-        let before = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            0,
-            false,
-            false,
-        );
+        let before = everything(&d, &Inbox::solo(), 0, false);
         d.dispatch(&[ev(EventType::Added, Some(obj("a", "", 1)), None, 1)]);
         d.close();
         assert!(d.is_empty());
         d.dispatch(&[ev(EventType::Added, Some(obj("b", "", 2)), None, 2)]);
         assert!(matches!(before.mailbox.try_recv(), Some(Delivery::Event(v)) if v.revision == 1));
         assert!(ended(&before));
-        let after = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            2,
-            true,
-            false,
-        );
+        let after = everything(&d, &Inbox::solo(), 2, true);
         assert!(ended(&after));
         assert!(d.is_empty());
     }
@@ -920,22 +882,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn bookmarks_go_only_to_watchers_that_allow_them_and_never_backwards() {
         let d = dispatcher(16);
-        let with = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            10,
-            true,
-            false,
-        );
-        let without = d.register(
-            &Inbox::solo(),
-            Predicate::default(),
-            Trigger::All,
-            10,
-            false,
-            false,
-        );
+        let with = everything(&d, &Inbox::solo(), 10, true);
+        let without = everything(&d, &Inbox::solo(), 10, false);
         d.progress(9);
         d.send_due_bookmarks(Instant::now() + Duration::from_secs(61));
         assert!(
