@@ -6,7 +6,7 @@
 //! touches. With a queue per watcher shared with the dispatcher, each
 //! delivery moved that queue's lock, its item and its watch's ready flag
 //! between cores: about a fifth of the fan-out's time. A batch moves a few
-//! lines per inbox instead.
+//! cache lines per inbox instead.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
