@@ -32,7 +32,7 @@ pub mod pb {
 }
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -197,4 +197,10 @@ pub async fn run(
     }
     info!("stopped");
     Ok(())
+}
+
+/// Locks state that stays consistent even if a holder panicked: nothing
+/// that can panic runs under the locks taken this way.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -37,9 +37,10 @@ use tower::{Service, ServiceExt};
 use tracing::debug;
 
 use super::server::grpc_timeout;
-use super::socket::{self, lock, Socket};
+use super::socket::{self, Socket};
 use super::{Api, WatchMessage, WatchStream};
 use crate::dispatch::Inbox;
+use crate::lock;
 use crate::pb;
 
 /// The path of the calls this module serves itself.

@@ -11,12 +11,14 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+
+use crate::lock;
 
 /// Bytes gathered before writes wait for the socket: bounds a connection's
 /// buffer and makes a large response go out while it is being produced.
@@ -123,11 +125,6 @@ impl Outgoing {
         }
         Poll::Ready(Ok(taken))
     }
-}
-
-/// Locks state that stays consistent even if a holder panicked.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Splits `tcp` into the socket a connection is served on and the handle

@@ -9,12 +9,13 @@
 //! cache lines per inbox instead.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use prometheus_client::metrics::counter::Counter;
 
 use super::Delivery;
+use crate::lock;
 use crate::object::Revision;
 
 /// Which queue of an inbox a delivery is for; the generation tells it from
@@ -190,8 +191,8 @@ impl Inbox {
         };
         let Queues { slots, sorting, .. } = queues;
         let mut tally = Tally::default();
-        let mut name = |place: u32, q: &Queue| {
-            if let (Some(ready), true) = (ready.as_deref_mut(), q.items.len() <= 1) {
+        let mut name = |place: u32| {
+            if let Some(ready) = ready.as_deref_mut() {
                 ready.push(place as usize);
             }
         };
@@ -205,7 +206,9 @@ impl Inbox {
             };
             let Some(delivery) = delivery else {
                 q.closed = true;
-                name(to.slot, q);
+                if q.items.is_empty() {
+                    name(to.slot);
+                }
                 continue;
             };
             let shown = match delivery {
@@ -231,7 +234,9 @@ impl Inbox {
                 tally.count(&q.counters);
             }
             q.items.push_back(shown);
-            name(to.slot, q);
+            if q.items.len() == 1 {
+                name(to.slot);
+            }
         }
         tally.flush();
         if overflowed {
@@ -242,13 +247,11 @@ impl Inbox {
                 q.behind = true;
                 q.counters.fell_behind.inc();
                 q.items.push_back(Delivery::Behind);
-                name(place as u32, q);
+                if q.items.len() == 1 {
+                    name(place as u32);
+                }
             }
         }
-    }
-
-    fn lock_queues(&self) -> MutexGuard<'_, Queues> {
-        lock(&self.queues)
     }
 }
 
@@ -296,7 +299,7 @@ impl Mailbox {
     /// `Pending`, a lone watcher's `cx` is woken by the next post; in a
     /// shared inbox, the reader's collection names the queue instead.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
-        let mut queues = self.inbox.lock_queues();
+        let mut queues = lock(&self.inbox.queues);
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
             self.inbox.sort(&mut queues, cx.waker(), None);
         }
@@ -320,7 +323,7 @@ impl Mailbox {
     /// `after`, which holds every event dispatched so far: later ones are
     /// queued, those up to `after` still on their way are skipped.
     pub(super) fn rejoin(&self, after: Revision) {
-        let mut queues = self.inbox.lock_queues();
+        let mut queues = lock(&self.inbox.queues);
         let q = self.queue(&mut queues);
         q.start = q.start.max(after);
         q.behind = false;
@@ -336,7 +339,7 @@ impl Mailbox {
 
 impl Drop for Mailbox {
     fn drop(&mut self) {
-        let mut queues = self.inbox.lock_queues();
+        let mut queues = lock(&self.inbox.queues);
         let slot = &mut queues.slots[self.at.slot as usize];
         let capacity = slot.queue.take().map_or(0, |q| q.capacity);
         slot.generation = slot.generation.wrapping_add(1);
@@ -344,9 +347,4 @@ impl Drop for Mailbox {
         let mut incoming = lock(&self.inbox.incoming);
         incoming.room = incoming.room.saturating_sub(capacity);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing that can panic runs under these locks.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
