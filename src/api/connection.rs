@@ -1,9 +1,10 @@
 //! One client connection, served on HTTP/2 directly. Watch streams are
 //! driven in place by the connection's own task: their deliveries arrive
 //! in the connection's inbox, and one pass of the task polls the streams
-//! they went to (and those h2 woke) and writes what they have ready. Every other call (List, Get, health, reflection, and a Watch
-//! whose request is compressed) goes to the gRPC routes in a task of its
-//! own, as a general-purpose server would run it.
+//! they went to (and those h2 woke) and writes what they have ready.
+//! Every other call (List, Get, health, reflection, and a Watch whose
+//! request is compressed) goes to the gRPC routes in a task of its own, as
+//! a general-purpose server would run it.
 //!
 //! A general-purpose server runs each stream in a task of its own, woken
 //! and polled through several body layers for every message: with
