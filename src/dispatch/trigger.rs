@@ -122,7 +122,9 @@ impl<T> TriggerIndex<T> {
     /// Every watcher, taking them out.
     pub fn into_watchers(self) -> impl Iterator<Item = T> {
         let keyed = self.by_key.into_values().flat_map(Set::into_values);
-        let fielded = (self.by_field.into_values())
+        let fielded = self
+            .by_field
+            .into_values()
             .flat_map(HashMap::into_values)
             .flat_map(Set::into_values);
         self.all.into_values().chain(keyed).chain(fielded)
