@@ -1,6 +1,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        .build_server(false)
         .bytes(".")
         .btree_map(".")
         .file_descriptor_set_path(out.join("watchproxy_descriptor.bin"))

@@ -142,6 +142,20 @@ pub struct WatchConfig {
     /// yet (or a consistent read) waits before giving up.
     #[serde(default = "default_freshness_wait", with = "humantime_serde")]
     pub freshness_wait: Duration,
+    /// How calls are served on HTTP/2: `fast`, the service's own
+    /// connection path, or `tonic`, tonic's server for every call (the
+    /// plain path, kept to measure against and as a way back).
+    #[serde(default)]
+    pub serve_path: ServePath,
+}
+
+/// See [`WatchConfig::serve_path`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ServePath {
+    #[default]
+    Fast,
+    Tonic,
 }
 
 /// How the values of a resource are decoded.
@@ -241,6 +255,7 @@ impl Default for WatchConfig {
             bookmark_interval: default_bookmark_interval(),
             watcher_queue: default_watcher_queue(),
             freshness_wait: default_freshness_wait(),
+            serve_path: ServePath::Fast,
         }
     }
 }

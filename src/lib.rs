@@ -40,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use api::server::ApiService;
+use api::service::ApiService;
 use api::{Api, Served};
 use cache::WatchCache;
 use config::Config;
@@ -106,7 +106,7 @@ pub async fn run(
             config.watch.bookmark_interval,
             m.clone(),
         )
-        .with_encoder(Arc::new(api::encode_event));
+        .with_encoder(Arc::new(api::wire::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
         tasks.push(spawn_reflector(
             etcd.clone(),
@@ -167,18 +167,19 @@ pub async fn run(
         addr = %listeners.grpc.local_addr()?,
         resources = config.resources.len(),
         worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        serve_path = ?config.watch.serve_path,
         "serving gRPC"
     );
     let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ApiService::new(api.clone(), &config.limits))
-        .prepare();
+        .add_service(ApiService::new(api.clone(), &config.limits));
     let serve = api::server::serve(
         listeners.grpc,
         api,
         routes,
         &config.limits,
+        config.watch.serve_path,
         shutdown.clone(),
     );
     // After shutdown starts, open calls get the grace period to finish.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use watchproxy::config::Config;
+use watchproxy::config::{Config, ServePath};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, ListRequest, WatchRequest};
 use watchproxy::{run, telemetry, Listeners};
@@ -57,6 +57,10 @@ enum Command {
         /// delivery than several, which hand each event between cores.
         #[arg(long, env = "WATCHPROXY_WORKER_THREADS")]
         worker_threads: Option<std::num::NonZeroUsize>,
+        /// Overrides `watch.serve_path`: `fast` (the service's own HTTP/2
+        /// path) or `tonic` (tonic's server for every call).
+        #[arg(long, env = "WATCHPROXY_SERVE_PATH", value_enum)]
+        serve_path: Option<ServePath>,
     },
     /// Write Kubernetes-shaped demo pods into etcd.
     DemoLoad {
@@ -125,6 +129,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             etcd_endpoints,
             log_format,
             worker_threads: _,
+            serve_path,
         } => {
             let _traces = telemetry::init(matches!(log_format, LogFormat::Json))?;
             let mut config = Config::from_file(&config)?;
@@ -133,6 +138,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             if let Some(e) = etcd_endpoints {
                 config.etcd.endpoints = e;
             }
+            config.watch.serve_path = serve_path.unwrap_or(config.watch.serve_path);
             config.validate()?;
             serve(config).await
         }

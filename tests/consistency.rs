@@ -378,7 +378,6 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     use watchproxy::cache::WatchCache;
     use watchproxy::dispatch::Dispatcher;
     use watchproxy::object::Resource;
-    use watchproxy::pb::watch_proxy_server::WatchProxy;
     use watchproxy::source::{spawn_freshness, Etcd as EtcdClient};
     use watchproxy::telemetry::Metrics;
 

@@ -43,20 +43,26 @@ impl ContinueToken {
 
     /// Decodes and checks that the token belongs to this resource.
     pub fn decode(token: &str, resource: &Resource) -> Result<Self, ApiError> {
-        let bad = |why: &str| ApiError::BadContinue(why.to_owned());
-        let bytes = URL_SAFE_NO_PAD
-            .decode(token)
-            .map_err(|_| bad("not a token this service issued"))?;
-        let t: Self =
-            serde_json::from_slice(&bytes).map_err(|_| bad("not a token this service issued"))?;
+        let bad = |why: String| ApiError::invalid("continue_token", why);
+        let foreign = || bad("invalid continue token: not one this service issued".into());
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| foreign())?;
+        let t: Self = serde_json::from_slice(&bytes).map_err(|_| foreign())?;
         if t.version != 1 {
-            return Err(bad("unsupported token version"));
+            return Err(bad(format!(
+                "invalid continue token: version {} is not supported",
+                t.version
+            )));
         }
         if t.resource != resource.name {
-            return Err(bad(&format!("issued for resource {:?}", t.resource)));
+            return Err(bad(format!(
+                "invalid continue token: issued for resource {:?}",
+                t.resource
+            )));
         }
         if t.revision == 0 || !t.after.starts_with(&resource.key_prefix()) {
-            return Err(bad("token does not match the resource"));
+            return Err(bad(
+                "invalid continue token: it does not match the resource".into(),
+            ));
         }
         Ok(t)
     }

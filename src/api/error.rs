@@ -1,8 +1,11 @@
 //! Every failure a client can see, and the one place they become gRPC
-//! statuses.
+//! statuses: those of the handlers and those of the transport alike.
 
-use tonic::metadata::MetadataValue;
+use std::sync::Arc;
+
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::object::{BadVersion, Revision};
 use crate::selector::SelectorError;
@@ -17,14 +20,13 @@ pub const CURRENT_VERSION_KEY: &str = "watchproxy-current-resource-version";
 pub enum ApiError {
     #[error("unknown resource {name:?}; configured resources: {known}")]
     UnknownResource { name: String, known: String },
-    #[error(transparent)]
-    Selector(#[from] SelectorError),
-    #[error(transparent)]
-    BadVersion(#[from] BadVersion),
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("invalid continue token: {0}")]
-    BadContinue(String),
+    /// A request field that does not hold what it must; the status names
+    /// the field in its message and in a `BadRequest` detail.
+    #[error("{problem}")]
+    InvalidArgument {
+        field: &'static str,
+        problem: String,
+    },
     #[error("{key} not found")]
     NotFound { key: String },
     #[error("the cache of {resource} is not ready yet; retry shortly")]
@@ -45,51 +47,114 @@ pub enum ApiError {
     #[error("resource version {revision} has been compacted in etcd; start the list again")]
     Compacted { revision: Revision },
     #[error("etcd is unavailable: {0}")]
-    Etcd(#[from] EtcdError),
-    #[error("etcd is unavailable: {0}")]
-    EtcdShared(std::sync::Arc<EtcdError>),
+    Etcd(Arc<EtcdError>),
     #[error("continue token expired: resource version {revision} is no longer in the cache; start the list again")]
     ContinueExpired { revision: Revision },
     #[error("too many watches {scope}; retry later or on another replica")]
     TooManyWatchers { scope: String },
+    #[error("{reason}: too many List/Get calls in progress; retry with backoff")]
+    Overloaded { reason: String },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
     ShuttingDown { last: Option<Revision> },
+    #[error("the call's deadline passed")]
+    DeadlineExceeded,
+    #[error("the request is {len} bytes; the limit is {max}")]
+    RequestTooLarge { len: usize, max: usize },
+    /// The request's bytes are not a request (gRPC framing or protobuf).
+    #[error("{0}")]
+    MalformedRequest(String),
+    /// The client went away or reset the call while it was read.
+    #[error("reading the request: {0}")]
+    RequestAborted(String),
 }
 
-impl From<ApiError> for Status {
-    fn from(e: ApiError) -> Status {
-        let code = match &e {
+impl ApiError {
+    pub fn invalid(field: &'static str, problem: impl Into<String>) -> Self {
+        ApiError::InvalidArgument {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    fn code(&self) -> Code {
+        match self {
             ApiError::UnknownResource { .. } | ApiError::NotFound { .. } => Code::NotFound,
-            ApiError::Selector(_)
-            | ApiError::BadVersion(_)
-            | ApiError::InvalidArgument(_)
-            | ApiError::BadContinue(_) => Code::InvalidArgument,
+            ApiError::InvalidArgument { .. } => Code::InvalidArgument,
             ApiError::TooOld { .. }
             | ApiError::Compacted { .. }
             | ApiError::ContinueExpired { .. } => Code::OutOfRange,
-            ApiError::TooManyWatchers { .. } => Code::ResourceExhausted,
+            ApiError::TooManyWatchers { .. }
+            | ApiError::Overloaded { .. }
+            | ApiError::RequestTooLarge { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
             | ApiError::NotFresh { .. }
             | ApiError::TooLarge { .. }
             | ApiError::Etcd(_)
-            | ApiError::EtcdShared(_)
             | ApiError::ShuttingDown { .. } => Code::Unavailable,
+            ApiError::DeadlineExceeded => Code::DeadlineExceeded,
+            ApiError::MalformedRequest(_) => Code::Internal,
+            ApiError::RequestAborted(_) => Code::Cancelled,
+        }
+    }
+}
+
+impl From<EtcdError> for ApiError {
+    fn from(e: EtcdError) -> Self {
+        ApiError::Etcd(Arc::new(e))
+    }
+}
+
+impl From<Arc<EtcdError>> for ApiError {
+    fn from(e: Arc<EtcdError>) -> Self {
+        ApiError::Etcd(e)
+    }
+}
+
+impl From<BadVersion> for ApiError {
+    fn from(e: BadVersion) -> Self {
+        ApiError::invalid("resource_version", e.to_string())
+    }
+}
+
+impl From<SelectorError> for ApiError {
+    fn from(e: SelectorError) -> Self {
+        let field = match e {
+            SelectorError::Label(_) => "label_selector",
+            SelectorError::Field(_) => "field_selector",
         };
-        let mut status = Status::new(code, e.to_string());
-        let (resume, current) = match e {
-            ApiError::TooOld { current, .. } => (None, Some(current)),
-            ApiError::TooLarge { current, .. } => (None, Some(current)),
-            ApiError::ShuttingDown { last } => (last, None),
+        ApiError::invalid(field, e.to_string())
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let code = e.code();
+        let message = e.to_string();
+        let mut metadata = MetadataMap::new();
+        let (resume, current) = match &e {
+            ApiError::TooOld { current, .. } | ApiError::TooLarge { current, .. } => {
+                (None, Some(*current))
+            }
+            ApiError::ShuttingDown { last } => (*last, None),
             _ => (None, None),
         };
-        let md = status.metadata_mut();
         if let Some(r) = resume {
-            md.insert(RESUME_VERSION_KEY, MetadataValue::from(r));
+            metadata.insert(RESUME_VERSION_KEY, MetadataValue::from(r));
         }
         if let Some(c) = current {
-            md.insert(CURRENT_VERSION_KEY, MetadataValue::from(c));
+            metadata.insert(CURRENT_VERSION_KEY, MetadataValue::from(c));
         }
-        status
+        match e {
+            ApiError::InvalidArgument { field, problem } => {
+                Status::with_error_details_and_metadata(
+                    code,
+                    message,
+                    ErrorDetails::with_bad_request_violation(field, problem),
+                    metadata,
+                )
+            }
+            _ => Status::with_metadata(code, message, metadata),
+        }
     }
 }
 
@@ -107,7 +172,10 @@ mod tests {
                 },
                 Code::NotFound,
             ),
-            (ApiError::BadContinue("x".into()), Code::InvalidArgument),
+            (
+                ApiError::invalid("continue_token", "x"),
+                Code::InvalidArgument,
+            ),
             (
                 ApiError::TooOld {
                     requested: 1,
@@ -130,6 +198,11 @@ mod tests {
                 },
                 Code::Unavailable,
             ),
+            (ApiError::DeadlineExceeded, Code::DeadlineExceeded),
+            (
+                ApiError::RequestTooLarge { len: 9, max: 4 },
+                Code::ResourceExhausted,
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(Status::from(err).code(), code);
@@ -145,5 +218,19 @@ mod tests {
         assert_eq!(s.metadata().get(CURRENT_VERSION_KEY).unwrap(), "9");
         let s = Status::from(ApiError::ShuttingDown { last: Some(7) });
         assert_eq!(s.metadata().get(RESUME_VERSION_KEY).unwrap(), "7");
+    }
+
+    #[test]
+    fn a_bad_field_is_named_in_the_message_and_in_the_details() {
+        let s = Status::from(ApiError::invalid("limit", "limit must not be negative"));
+        assert_eq!(s.message(), "limit must not be negative");
+        let details = s.get_error_details();
+        let bad = details.bad_request().expect("a BadRequest detail");
+        assert_eq!(bad.field_violations.len(), 1);
+        assert_eq!(bad.field_violations[0].field, "limit");
+        assert_eq!(
+            bad.field_violations[0].description,
+            "limit must not be negative"
+        );
     }
 }

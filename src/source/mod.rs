@@ -4,6 +4,7 @@
 mod etcd;
 mod freshness;
 mod history;
+mod read;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::telemetry::{EtcdRequest, ReflectorState, ResourceMetrics};
 
 pub use etcd::{Etcd, EtcdError};
 pub use freshness::{spawn_freshness, Freshness};
+pub use read::ObjectsPage;
 
 /// What to do after an etcd failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,54 @@
+//! One call as the service records it: a span that continues the caller's
+//! trace, and its duration and status code by resource and method.
+
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+use tonic::{Response, Status};
+use tracing::Instrument;
+
+use super::error::ApiError;
+use super::Api;
+
+/// What a call is about, for its span and its metrics.
+pub(super) struct CallInfo<'a> {
+    pub method: &'static str,
+    pub resource: &'a str,
+    pub label_selector: &'a str,
+    pub field_selector: &'a str,
+}
+
+impl Api {
+    /// Answers a call in its span, timed and recorded by resource, method
+    /// and status code; its error becomes a status here.
+    pub(super) async fn answer<T>(
+        &self,
+        metadata: &MetadataMap,
+        info: CallInfo<'_>,
+        call: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<Response<T>, Status> {
+        let span = tracing::info_span!(
+            "call",
+            otel.name = info.method,
+            rpc.method = info.method,
+            resource = %info.resource,
+            label_selector = %info.label_selector,
+            field_selector = %info.field_selector,
+            code = tracing::field::Empty,
+        );
+        crate::telemetry::continue_trace(&span, metadata);
+        let started = Instant::now();
+        let answer = call.instrument(span.clone()).await.map_err(Status::from);
+        let code = answer
+            .as_ref()
+            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        let resource = if self.resources.contains_key(info.resource) {
+            info.resource
+        } else {
+            "unknown"
+        };
+        self.metrics
+            .call(resource, info.method, code, started.elapsed().as_secs_f64());
+        span.record("code", format!("{code:?}"));
+        answer.map(Response::new)
+    }
+}

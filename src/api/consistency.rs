@@ -1,0 +1,106 @@
+//! Where a read is answered from under Kubernetes' resource version rules:
+//! the cache once it is ready and has caught up to the version asked for
+//! (or, unset, to etcd's revision at the time of the call), else etcd.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::{Api, Served};
+use crate::cache::Snapshot;
+use crate::object::{RequestedVersion, Revision};
+
+/// Where a read is answered from.
+pub(super) enum Source {
+    /// The cache, at the snapshot's revision.
+    Cache(Snapshot),
+    /// etcd at this revision: the cache did not catch up in time.
+    Etcd(Revision),
+}
+
+impl Api {
+    async fn ready(&self, s: &Served) -> Result<(), ApiError> {
+        s.cache
+            .wait_for(0, self.freshness_wait)
+            .await
+            .map(|_| ())
+            .map_err(|_| ApiError::NotReady {
+                resource: s.cache.resource.name.clone(),
+            })
+    }
+
+    /// Brings the cache to `min`, or (no `min`) to etcd's revision at the
+    /// time of the call, learned from a check shared with concurrent reads.
+    /// If the cache does not get there within `freshness_wait`, a version
+    /// etcd has not reached is "too large"; otherwise the read falls back
+    /// to etcd at its current revision (counted).
+    pub(super) async fn catch_up(
+        &self,
+        s: &Served,
+        min: Option<Revision>,
+    ) -> Result<Source, ApiError> {
+        self.ready(s).await?;
+        let cache = &s.cache;
+        if min.is_some_and(|m| cache.progress().revision >= m) {
+            return Ok(Source::Cache(cache.snapshot()));
+        }
+        let deadline = Instant::now() + self.freshness_wait;
+        let mut target = min;
+        loop {
+            // Each check also advances an idle cache that etcd proves
+            // unchanged, so waiting below ends at once in that case.
+            let now = s.freshness.current_revision().await?;
+            let target = *target.get_or_insert(now);
+            let step = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(250));
+            if cache.wait_for(target, step).await.is_ok() {
+                return Ok(Source::Cache(cache.snapshot()));
+            }
+            if Instant::now() >= deadline {
+                return match min {
+                    Some(requested) if requested > now => Err(ApiError::TooLarge {
+                        requested,
+                        current: cache.progress().revision,
+                    }),
+                    _ => {
+                        s.metrics.consistent_read_fallbacks.inc();
+                        Ok(Source::Etcd(now))
+                    }
+                };
+            }
+        }
+    }
+
+    /// Where to answer a read at a request's resource version
+    /// (not-older-than rules).
+    pub(super) async fn source_for(
+        &self,
+        s: &Served,
+        version: RequestedVersion,
+    ) -> Result<Source, ApiError> {
+        match version {
+            RequestedVersion::Latest => self.catch_up(s, None).await,
+            RequestedVersion::At(n) => self.catch_up(s, Some(n)).await,
+            RequestedVersion::Any => {
+                self.ready(s).await?;
+                Ok(Source::Cache(s.cache.snapshot()))
+            }
+        }
+    }
+
+    /// A snapshot of the cache for a watch, which cannot fall back to etcd.
+    pub(super) async fn cache_for(
+        &self,
+        s: &Served,
+        version: RequestedVersion,
+    ) -> Result<Snapshot, ApiError> {
+        match self.source_for(s, version).await? {
+            Source::Cache(snapshot) => Ok(snapshot),
+            Source::Etcd(_) => Err(ApiError::NotFresh {
+                resource: s.cache.resource.name.clone(),
+            }),
+        }
+    }
+}

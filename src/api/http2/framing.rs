@@ -1,0 +1,139 @@
+//! gRPC's framing on HTTP/2, for the calls the connection serves itself:
+//! the length prefix of each message, and the `grpc-timeout` header.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::RecvStream;
+
+use crate::api::error::ApiError;
+
+/// A message's prefix: a compressed flag and a big-endian length.
+const PREFIX: usize = 5;
+
+/// Reads one gRPC message from a request body, giving the flow-control
+/// window back as it is read.
+pub(super) async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    loop {
+        if let Some(message) = take_message(&mut buf, max)? {
+            return Ok(message);
+        }
+        let Some(chunk) = body.data().await else {
+            return Err(ApiError::MalformedRequest(
+                "the request ended before its message".into(),
+            ));
+        };
+        let chunk = chunk.map_err(|e| ApiError::RequestAborted(e.to_string()))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+    }
+}
+
+/// The first message in `buf` once all of it has arrived.
+fn take_message(buf: &mut BytesMut, max: usize) -> Result<Option<Bytes>, ApiError> {
+    if buf.len() < PREFIX {
+        return Ok(None);
+    }
+    if buf[0] != 0 {
+        return Err(ApiError::MalformedRequest(
+            "the request is marked compressed but names no grpc-encoding".into(),
+        ));
+    }
+    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    if len > max {
+        return Err(ApiError::RequestTooLarge { len, max });
+    }
+    if buf.len() < PREFIX + len {
+        return Ok(None);
+    }
+    Ok(Some(buf.split_to(PREFIX + len).freeze().split_off(PREFIX)))
+}
+
+/// Appends one uncompressed message of about `len_hint` bytes, which
+/// `write` puts after its prefix.
+pub(super) fn put_message(dst: &mut BytesMut, len_hint: usize, write: impl FnOnce(&mut BytesMut)) {
+    let at = dst.len();
+    // One allocation for the message rather than growth while writing it.
+    dst.reserve(PREFIX + len_hint);
+    dst.put_bytes(0, PREFIX);
+    write(dst);
+    let len = (dst.len() - at - PREFIX) as u32;
+    dst[at + 1..at + PREFIX].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Reads a `grpc-timeout` header: at most 8 digits and a unit.
+pub(super) fn grpc_timeout(v: &http::HeaderValue) -> Option<Duration> {
+    let v = v.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_protocol_spells_them() {
+        let t = |s: &str| grpc_timeout(&http::HeaderValue::from_str(s).unwrap());
+        assert_eq!(t("300m"), Some(Duration::from_millis(300)));
+        assert_eq!(t("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(t("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(t("5u"), Some(Duration::from_micros(5)));
+        for bad in ["", "m", "123456789m", "12x", "-1S", "1.5S"] {
+            assert_eq!(t(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn messages_are_taken_whole_once_they_have_arrived() {
+        let mut framed = BytesMut::new();
+        put_message(&mut framed, 3, |b| b.put_slice(b"abc"));
+        put_message(&mut framed, 0, |b| b.put_slice(b"de"));
+        assert_eq!(&framed[..5], &[0, 0, 0, 0, 3]);
+        let mut buf = BytesMut::new();
+        for (i, byte) in framed.iter().enumerate() {
+            assert_eq!(take_message(&mut buf, 16).unwrap(), None, "at {i}");
+            buf.put_u8(*byte);
+            if i == 7 {
+                break;
+            }
+        }
+        assert_eq!(
+            take_message(&mut buf, 16).unwrap().as_deref(),
+            Some(&b"abc"[..])
+        );
+        buf.extend_from_slice(&framed[8..]);
+        assert_eq!(
+            take_message(&mut buf, 16).unwrap().as_deref(),
+            Some(&b"de"[..])
+        );
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn oversized_and_compressed_messages_are_refused() {
+        let mut big = BytesMut::from(&[0u8, 0, 0, 1, 0][..]);
+        assert!(matches!(
+            take_message(&mut big, 255),
+            Err(ApiError::RequestTooLarge { len: 256, max: 255 })
+        ));
+        let mut compressed = BytesMut::from(&[1u8, 0, 0, 0, 0][..]);
+        assert!(matches!(
+            take_message(&mut compressed, 255),
+            Err(ApiError::MalformedRequest(_))
+        ));
+    }
+}

@@ -1,0 +1,128 @@
+//! The service's own HTTP/2 connection path (`watch.serve_path: fast`).
+//!
+//! How it works:
+//! - one task per connection ([`connection`]) accepts its streams and
+//!   serves plain Watch calls itself; every other call (List, Get, health,
+//!   reflection, a Watch with a compressed request) is bridged to the
+//!   tonic routes in a task of its own ([`bridge`]);
+//! - a dispatch posts a connection's deliveries to its inbox with one lock
+//!   and one wake; the task then polls only the watches the inbox names,
+//!   and those h2 woke, from a ready list ([`watches`]);
+//! - a watch cuts its ready events into DATA frames from a per-thread
+//!   buffer ([`stream`]);
+//! - every write of one poll of the task is gathered and goes out in one
+//!   system call after it ([`socket`]); a task woken during its own poll
+//!   is polled again in place ([`repoll`]).
+//!
+//! What it does itself that hyper and tonic would otherwise do: HTTP/2
+//! keepalive pings ([`keepalive`]), `grpc-timeout` and gRPC message
+//! framing ([`framing`]), the GOAWAY drain at shutdown, and the socket
+//! options (TCP_NODELAY, TCP keepalive). Why: tonic runs each stream in a
+//! task of its own, woken and polled through several body layers for every
+//! message, and h2 writes and flushes each DATA frame with its own system
+//! call. With thousands of watches woken by each event, that per-stream
+//! work was most of the server's CPU (see `docs/benchmarks.md`, "fast path
+//! and tonic path"). `watch.serve_path: tonic` serves everything on
+//! tonic's own server instead, as the way back and the standing A/B.
+
+mod bridge;
+mod connection;
+mod framing;
+mod keepalive;
+mod repoll;
+mod socket;
+mod stream;
+mod watches;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::body::Body;
+use tower::Service;
+use tracing::warn;
+
+use super::Api;
+use bridge::Deadlines;
+
+/// How one connection is served.
+#[derive(Clone)]
+pub struct Settings {
+    pub max_concurrent_streams: u32,
+    pub max_message_bytes: usize,
+    /// How much of one stream's response HTTP/2 may hold unwritten before
+    /// the stream is asked for no more.
+    pub stream_send_buffer: usize,
+    pub keep_alive_interval: Duration,
+    pub keep_alive_timeout: Duration,
+}
+
+/// Serves HTTP/2 gRPC on `listener` until `shutdown`, then sends GOAWAY on
+/// every connection and waits for their calls to end. Plain Watch calls
+/// are served by each connection itself; `routes` answers every other
+/// call. Dropping the future closes the connections that remain.
+pub async fn serve<S>(
+    listener: TcpListener,
+    api: Api,
+    routes: S,
+    settings: Settings,
+    shutdown: CancellationToken,
+) where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let routes = Deadlines(routes);
+    let mut connections = JoinSet::new();
+    loop {
+        let tcp = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, say: do not spin on it.
+                    warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Events go out as they happen: without TCP_NODELAY, Nagle holds
+        // each small write until the client's delayed ACK (measured: p50
+        // +10 ms, p99 +40 ms at 200 events/s).
+        let _ = tcp.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new().with_time(super::server::TCP_KEEPALIVE);
+        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
+        connections.spawn(connection::serve(
+            tcp,
+            api.clone(),
+            routes.clone(),
+            settings.clone(),
+            shutdown.clone(),
+        ));
+    }
+    // Stop accepting at once; the open connections drain.
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    pub(super) struct Count(pub Arc<AtomicUsize>);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The live watches of a connection and the ready list that says which to
+//! poll: those the inbox named (deliveries arrived) and those h2 woke.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::BytesMut;
+use futures::task::AtomicWaker;
+use parking_lot::Mutex;
+
+use super::stream::{LiveWatch, FRAMES};
+use crate::dispatch::Inbox;
+
+/// The live watches of a connection, each polled when its waker says it
+/// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
+/// its pass early once two futures wake themselves while polled, and h2
+/// wakes a stream whenever it gets more room, as it does when one is
+/// polled: passes of two watches, each followed by a write.)
+pub(super) struct Watches<F = LiveWatch> {
+    /// By the place of each watch's queue in the inbox.
+    slots: Vec<Option<Slot<F>>>,
+    /// The deliveries of every watch, sorted into their queues at the
+    /// start of each pass, which then polls the watches they went to.
+    pub(super) inbox: Arc<Inbox>,
+    /// Wakes the connection when deliveries arrive.
+    mail: Waker,
+    ready: Arc<ReadyList>,
+    /// The ids taken from `ready` for this pass; kept for its allocation.
+    taking: Vec<usize>,
+}
+
+struct Slot<F> {
+    watch: F,
+    flag: Arc<WatchWaker>,
+    waker: Waker,
+}
+
+#[derive(Default)]
+struct ReadyList {
+    ids: Mutex<Vec<usize>>,
+    /// The connection's own futures (shutdown, keepalive) were woken.
+    aside: AtomicBool,
+    /// The connection's task, woken when the list stops being empty or
+    /// the aside futures are woken.
+    conn: AtomicWaker,
+}
+
+/// A watch's waker: puts it on the ready list, once until it is polled.
+struct WatchWaker {
+    id: usize,
+    queued: AtomicBool,
+    ready: Arc<ReadyList>,
+}
+
+impl Wake for WatchWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let was_empty = {
+            let mut ids = self.ready.ids.lock();
+            ids.push(self.id);
+            ids.len() == 1
+        };
+        if was_empty {
+            self.ready.conn.wake();
+        }
+    }
+}
+
+/// Wakes the connection's task for new deliveries.
+struct MailWaker(Arc<ReadyList>);
+
+impl Wake for MailWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.conn.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.conn.wake();
+    }
+}
+
+/// The waker of a connection's own futures. Polled on every pass, once per
+/// delivery, the shutdown token and the keepalive timer took a few percent
+/// of the task's time; they are polled only after this fired.
+struct AsideWaker(Arc<ReadyList>);
+
+impl Wake for AsideWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.aside.store(true, Ordering::Release);
+        self.0.conn.wake();
+    }
+}
+
+impl<F> Default for Watches<F> {
+    fn default() -> Self {
+        let ready = Arc::<ReadyList>::default();
+        Self {
+            slots: Vec::new(),
+            inbox: Inbox::shared(),
+            mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
+            ready,
+            taking: Vec::new(),
+        }
+    }
+}
+
+/// A stream driven by its connection's task.
+pub(super) trait Drive {
+    /// Sends what the stream has ready, cutting its frames from `buf`;
+    /// `Ready` once the stream is over.
+    fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()>;
+
+    /// Whether the client reset the stream. Wakes nothing later: a stream
+    /// that h2 will wake for room anyway is not asked.
+    fn is_reset(&mut self) -> bool;
+}
+
+impl<F> Watches<F> {
+    /// A waker for the connection's other futures, which wakes the task as
+    /// a watch does; it counts as fired at first, so they are polled to
+    /// start.
+    pub(super) fn aside_waker(&self) -> Waker {
+        self.ready.aside.store(true, Ordering::Release);
+        Waker::from(Arc::new(AsideWaker(self.ready.clone())))
+    }
+
+    /// Whether the aside waker fired since the last call.
+    pub(super) fn take_aside(&self) -> bool {
+        self.ready.aside.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl<F: Drive> Watches<F> {
+    /// Adds a watch at `id`, the place of its queue in the inbox.
+    pub(super) fn insert(&mut self, id: usize, watch: F) {
+        if id >= self.slots.len() {
+            self.slots.resize_with(id + 1, || None);
+        }
+        debug_assert!(self.slots[id].is_none(), "one watch per place");
+        let flag = Arc::new(WatchWaker {
+            id,
+            queued: AtomicBool::new(false),
+            ready: self.ready.clone(),
+        });
+        let waker = Waker::from(flag.clone());
+        // Polled once to start, then whenever woken.
+        waker.wake_by_ref();
+        self.slots[id] = Some(Slot { watch, flag, waker });
+    }
+
+    /// Ends the watches whose client reset their stream.
+    pub(super) fn end_reset(&mut self) {
+        for slot in &mut self.slots {
+            if slot.as_mut().is_some_and(|s| s.watch.is_reset()) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Polls every watch that was ready when the pass began; those woken
+    /// meanwhile wait for the next pass, for which `cx` is woken.
+    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>) {
+        self.ready.conn.register(cx.waker());
+        std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
+        self.inbox.collect(&self.mail, &mut self.taking);
+        let mut buf = FRAMES.take();
+        for i in 0..self.taking.len() {
+            let id = self.taking[i];
+            // An id can be stale: its watch ended, and the slot may hold
+            // another one now, which is then polled for nothing.
+            let Some(Some(slot)) = self.slots.get_mut(id) else {
+                continue;
+            };
+            slot.flag.queued.store(false, Ordering::Release);
+            let mut cx = Context::from_waker(&slot.waker);
+            if slot.watch.poll_drive(&mut cx, &mut buf).is_ready() {
+                self.slots[id] = None;
+            }
+        }
+        FRAMES.set(buf);
+        self.taking.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Poll;
+
+    use super::super::tests::Count;
+
+    /// Counts its polls; wakes itself while polled, as h2 makes a stream
+    /// do when it gets room; ends at its `end`-th poll.
+    struct Probe {
+        polls: Arc<AtomicUsize>,
+        end: usize,
+    }
+
+    impl Drive for Probe {
+        fn poll_drive(&mut self, cx: &mut Context<'_>, _: &mut BytesMut) -> Poll<()> {
+            let n = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == self.end {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+
+        fn is_reset(&mut self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn one_pass_polls_every_ready_watch_even_when_they_wake_themselves() {
+        let mut watches = Watches::default();
+        let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        for (i, p) in polls.iter().enumerate() {
+            let end = if i < 5 { 2 } else { usize::MAX };
+            watches.insert(
+                i,
+                Probe {
+                    polls: p.clone(),
+                    end,
+                },
+            );
+        }
+        let count = |polls: &[Arc<AtomicUsize>]| -> Vec<usize> {
+            polls.iter().map(|p| p.load(Ordering::SeqCst)).collect()
+        };
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = Waker::from(Arc::new(Count(woken.clone())));
+        let mut cx = Context::from_waker(&waker);
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [1; 10], "all in one pass, once each");
+        assert_eq!(
+            woken.load(Ordering::SeqCst),
+            1,
+            "the connection is woken for the next"
+        );
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
+        // A new one in the place of one that ended.
+        let fresh = Arc::new(AtomicUsize::new(0));
+        watches.insert(
+            0,
+            Probe {
+                polls: fresh.clone(),
+                end: usize::MAX,
+            },
+        );
+        assert_eq!(watches.slots.len(), 10);
+        watches.poll_ready(&mut cx);
+        assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
+        assert_eq!(fresh.load(Ordering::SeqCst), 1);
+    }
+}

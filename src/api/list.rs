@@ -1,0 +1,175 @@
+//! List and Get: pages cut from a cache snapshot, or read from etcd at a
+//! revision the cache cannot show. Every page of a list comes from the
+//! revision of its first.
+
+use std::sync::Arc;
+
+use super::consistency::Source;
+use super::continue_token::ContinueToken;
+use super::error::ApiError;
+use super::query::{GetQuery, ListAt, ListQuery};
+use super::wire::object_pb;
+use super::{Api, Served};
+use crate::cache::{NotInWindow, Snapshot};
+use crate::object::{Object, Resource, Revision};
+use crate::pb;
+use crate::selector::Predicate;
+use crate::source::{EtcdError, ObjectsPage};
+
+/// What a page says about the list it belongs to.
+struct Page {
+    revision: Revision,
+    more: bool,
+    remaining: Option<usize>,
+    from_etcd: bool,
+}
+
+impl Api {
+    pub(super) async fn list_page(
+        &self,
+        s: &Served,
+        q: ListQuery,
+    ) -> Result<pb::ListResponse, ApiError> {
+        let (predicate, limit) = (&q.predicate, q.limit);
+        match q.at {
+            ListAt::Continue(token) => {
+                let after = Some(token.after.as_str());
+                if token.from_etcd {
+                    return self
+                        .etcd_page(s, predicate, token.revision, after, limit)
+                        .await;
+                }
+                match s.cache.snapshot_at(token.revision) {
+                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, after, limit)),
+                    Err(NotInWindow::TooOld(_)) | Err(NotInWindow::Future { .. }) => {
+                        Err(ApiError::ContinueExpired {
+                            revision: token.revision,
+                        })
+                    }
+                }
+            }
+            ListAt::Exact(n) => {
+                if let Source::Etcd(_) = self.catch_up(s, Some(n)).await? {
+                    return self.etcd_page(s, predicate, n, None, limit).await;
+                }
+                match s.cache.snapshot_at(n) {
+                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit)),
+                    Err(_) => self.etcd_page(s, predicate, n, None, limit).await,
+                }
+            }
+            ListAt::NotOlderThan(version) => match self.source_for(s, version).await? {
+                Source::Cache(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit)),
+                Source::Etcd(revision) => self.etcd_page(s, predicate, revision, None, limit).await,
+            },
+        }
+    }
+
+    pub(super) async fn get_object(&self, s: &Served, q: GetQuery) -> Result<pb::Object, ApiError> {
+        let found = match self.source_for(s, q.version).await? {
+            Source::Cache(snapshot) => snapshot
+                .store
+                .get(q.key.as_str())
+                .map(|o| object_pb(o, o.revision)),
+            Source::Etcd(revision) => {
+                let page = self.etcd_page(s, &q.predicate, revision, None, 1).await?;
+                page.items.into_iter().next()
+            }
+        };
+        found.ok_or(ApiError::NotFound { key: q.key })
+    }
+
+    /// A page of the state at `revision` read from etcd, for revisions the
+    /// cache cannot show.
+    async fn etcd_page(
+        &self,
+        s: &Served,
+        predicate: &Predicate,
+        revision: Revision,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<pb::ListResponse, ApiError> {
+        let resource = &s.cache.resource;
+        let read = self
+            .etcd
+            .objects_at(&s.metrics, resource, predicate, revision, after, limit)
+            .await;
+        let ObjectsPage {
+            items,
+            more,
+            remaining,
+        } = match read {
+            Ok(page) => page,
+            Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
+            Err(EtcdError::FutureRevision) => {
+                return Err(ApiError::TooLarge {
+                    requested: revision,
+                    current: s.cache.progress().revision,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let page = Page {
+            revision,
+            more,
+            remaining,
+            from_etcd: true,
+        };
+        Ok(page_response(resource, items.iter(), page))
+    }
+}
+
+/// A page of a snapshot. When more pages follow, the snapshot is kept so
+/// they are cut from the same revision.
+fn snapshot_page(
+    s: &Served,
+    snapshot: &Snapshot,
+    predicate: &Predicate,
+    after: Option<&str>,
+    limit: usize,
+) -> pb::ListResponse {
+    let resource = &s.cache.resource;
+    let mut it = snapshot.select(resource, predicate, after);
+    let items: Vec<&Arc<Object>> = it.by_ref().take(limit).collect();
+    let remaining = if predicate.has_selectors() {
+        None
+    } else {
+        Some(it.count())
+    };
+    let more = match remaining {
+        Some(n) => n > 0,
+        None => snapshot
+            .select(resource, predicate, items.last().map(|o| &*o.key))
+            .next()
+            .is_some(),
+    };
+    if more {
+        s.cache.remember(snapshot.clone());
+    }
+    let page = Page {
+        revision: snapshot.revision,
+        more,
+        remaining,
+        from_etcd: false,
+    };
+    page_response(resource, items.into_iter(), page)
+}
+
+fn page_response<'a>(
+    resource: &Resource,
+    items: impl Iterator<Item = &'a Arc<Object>>,
+    page: Page,
+) -> pb::ListResponse {
+    let items: Vec<pb::Object> = items.map(|o| object_pb(o, o.revision)).collect();
+    let continue_token = match items.last() {
+        Some(last) if page.more => {
+            ContinueToken::new(resource, page.revision, last.key.clone(), page.from_etcd).encode()
+        }
+        _ => String::new(),
+    };
+    pb::ListResponse {
+        items,
+        resource_version: page.revision.to_string(),
+        continue_token,
+        remaining_item_count: page.remaining.filter(|_| page.more).map(|n| n as i64),
+    }
+}

@@ -1,0 +1,259 @@
+//! The API as one tower service: each method's route with its codec and
+//! limits. List and Get pass a concurrency limit that sheds load
+//! (RESOURCE_EXHAUSTED at once) rather than queueing when it is reached; a
+//! watch must not hold a slot of that limit for its whole life, so Watch
+//! goes around it.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tonic::body::Body;
+use tonic::codec::{
+    BufferSettings, Codec, CompressionEncoding, EnabledCompressionEncodings, EncodeBuf, Encoder,
+};
+use tonic::server::{Grpc, NamedService, ServerStreamingService, UnaryService};
+use tonic::Status;
+use tonic_prost::{ProstCodec, ProstDecoder};
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use super::error::ApiError;
+use super::wire::WatchMessage;
+use super::{Api, WatchStream};
+use crate::config::LimitsConfig;
+use crate::pb;
+
+pub const LIST_PATH: &str = "/watchproxy.v1.WatchProxy/List";
+pub const GET_PATH: &str = "/watchproxy.v1.WatchProxy/Get";
+pub const WATCH_PATH: &str = "/watchproxy.v1.WatchProxy/Watch";
+
+type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
+
+#[derive(Clone)]
+pub struct ApiService {
+    watch: HttpService,
+    unary: HttpService,
+}
+
+impl ApiService {
+    pub fn new(api: Api, limits: &LimitsConfig) -> Self {
+        let max = limits.max_message_bytes;
+        let watch = BoxCloneSyncService::new(WatchRoute {
+            api: api.clone(),
+            max,
+        });
+        let unary = ServiceBuilder::new()
+            .load_shed()
+            .concurrency_limit(limits.max_concurrent_unary)
+            .service(UnaryRoutes { api, max });
+        let unary = BoxCloneSyncService::new(ShedAsStatus(unary));
+        Self { watch, unary }
+    }
+}
+
+impl NamedService for ApiService {
+    const NAME: &'static str = "watchproxy.v1.WatchProxy";
+}
+
+impl Service<http::Request<Body>> for ApiService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    /// Always ready: the chosen route is made ready in `call`, so a watch
+    /// never takes a slot of the List/Get limit, even for a moment.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let route = match req.uri().path() {
+            WATCH_PATH => &self.watch,
+            LIST_PATH | GET_PATH => &self.unary,
+            path => {
+                let status = Status::unimplemented(format!("no method {path}"));
+                return Box::pin(std::future::ready(Ok(status.into_http())));
+            }
+        };
+        Box::pin(route.clone().oneshot(req))
+    }
+}
+
+/// gRPC settings shared by every route: requests may come compressed;
+/// List and Get answers are compressed when the client asks for it.
+fn grpc<C: Codec>(codec: C, max: usize, compress_responses: bool) -> Grpc<C> {
+    let mut accepted = EnabledCompressionEncodings::default();
+    accepted.enable(CompressionEncoding::Gzip);
+    accepted.enable(CompressionEncoding::Zstd);
+    let send = if compress_responses {
+        accepted
+    } else {
+        EnabledCompressionEncodings::default()
+    };
+    Grpc::new(codec)
+        .apply_compression_config(accepted, send)
+        .apply_max_message_size_config(Some(max), Some(max))
+}
+
+/// List and Get.
+#[derive(Clone)]
+struct UnaryRoutes {
+    api: Api,
+    max: usize,
+}
+
+impl Service<http::Request<Body>> for UnaryRoutes {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (api, max) = (self.api.clone(), self.max);
+        Box::pin(async move {
+            Ok(if req.uri().path() == LIST_PATH {
+                let mut grpc = grpc(ProstCodec::default(), max, true);
+                grpc.unary(ListCall(api), req).await
+            } else {
+                let mut grpc = grpc(ProstCodec::default(), max, true);
+                grpc.unary(GetCall(api), req).await
+            })
+        })
+    }
+}
+
+struct ListCall(Api);
+
+impl UnaryService<pb::ListRequest> for ListCall {
+    type Response = pb::ListResponse;
+    type Future = BoxFuture<'static, Result<tonic::Response<pb::ListResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<pb::ListRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.list(request).await })
+    }
+}
+
+struct GetCall(Api);
+
+impl UnaryService<pb::GetRequest> for GetCall {
+    type Response = pb::Object;
+    type Future = BoxFuture<'static, Result<tonic::Response<pb::Object>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<pb::GetRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.get(request).await })
+    }
+}
+
+/// Watch, with each event's bytes as the dispatcher encoded them once for
+/// all its watchers. Responses are never compressed: compressing per
+/// watcher would cost more than the whole fan-out.
+#[derive(Clone)]
+struct WatchRoute {
+    api: Api,
+    max: usize,
+}
+
+impl Service<http::Request<Body>> for WatchRoute {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (api, max) = (self.api.clone(), self.max);
+        Box::pin(async move {
+            let mut grpc = grpc(PreEncoded, max, false);
+            Ok(grpc.server_streaming(WatchCall(api), req).await)
+        })
+    }
+}
+
+struct WatchCall(Api);
+
+impl ServerStreamingService<pb::WatchRequest> for WatchCall {
+    type Response = WatchMessage;
+    type ResponseStream = WatchStream;
+    type Future = BoxFuture<'static, Result<tonic::Response<WatchStream>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<pb::WatchRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.watch(request).await })
+    }
+}
+
+/// Decodes requests with prost; writes responses that are already encoded.
+#[derive(Default)]
+struct PreEncoded;
+
+impl Codec for PreEncoded {
+    type Encode = WatchMessage;
+    type Decode = pb::WatchRequest;
+    type Encoder = PreEncoded;
+    type Decoder = ProstDecoder<pb::WatchRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        PreEncoded
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::default()
+    }
+}
+
+impl Encoder for PreEncoded {
+    type Item = WatchMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: WatchMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.write_to(dst);
+        Ok(())
+    }
+
+    /// A watch is idle most of its life: start each stream's buffer small
+    /// (tonic's default takes 8 KiB per stream up front) and let it grow.
+    /// Events ready together go out as one chunk of up to 8 KiB (tonic's
+    /// default, 32 KiB, is more than a lagging stream should hold).
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(256, 8 * 1024)
+    }
+}
+
+/// Answers a call the load shedder refused with RESOURCE_EXHAUSTED.
+#[derive(Clone)]
+struct ShedAsStatus<S>(S);
+
+impl<S> Service<http::Request<Body>> for ShedAsStatus<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = tower::BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The shedder is always ready; it refuses in `call`.
+        self.0.poll_ready(cx).map(|_| Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let call = self.0.call(req);
+        Box::pin(async move {
+            Ok(call.await.unwrap_or_else(|e| {
+                Status::from(ApiError::Overloaded {
+                    reason: e.to_string(),
+                })
+                .into_http()
+            }))
+        })
+    }
+}

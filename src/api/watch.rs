@@ -1,0 +1,187 @@
+//! Watch: a watcher registered at the version asked for, and the stream
+//! that shows its initial state, then its changes, until it ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Poll};
+
+use futures::Stream;
+use tokio::sync::OwnedSemaphorePermit;
+use tonic::Status;
+
+use super::error::ApiError;
+use super::query::WatchQuery;
+use super::wire::{encode_bookmark, encode_event, WatchMessage};
+use super::{Api, Served};
+use crate::cache::{WatchCache, WatchFrom, WatchStart};
+use crate::dispatch::{Inbox, Next, Watcher};
+use crate::object::{EventType, Object, RequestedVersion, Revision};
+use crate::telemetry::{EndReason, ResourceMetrics};
+
+impl Api {
+    /// Starts a watch whose deliveries wait in `inbox`.
+    pub(super) async fn start_watch(
+        &self,
+        s: &Served,
+        q: WatchQuery,
+        inbox: Arc<Inbox>,
+    ) -> Result<WatchStream, ApiError> {
+        if self.shutdown.is_cancelled() {
+            return Err(ApiError::ShuttingDown { last: None });
+        }
+        let resource = &s.cache.resource;
+        let slots = (
+            self.watch_slots.clone().try_acquire_owned().map_err(|_| {
+                ApiError::TooManyWatchers {
+                    scope: "in total".into(),
+                }
+            })?,
+            s.watch_slots
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| ApiError::TooManyWatchers {
+                    scope: format!("for {}", resource.name),
+                })?,
+        );
+        let from = match q.version {
+            RequestedVersion::At(n) if !q.send_initial_events => {
+                self.cache_for(s, q.version).await?;
+                WatchFrom::Revision(n)
+            }
+            v => {
+                self.cache_for(s, v).await?;
+                WatchFrom::State
+            }
+        };
+        let start = s
+            .cache
+            .watch(&inbox, q.predicate, from, q.allow_bookmarks)
+            .map_err(|too_old| ApiError::TooOld {
+                requested: match from {
+                    WatchFrom::Revision(requested) => requested,
+                    WatchFrom::State => s.cache.progress().revision,
+                },
+                oldest: too_old.oldest,
+                current: s.cache.progress().revision,
+            })?;
+        let WatchStart { state, watcher } = start;
+        // The end of the initial state is marked only when it was sent.
+        let initial_end = (state.is_some() && q.send_initial_events).then(|| watcher.revision());
+        let initial: Vec<Arc<Object>> = match state {
+            Some(snapshot) => snapshot
+                .select(resource, watcher.predicate(), None)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(WatchStream {
+            _slots: slots,
+            cache: s.cache.clone(),
+            watcher,
+            initial: initial.into_iter(),
+            initial_end,
+            allow_bookmarks: q.allow_bookmarks,
+            timer: q.timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+            end: EndCounter {
+                metrics: s.metrics.clone(),
+                reason: None,
+            },
+        })
+    }
+}
+
+/// One client's watch, from its start to its end: the initial state (if
+/// asked for), then changes, live from the queue or read from the window
+/// while the watcher is behind, until the client leaves, the timeout
+/// passes, the server shuts down or the watcher falls further behind than
+/// the window reaches. Written by hand rather than with `async_stream`: it
+/// is polled once per delivery, for every watcher.
+pub struct WatchStream {
+    /// Held while the watch is open: its places in the watcher limits.
+    _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    cache: Arc<WatchCache>,
+    watcher: Watcher,
+    initial: std::vec::IntoIter<Arc<Object>>,
+    /// The bookmark that marks the end of the initial state, still to send.
+    initial_end: Option<Revision>,
+    allow_bookmarks: bool,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    end: EndCounter,
+}
+
+/// Counts how a watch ended when its stream is dropped; a stream dropped
+/// without a recorded reason was abandoned by its client.
+struct EndCounter {
+    metrics: ResourceMetrics,
+    reason: Option<EndReason>,
+}
+
+impl Drop for EndCounter {
+    fn drop(&mut self) {
+        self.metrics
+            .watcher_ended(self.reason.unwrap_or(EndReason::client_gone));
+    }
+}
+
+impl WatchStream {
+    /// Where its deliveries wait in its inbox (see [`Inbox::collect`]).
+    pub fn place(&self) -> usize {
+        self.watcher.place()
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<WatchMessage, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.end.reason.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(o) = this.initial.next() {
+            let added = encode_event(EventType::Added, &o, o.revision);
+            return Poll::Ready(Some(Ok(WatchMessage::Own(added))));
+        }
+        if let Some(revision) = this.initial_end.take() {
+            return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(revision, true)))));
+        }
+        if let Some(timer) = &mut this.timer {
+            if timer.as_mut().poll(cx).is_ready() {
+                this.end.reason = Some(EndReason::timeout);
+                return Poll::Ready(None);
+            }
+        }
+        loop {
+            let error = match ready!(this.watcher.poll_next(cx, &this.cache)) {
+                Next::Event(view) => return Poll::Ready(Some(Ok(WatchMessage::Change(view)))),
+                Next::Bookmark(revision) if this.allow_bookmarks => {
+                    return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
+                        revision, false,
+                    )))))
+                }
+                Next::Bookmark(_) => continue,
+                Next::Expired { after, oldest } => {
+                    this.end.reason = Some(EndReason::expired);
+                    ApiError::TooOld {
+                        requested: after,
+                        oldest,
+                        current: this.cache.progress().revision,
+                    }
+                }
+                // Shutdown stops the reflectors, which closes every queue
+                // after what it holds.
+                Next::Closed => {
+                    this.end.reason = Some(EndReason::shutdown);
+                    ApiError::ShuttingDown {
+                        last: Some(this.watcher.revision()),
+                    }
+                }
+            };
+            return Poll::Ready(Some(Err(error.into())));
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The wire form of what the API sends: objects, pages and watch events as
+//! `watchproxy.v1` messages. A change is encoded once for all its watchers
+//! (the dispatcher calls [`encode_event`]), on top of the object's own
+//! encoding made when it was read.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes};
+use prost::Message;
+
+use crate::dispatch::{Encoded, View};
+use crate::object::{EventType, Object, Revision};
+use crate::pb;
+
+/// One `WatchEvent` of a watch stream, as it is written to the wire.
+pub enum WatchMessage {
+    /// A live or replayed change. Live changes carry the encoding every
+    /// watcher shares, and it is copied straight from them to the wire.
+    Change(Arc<View>),
+    /// Made for this watcher: initial objects and bookmarks.
+    Own(Encoded),
+}
+
+impl WatchMessage {
+    /// The message's length when its bytes are at hand (0 for a change
+    /// read back from the window, which is encoded as it is written).
+    pub fn len_hint(&self) -> usize {
+        match self {
+            WatchMessage::Own(e) => e.size(),
+            WatchMessage::Change(view) => view.encoded.as_ref().map_or(0, Encoded::size),
+        }
+    }
+
+    /// Writes the message to `dst`.
+    pub fn write_to(&self, dst: &mut impl BufMut) {
+        let own;
+        let e = match self {
+            WatchMessage::Own(e) => e,
+            WatchMessage::Change(view) => match &view.encoded {
+                Some(e) => e,
+                None => {
+                    own = encode_event(view.kind, &view.object, view.revision);
+                    &own
+                }
+            },
+        };
+        dst.put_slice(&e.head);
+        dst.put_slice(&e.body);
+    }
+}
+
+/// Encodes a change as a `WatchEvent`. At the object's own revision (every
+/// event but DELETED, and every initial ADDED) the message is a few bytes
+/// of header followed by the object's encoding made when it was read, so
+/// no watcher encodes the object again.
+pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Encoded {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    if revision != o.revision || o.wire.is_empty() {
+        return Encoded {
+            head: Bytes::from(event_pb(kind, o, revision).encode_to_vec()),
+            body: Bytes::new(),
+        };
+    }
+    let mut head = Vec::with_capacity(16);
+    encode_key(1, WireType::Varint, &mut head);
+    encode_varint(event_type_pb(kind) as u64, &mut head);
+    encode_key(2, WireType::LengthDelimited, &mut head);
+    encode_varint(o.wire.len() as u64, &mut head);
+    Encoded {
+        head: Bytes::from(head),
+        body: o.wire.clone(),
+    }
+}
+
+/// A BOOKMARK: only a resource version, and whether it ends the initial
+/// events.
+pub fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Encoded {
+    let bookmark = pb::WatchEvent {
+        r#type: pb::EventType::Bookmark as i32,
+        object: Some(pb::Object {
+            resource_version: revision.to_string(),
+            ..Default::default()
+        }),
+        initial_events_end,
+    };
+    Encoded {
+        head: Bytes::from(bookmark.encode_to_vec()),
+        body: Bytes::new(),
+    }
+}
+
+pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
+    pb::Object {
+        key: o.key.to_string(),
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+        resource_version: revision.to_string(),
+        labels: o.labels.clone(),
+        value: o.value.clone(),
+    }
+}
+
+fn event_type_pb(kind: EventType) -> pb::EventType {
+    match kind {
+        EventType::Added => pb::EventType::Added,
+        EventType::Modified => pb::EventType::Modified,
+        EventType::Deleted => pb::EventType::Deleted,
+    }
+}
+
+fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
+    pb::WatchEvent {
+        r#type: event_type_pb(kind) as i32,
+        object: Some(object_pb(o, revision)),
+        initial_events_end: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::Resource;
+
+    #[test]
+    fn events_built_on_the_objects_own_encoding_decode_as_if_encoded_whole() {
+        let mut r = Resource::for_tests(&[]);
+        r.prefix = "/registry/pods".into();
+        let value = br#"{"metadata":{"labels":{"app":"web"}},"spec":{"x":1}}"#;
+        let o = r
+            .decode(b"/registry/pods/ns/a", value, 42)
+            .expect("decodes");
+        assert_eq!(&o.value[..], value, "the value is a slice of the encoding");
+        for (kind, revision) in [
+            (EventType::Added, 42),
+            (EventType::Modified, 42),
+            (EventType::Deleted, 50),
+        ] {
+            let e = encode_event(kind, &o, revision);
+            assert_eq!(
+                e.body.is_empty(),
+                revision != o.revision,
+                "the object's bytes are shared unless its version differs"
+            );
+            let decoded = pb::WatchEvent::decode(e.to_bytes()).unwrap();
+            assert_eq!(decoded, event_pb(kind, &o, revision));
+            assert_eq!(
+                decoded.object.unwrap().resource_version,
+                revision.to_string()
+            );
+        }
+    }
+}
