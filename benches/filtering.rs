@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use watchproxy::cache::{Change, WatchCache};
 use watchproxy::config::{CacheConfig, ValueFormat};
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
-use watchproxy::object::{Event, EventType, Object, Resource};
+use watchproxy::object::{Event, Object, Resource};
 use watchproxy::selector::Predicate;
 use watchproxy::telemetry::Metrics;
 
@@ -76,12 +76,7 @@ fn dispatch(c: &mut Criterion) {
             let events: Vec<Arc<Event>> = (0..watchers)
                 .map(|n| {
                     let (before, after) = (pod(&r, n, n, 1), pod(&r, n, n, 2));
-                    Arc::new(Event {
-                        revision: 2,
-                        kind: EventType::Modified,
-                        object: Some(Arc::new(after)),
-                        prev: Some(Arc::new(before)),
-                    })
+                    Arc::new(Event::modified(2, Arc::new(after), Arc::new(before)))
                 })
                 .collect();
             let name = if indexed { "indexed" } else { "unindexed" };
@@ -113,8 +108,8 @@ fn dispatch(c: &mut Criterion) {
                         let e = &events[n];
                         black_box((
                             e.key().len(),
-                            &e.object.as_ref().unwrap().fields[0],
-                            &e.prev.as_ref().unwrap().fields[0],
+                            &e.object().unwrap().fields[0],
+                            &e.prev().unwrap().fields[0],
                         ));
                         let t = Instant::now();
                         d.dispatch(std::slice::from_ref(e));

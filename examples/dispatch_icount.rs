@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use watchproxy::config::ValueFormat;
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
-use watchproxy::object::{Event, EventType, Resource};
+use watchproxy::object::{Event, Resource};
 use watchproxy::selector::Predicate;
 use watchproxy::telemetry::Metrics;
 
@@ -58,12 +58,7 @@ fn main() {
                     .unwrap(),
                 )
             };
-            Arc::new(Event {
-                revision: 2,
-                kind: EventType::Modified,
-                object: Some(o(2)),
-                prev: Some(o(1)),
-            })
+            Arc::new(Event::modified(2, o(2), o(1)))
         })
         .collect();
     // Touch each watcher once so first-use costs are out of the way.

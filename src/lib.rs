@@ -11,28 +11,28 @@
 //! Each configured resource (an etcd key prefix) has one reflector holding
 //! one etcd watch, one [`cache::WatchCache`] and one dispatcher; any number
 //! of gRPC clients list and watch it without reaching etcd.
-#![forbid(unsafe_code)]
 
+/// Stage 4, the gRPC surface: queries, List/Get/Watch, errors, serving.
 pub mod api;
+/// Stage 2: the store, its indexes and snapshots, the event window.
 pub mod cache;
+/// Resources, limits, listeners: the YAML file.
 pub mod config;
+/// Stage 3: fan-out to watchers through the trigger index and inboxes.
 pub mod dispatch;
+/// The boundary types: resource, object, event, resource version.
 pub mod object;
+/// The generated `watchproxy.v1` types.
+pub mod pb;
+/// Label and field selectors: the predicate of a request.
 pub mod selector;
+/// Stage 1, the etcd side: reflectors, freshness checks, etcd reads.
 pub mod source;
+/// Logs, traces and Prometheus metrics.
 pub mod telemetry;
 
-/// Generated protobuf types and gRPC stubs; only `api` speaks them.
-pub mod pb {
-    tonic::include_proto!("watchproxy.v1");
-
-    /// The encoded descriptor set, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("watchproxy_descriptor");
-}
-
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -57,24 +57,7 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
 }
 
-/// Reads the PEM files of the etcd TLS settings.
-fn etcd_tls(tls: &config::EtcdTls) -> anyhow::Result<etcd_client::TlsOptions> {
-    let read =
-        |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-    let mut options = etcd_client::TlsOptions::new();
-    if let Some(ca) = &tls.ca_file {
-        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
-    }
-    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-        options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
-    }
-    if let Some(name) = &tls.server_name {
-        options = options.domain_name(name.clone());
-    }
-    Ok(options)
-}
-
-/// How often the reflectors look for due bookmarks.
+/// How often the dispatchers look for due bookmarks.
 const BOOKMARK_TICK: Duration = Duration::from_millis(250);
 
 /// Runs the service until `shutdown` is cancelled, then drains: open
@@ -86,18 +69,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::default();
-    let tls = config.etcd.tls.as_ref().map(etcd_tls).transpose()?;
-    let etcd = Etcd::connect_with_tls(
-        &config.etcd.endpoints,
-        tls,
-        config.etcd.request_timeout,
-        config.etcd.list_page_size,
-    )
-    .await
-    .context("configuring the etcd client")?;
+    let etcd = Etcd::from_config(&config.etcd).await?;
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
+    let mut dispatchers = Vec::new();
     for rc in &config.resources {
         let resource = Arc::new(Resource::from(rc));
         let m = metrics.resource(&resource.name);
@@ -108,11 +84,11 @@ pub async fn run(
         )
         .with_encoder(Arc::new(api::wire::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
+        dispatchers.push(cache.dispatcher().clone());
         tasks.push(spawn_reflector(
             etcd.clone(),
             writer,
             m.clone(),
-            BOOKMARK_TICK,
             rc.cache.max_events as u64,
             shutdown.clone(),
         ));
@@ -131,6 +107,12 @@ pub async fn run(
             },
         );
     }
+
+    tasks.push(dispatch::spawn_bookmarks(
+        dispatchers,
+        BOOKMARK_TICK,
+        shutdown.clone(),
+    ));
 
     if let Some(listener) = listeners.metrics {
         info!(addr = %listener.local_addr()?, "serving /metrics");
@@ -198,10 +180,4 @@ pub async fn run(
     }
     info!("stopped");
     Ok(())
-}
-
-/// Locks state that stays consistent even if a holder panicked: nothing
-/// that can panic runs under the locks taken this way.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

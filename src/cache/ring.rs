@@ -6,14 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::object::{Event, Revision};
-
-/// A resume point older than the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooOld {
-    /// The oldest revision a watch can still resume from.
-    pub oldest: Revision,
-}
+use crate::object::{Event, Revision, TooOld};
 
 /// Recent events in revision order, covering the revisions
 /// `(start, newest]`: every event after `start` is here, so a watch from any
@@ -133,7 +126,7 @@ impl EventRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::{EventType, Object};
+    use crate::object::Object;
 
     fn ev(revision: Revision) -> Arc<Event> {
         let o = Arc::new(Object {
@@ -146,12 +139,7 @@ mod tests {
             value: Default::default(),
             wire: Default::default(),
         });
-        Arc::new(Event {
-            revision,
-            kind: EventType::Added,
-            object: Some(o),
-            prev: None,
-        })
+        Arc::new(Event::added(revision, o))
     }
 
     fn revisions(r: &EventRing, from: Revision) -> Vec<Revision> {

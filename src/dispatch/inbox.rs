@@ -9,13 +9,14 @@
 //! cache lines per inbox instead.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll, Waker};
 
 use prometheus_client::metrics::counter::Counter;
 
 use super::Delivery;
-use crate::lock;
 use crate::object::Revision;
 
 /// Which queue of an inbox a delivery is for; the generation tells it from
@@ -127,7 +128,7 @@ impl Inbox {
             closed: false,
             counters: spec.counters,
         };
-        let mut queues = lock(&self.queues);
+        let mut queues = self.queues.lock();
         let slot = queues.free.pop().unwrap_or_else(|| {
             queues.slots.push(Slot::default());
             (queues.slots.len() - 1) as u32
@@ -138,7 +139,7 @@ impl Inbox {
             slot,
             generation: s.generation,
         };
-        lock(&self.incoming).room += capacity;
+        self.incoming.lock().room += capacity;
         drop(queues);
         Mailbox {
             inbox: self.clone(),
@@ -151,7 +152,7 @@ impl Inbox {
     /// waits is not woken here: its waker is added to `wakes`, for the
     /// caller to wake once its locks are released.
     pub(super) fn post(&self, parcels: &mut Vec<Parcel>, wakes: &mut Vec<Waker>) {
-        let mut incoming = lock(&self.incoming);
+        let mut incoming = self.incoming.lock();
         if incoming.overflowed || incoming.parcels.len() + parcels.len() > incoming.room {
             incoming.overflowed = true;
             parcels.clear();
@@ -163,7 +164,7 @@ impl Inbox {
 
     /// Ends a queue after what it holds, whatever the room.
     pub(super) fn post_end(&self, to: Address, wakes: &mut Vec<Waker>) {
-        let mut incoming = lock(&self.incoming);
+        let mut incoming = self.incoming.lock();
         incoming.parcels.push(Parcel { to, delivery: None });
         wakes.extend(incoming.reader.take());
     }
@@ -174,14 +175,14 @@ impl Inbox {
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
     pub fn collect(&self, reader: &Waker, ready: &mut Vec<usize>) {
-        self.sort(&mut lock(&self.queues), reader, Some(ready));
+        self.sort(&mut self.queues.lock(), reader, Some(ready));
     }
 
     /// Moves the posted parcels into their queues, naming in `ready` those
     /// that were empty.
     fn sort(&self, queues: &mut Queues, reader: &Waker, mut ready: Option<&mut Vec<usize>>) {
         let overflowed = {
-            let mut incoming = lock(&self.incoming);
+            let mut incoming = self.incoming.lock();
             match &incoming.reader {
                 Some(w) if w.will_wake(reader) => {}
                 _ => incoming.reader = Some(reader.clone()),
@@ -299,7 +300,7 @@ impl Mailbox {
     /// `Pending`, a lone watcher's `cx` is woken by the next post; in a
     /// shared inbox, the reader's collection names the queue instead.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
-        let mut queues = lock(&self.inbox.queues);
+        let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
             self.inbox.sort(&mut queues, cx.waker(), None);
         }
@@ -323,7 +324,7 @@ impl Mailbox {
     /// `after`, which holds every event dispatched so far: later ones are
     /// queued, those up to `after` still on their way are skipped.
     pub(super) fn rejoin(&self, after: Revision) {
-        let mut queues = lock(&self.inbox.queues);
+        let mut queues = self.inbox.queues.lock();
         let q = self.queue(&mut queues);
         q.start = q.start.max(after);
         q.behind = false;
@@ -339,12 +340,12 @@ impl Mailbox {
 
 impl Drop for Mailbox {
     fn drop(&mut self) {
-        let mut queues = lock(&self.inbox.queues);
+        let mut queues = self.inbox.queues.lock();
         let slot = &mut queues.slots[self.at.slot as usize];
         let capacity = slot.queue.take().map_or(0, |q| q.capacity);
         slot.generation = slot.generation.wrapping_add(1);
         queues.free.push(self.at.slot);
-        let mut incoming = lock(&self.inbox.incoming);
+        let mut incoming = self.inbox.incoming.lock();
         incoming.room = incoming.room.saturating_sub(capacity);
     }
 }

@@ -147,7 +147,10 @@ impl<T> TriggerIndex<T> {
             }
         }
         for (&field, values) in &mut self.by_field {
-            let (now, before) = (field_of(&event.object, field), field_of(&event.prev, field));
+            let (now, before) = (
+                field_of(event.object(), field),
+                field_of(event.prev(), field),
+            );
             for v in [now, before.filter(|b| Some(*b) != now)]
                 .into_iter()
                 .flatten()
@@ -160,8 +163,6 @@ impl<T> TriggerIndex<T> {
     }
 }
 
-fn field_of(o: &Option<Arc<Object>>, field: usize) -> Option<&str> {
-    o.as_ref()
-        .and_then(|o| o.fields.get(field))
-        .map(String::as_str)
+fn field_of(o: Option<&Arc<Object>>, field: usize) -> Option<&str> {
+    o.and_then(|o| o.fields.get(field)).map(String::as_str)
 }

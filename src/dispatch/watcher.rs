@@ -5,8 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use super::{transition, Delivery, Subscription, View};
-use crate::cache::WatchCache;
+use super::{transition, Delivery, Subscription, View, Window};
 use crate::object::Revision;
 use crate::selector::Predicate;
 
@@ -106,15 +105,15 @@ impl Watcher {
 
     /// The next thing to show. Cancel-safe: nothing is lost when the
     /// future is dropped before it completes.
-    pub async fn next(&mut self, cache: &WatchCache) -> Next {
-        std::future::poll_fn(|cx| self.poll_next(cx, cache)).await
+    pub async fn next(&mut self, window: &impl Window) -> Next {
+        std::future::poll_fn(|cx| self.poll_next(cx, window)).await
     }
 
     /// [`Watcher::next`] for a hand-written stream: `Pending` registers
     /// `cx` to be woken by the next delivery.
-    pub fn poll_next(&mut self, cx: &mut Context<'_>, cache: &WatchCache) -> Poll<Next> {
+    pub fn poll_next(&mut self, cx: &mut Context<'_>, window: &impl Window) -> Poll<Next> {
         loop {
-            if let Some(next) = self.read_window(cache) {
+            if let Some(next) = self.read_window(window) {
                 return Poll::Ready(next);
             }
             match ready!(self.subscription.mailbox.poll_recv(cx)) {
@@ -134,7 +133,7 @@ impl Watcher {
 
     /// While behind, the next change from the window; `None` once the
     /// watcher has rejoined live delivery (or was never behind).
-    fn read_window(&mut self, cache: &WatchCache) -> Option<Next> {
+    fn read_window(&mut self, window: &impl Window) -> Option<Next> {
         loop {
             if let Some(view) = self.replay.pop_front() {
                 self.at.delivered(view.revision);
@@ -151,7 +150,7 @@ impl Watcher {
                 0 => (self.at.revision, 0),
                 n => (self.at.revision - 1, n),
             };
-            let events = match cache.catch_up(&self.subscription, after, CATCH_UP_EVENTS) {
+            let events = match window.catch_up(&self.subscription, after, CATCH_UP_EVENTS) {
                 Ok(events) => events,
                 Err(too_old) => {
                     return Some(Next::Expired {

@@ -8,6 +8,9 @@ use etcd_client::{
     WatchOptions, WatchStream,
 };
 
+use anyhow::Context;
+
+use crate::config::{EtcdConfig, EtcdTls};
 use crate::object::Revision;
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
@@ -75,6 +78,14 @@ impl Etcd {
         page_size: i64,
     ) -> Result<Self, EtcdError> {
         Self::connect_with_tls(endpoints, None, timeout, page_size).await
+    }
+
+    /// The client the configuration describes, TLS files read.
+    pub async fn from_config(c: &EtcdConfig) -> anyhow::Result<Self> {
+        let tls = c.tls.as_ref().map(tls_options).transpose()?;
+        Self::connect_with_tls(&c.endpoints, tls, c.request_timeout, c.list_page_size)
+            .await
+            .context("configuring the etcd client")
     }
 
     /// As [`Etcd::connect`], with TLS settings for `https://` endpoints.
@@ -323,4 +334,21 @@ impl Etcd {
     pub fn client(&self) -> &Client {
         &self.client
     }
+}
+
+/// Reads the PEM files of the etcd TLS settings.
+fn tls_options(tls: &EtcdTls) -> anyhow::Result<etcd_client::TlsOptions> {
+    let read =
+        |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = &tls.ca_file {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        options = options.domain_name(name.clone());
+    }
+    Ok(options)
 }

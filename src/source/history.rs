@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 
 use super::{Etcd, EtcdError};
 use crate::cache::Change;
-use crate::object::{Event, EventType, Object, Resource, Revision};
+use crate::object::{Event, Object, Resource, Revision};
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
 /// The changes under a prefix before a list, and after it up to where the
@@ -158,18 +158,10 @@ fn past_event(
     if existed_before && prev.is_none() && (t == EtcdEventType::Delete || object.is_some()) {
         return Past::Unknown;
     }
-    let kind = match (&object, &prev) {
-        (Some(_), Some(_)) => EventType::Modified,
-        (Some(_), None) => EventType::Added,
-        (None, Some(_)) => EventType::Deleted,
-        (None, None) => return Past::Nothing,
-    };
-    Past::Event(Event {
-        revision,
-        kind,
-        object: object.map(Arc::new),
-        prev: prev.map(Arc::new),
-    })
+    match Event::between(revision, prev.map(Arc::new), object.map(Arc::new)) {
+        Some(event) => Past::Event(event),
+        None => Past::Nothing,
+    }
 }
 
 /// A watch event as a change to the cache; an undecodable new value is

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use etcd_client::{WatchOptions, WatchResponse, WatchStream};
 use rand::Rng;
-use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
@@ -79,9 +78,6 @@ pub struct Reflector {
     resource: Arc<Resource>,
     writer: CacheWriter,
     metrics: ResourceMetrics,
-    /// Sends due bookmarks while watching; kept across responses so a busy
-    /// watch still ticks.
-    bookmark_tick: tokio::time::Interval,
     backoff: Backoff,
     listed_once: bool,
     /// How many revisions before the first list to read into the window.
@@ -100,20 +96,16 @@ pub fn spawn_reflector(
     etcd: Etcd,
     writer: CacheWriter,
     metrics: ResourceMetrics,
-    bookmark_tick: Duration,
     history_depth: u64,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let resource = writer.cache().resource.clone();
     let span = tracing::info_span!("reflector", resource = %resource.name);
-    let mut tick = tokio::time::interval(bookmark_tick);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let reflector = Reflector {
         etcd,
         resource,
         writer,
         metrics,
-        bookmark_tick: tick,
         backoff: Backoff::default(),
         listed_once: false,
         history_depth,
@@ -245,19 +237,13 @@ impl Reflector {
         Ok(stream)
     }
 
-    /// Handles one watch response, or sends due bookmarks.
+    /// Handles one watch response.
     async fn watch_once(
         &mut self,
         stream: &mut WatchStream,
         watch_id: &mut Option<i64>,
     ) -> Result<(), EtcdError> {
-        let response = loop {
-            tokio::select! {
-                r = stream.message() => break r,
-                _ = self.bookmark_tick.tick() => self.writer.send_due_bookmarks(Instant::now()),
-            }
-        };
-        let response = match response {
+        let response = match stream.message().await {
             Ok(Some(r)) => r,
             Ok(None) => return Err(EtcdError::StreamEnded),
             Err(e) => return Err(EtcdError::Client(e)),

@@ -11,14 +11,14 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-
-use crate::lock;
 
 /// Bytes gathered before writes wait for the socket: bounds a connection's
 /// buffer and makes a large response go out while it is being produced.
@@ -155,7 +155,7 @@ impl Flusher {
     /// Whatever is left (the socket is full) is written when the socket
     /// wakes the task.
     fn poll_after(&self, cx: &mut Context<'_>) {
-        let mut out = lock(&self.0);
+        let mut out = self.0.lock();
         if !out.pending() {
             return;
         }
@@ -187,7 +187,7 @@ impl<F: Future> Future for Gathered<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         {
-            let mut out = lock(&self.flusher.0);
+            let mut out = self.flusher.0.lock();
             if out.buf.capacity() == 0 {
                 out.buf = LENT.take();
             }
@@ -196,7 +196,7 @@ impl<F: Future> Future for Gathered<F> {
         if done.is_pending() {
             self.flusher.poll_after(cx);
         }
-        let mut out = lock(&self.flusher.0);
+        let mut out = self.flusher.0.lock();
         if !out.pending() {
             out.buf.clear();
             LENT.set(std::mem::take(&mut out.buf));
@@ -221,7 +221,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        lock(&self.out).gather(cx, &[io::IoSlice::new(buf)])
+        self.out.lock().gather(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -229,7 +229,7 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        lock(&self.out).gather(cx, bufs)
+        self.out.lock().gather(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -238,14 +238,14 @@ impl AsyncWrite for Socket {
 
     /// Returns at once: the buffer is written after the connection's poll.
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match lock(&self.out).failed {
+        match self.out.lock().failed {
             Some(kind) => Poll::Ready(Err(kind.into())),
             None => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut out = lock(&self.out);
+        let mut out = self.out.lock();
         ready!(out.poll_drain(cx))?;
         Pin::new(&mut out.write).poll_shutdown(cx)
     }
@@ -291,7 +291,7 @@ mod tests {
                     assert!(matches!(n, Poll::Ready(Ok(1109))));
                     assert!(Pin::new(&mut socket).poll_flush(cx).is_ready());
                 }
-                assert_eq!(lock(&out).writes, 0, "nothing is written during the poll");
+                assert_eq!(out.lock().writes, 0, "nothing is written during the poll");
             }
             Poll::<()>::Pending
         });
@@ -304,7 +304,7 @@ mod tests {
             assert_eq!(&chunk[..9], &[0xAB; 9]);
             assert_eq!(&chunk[9..], &f[..]);
         }
-        assert_eq!(lock(&out).writes, 1);
+        assert_eq!(out.lock().writes, 1);
     }
 
     /// More than the buffer holds, to a client that reads late: writes wait
@@ -333,7 +333,7 @@ mod tests {
         client.read_to_end(&mut read).await.unwrap();
         writer.await.unwrap().unwrap();
         assert!(read == data, "the bytes arrive whole and in order");
-        assert!(lock(&out).buf.capacity() <= GATHER_LIMIT);
+        assert!(out.lock().buf.capacity() <= GATHER_LIMIT);
     }
 
     /// A write that fails reaches the connection as an error.

@@ -1,5 +1,6 @@
-//! The boundary types every stage shares: the resource, its objects, change
-//! events, and resource versions.
+//! Reading etcd's key/value pairs into objects: namespace and name from
+//! the key; labels and selectable fields from a JSON value in one pass;
+//! the object's own `watchproxy.v1.Object` encoding, made once.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -11,40 +12,8 @@ use prost::Message;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::config::{ResourceConfig, ValueFormat};
-
-/// `metadata.labels` of an object.
-pub type Labels = BTreeMap<String, String>;
-
-/// An etcd revision. etcd never hands out 0, so 0 means "none yet".
-pub type Revision = u64;
-
-/// A configured resource: an etcd key prefix and how its keys and values
-/// are read.
-#[derive(Debug, Clone)]
-pub struct Resource {
-    pub name: String,
-    /// Without the trailing '/'.
-    pub prefix: String,
-    pub namespaced: bool,
-    pub format: ValueFormat,
-    /// Dotted JSON paths; an object's `fields` hold their values in this order.
-    pub selectable_fields: Vec<String>,
-    pub indexed_fields: Vec<String>,
-}
-
-impl From<&ResourceConfig> for Resource {
-    fn from(c: &ResourceConfig) -> Self {
-        Self {
-            name: c.name.clone(),
-            prefix: c.prefix.clone(),
-            namespaced: c.namespaced,
-            format: c.format,
-            selectable_fields: c.selectable_fields.clone(),
-            indexed_fields: c.indexed_fields.clone(),
-        }
-    }
-}
+use super::{Labels, Object, Resource, Revision};
+use crate::config::ValueFormat;
 
 /// Why a key/value pair could not become an [`Object`]. Such pairs are
 /// skipped, logged and counted; they never stop the stream.
@@ -63,67 +32,6 @@ pub enum DecodeError {
 }
 
 impl Resource {
-    /// A namespaced JSON resource under `/p`, for unit tests.
-    #[cfg(test)]
-    pub(crate) fn for_tests(selectable_fields: &[&str]) -> Self {
-        Self {
-            name: "pods".into(),
-            prefix: "/p".into(),
-            namespaced: true,
-            format: ValueFormat::Json,
-            selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
-            indexed_fields: vec![],
-        }
-    }
-
-    /// Positions of the indexed fields among the selectable fields.
-    pub fn indexed_positions(&self) -> Vec<usize> {
-        self.indexed_fields
-            .iter()
-            .filter_map(|f| self.selectable_fields.iter().position(|s| s == f))
-            .collect()
-    }
-
-    /// The key of a single-object request: a name, plus a namespace when
-    /// the resource is namespaced.
-    pub fn single_key(&self, namespace: Option<&str>, name: Option<&str>) -> Option<String> {
-        match (name, namespace) {
-            (Some(name), Some(ns)) => Some(self.key(ns, name)),
-            (Some(name), None) if !self.namespaced => Some(self.key("", name)),
-            _ => None,
-        }
-    }
-
-    /// The watched range: every key under `<prefix>/`.
-    pub fn key_prefix(&self) -> String {
-        format!("{}/", self.prefix)
-    }
-
-    /// The first key after every key of the prefix, for range requests.
-    pub fn key_range_end(&self) -> String {
-        range_end(&self.key_prefix())
-    }
-
-    /// The key of an object; `namespace` is ignored for cluster-scoped
-    /// resources.
-    pub fn key(&self, namespace: &str, name: &str) -> String {
-        if self.namespaced {
-            format!("{}/{namespace}/{name}", self.prefix)
-        } else {
-            format!("{}/{name}", self.prefix)
-        }
-    }
-
-    /// The key prefix of one namespace (or of everything, if not namespaced
-    /// or `namespace` is empty).
-    pub fn namespace_prefix(&self, namespace: &str) -> String {
-        if self.namespaced && !namespace.is_empty() {
-            format!("{}/{namespace}/", self.prefix)
-        } else {
-            self.key_prefix()
-        }
-    }
-
     /// Reads a key/value pair from etcd into an object.
     pub fn decode(
         &self,
@@ -409,13 +317,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// The end of the key range of `prefix`, which ends with '/': the same
-/// prefix ending with '0', the byte after '/'.
-pub fn range_end(prefix: &str) -> String {
-    debug_assert!(prefix.ends_with('/'));
-    format!("{}0", &prefix[..prefix.len() - 1])
-}
-
 /// A field's value as field selectors compare it: strings as they are,
 /// other scalars in their JSON form, absent or null as "" (as Kubernetes).
 fn field_string(v: Option<&serde_json::Value>) -> String {
@@ -423,97 +324,6 @@ fn field_string(v: Option<&serde_json::Value>) -> String {
         None | Some(serde_json::Value::Null) => String::new(),
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
-    }
-}
-
-/// One stored object. Shared by `Arc` between the store, the event window
-/// and every watcher it is sent to; never copied per watcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Object {
-    pub key: Arc<str>,
-    /// Empty for cluster-scoped resources.
-    pub namespace: String,
-    pub name: String,
-    /// The etcd mod revision of the key.
-    pub revision: Revision,
-    pub labels: Labels,
-    /// Values of the resource's selectable fields, in configured order.
-    pub fields: Box<[String]>,
-    /// The stored bytes; shares `wire`'s buffer.
-    pub value: Bytes,
-    /// The object as a `watchproxy.v1.Object` at its own revision, encoded
-    /// once when it is read, so every event and initial state that shows
-    /// this version sends these bytes instead of encoding it again.
-    pub wire: Bytes,
-}
-
-/// What happened to a key, as etcd reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl fmt::Display for EventType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        })
-    }
-}
-
-/// A change to one key at one revision. Carries the previous state too, so
-/// each watcher can judge whether the object starts, keeps or stops matching
-/// its selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub revision: Revision,
-    pub kind: EventType,
-    /// The new state; none for a deletion.
-    pub object: Option<Arc<Object>>,
-    /// The state before; none for a creation.
-    pub prev: Option<Arc<Object>>,
-}
-
-impl Event {
-    pub fn key(&self) -> &str {
-        match (&self.object, &self.prev) {
-            (Some(o), _) | (None, Some(o)) => &o.key,
-            (None, None) => unreachable!("an event has an object or a previous object"),
-        }
-    }
-}
-
-/// A resource version as a client asked for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestedVersion {
-    /// Unset: the most recent state, consistent with etcd.
-    Latest,
-    /// "0": whatever the cache holds now.
-    Any,
-    /// "N".
-    At(Revision),
-}
-
-/// A resource version that is not a decimal revision.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid resource version {0:?}: expected a decimal number")]
-pub struct BadVersion(pub String);
-
-impl RequestedVersion {
-    pub fn parse(s: &str) -> Result<Self, BadVersion> {
-        match s {
-            "" => Ok(Self::Latest),
-            "0" => Ok(Self::Any),
-            _ if s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0') => s
-                .parse()
-                .map(Self::At)
-                .map_err(|_| BadVersion(s.to_owned())),
-            _ => Err(BadVersion(s.to_owned())),
-        }
     }
 }
 
@@ -660,21 +470,5 @@ mod tests {
         r.selectable_fields.clear();
         let o = r.decode(b"/p/a/b", b"\xff\x00", 3).unwrap();
         assert_eq!(&o.value[..], b"\xff\x00");
-    }
-
-    #[test]
-    fn resource_versions_parse_like_kubernetes() {
-        assert_eq!(
-            RequestedVersion::parse("").unwrap(),
-            RequestedVersion::Latest
-        );
-        assert_eq!(RequestedVersion::parse("0").unwrap(), RequestedVersion::Any);
-        assert_eq!(
-            RequestedVersion::parse("42").unwrap(),
-            RequestedVersion::At(42)
-        );
-        for bad in ["-1", "abc", "007", "1.5", " 1", "99999999999999999999999"] {
-            assert!(RequestedVersion::parse(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -1,0 +1,72 @@
+//! A snapshot of the store: the objects as of one revision, with their
+//! indexes, and the reads a List makes of them.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::{FieldIndexes, Store};
+use crate::object::{Object, Resource, Revision};
+use crate::selector::Predicate;
+
+/// The objects as of one revision.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub store: Store,
+    pub indexes: FieldIndexes,
+    pub revision: Revision,
+}
+
+impl Snapshot {
+    /// The objects the predicate selects, in key order, starting after
+    /// `after` when given. Reads only the key range the namespace or name
+    /// pins.
+    pub fn select<'a>(
+        &'a self,
+        resource: &Resource,
+        predicate: &'a Predicate,
+        after: Option<&str>,
+    ) -> Box<dyn Iterator<Item = &'a Arc<Object>> + 'a> {
+        let namespace = predicate.namespace().unwrap_or("");
+        if let Some(name) = predicate.name() {
+            if !resource.namespaced || !namespace.is_empty() {
+                let key = resource.key(namespace, name);
+                let past = after.is_some_and(|a| a >= key.as_str());
+                let hit = if past {
+                    None
+                } else {
+                    self.store.get(key.as_str())
+                };
+                return Box::new(hit.into_iter().filter(|o| predicate.matches(o)));
+            }
+        }
+        let prefix = resource.namespace_prefix(namespace);
+        let indexed = predicate
+            .pinned_fields()
+            .filter_map(|(field, value)| self.indexes.lookup(field, value))
+            .min_by_key(|keys| keys.len());
+        if let Some(keys) = indexed {
+            let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+            let keys: Vec<Arc<str>> = keys
+                .range::<_, str>((lower, Bound::Unbounded))
+                .cloned()
+                .collect();
+            return Box::new(
+                keys.into_iter()
+                    .filter(move |k| k.starts_with(prefix.as_str()))
+                    .filter_map(|k| self.store.get(&k))
+                    .filter(|o| predicate.matches(o)),
+            );
+        }
+        let lower = match after {
+            Some(a) if a >= prefix.as_str() => Bound::Excluded(a),
+            _ => Bound::Included(prefix.as_str()),
+        };
+        let range = self.store.range::<_, str>((lower, Bound::Unbounded));
+        Box::new(
+            range
+                .take_while(move |(k, _)| k.starts_with(prefix.as_str()))
+                .map(|(_, o)| o)
+                .filter(|o| predicate.matches(o)),
+        )
+    }
+}

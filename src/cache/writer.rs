@@ -1,0 +1,181 @@
+//! The single writer of a watch cache: changes in revision order into the
+//! store and the event window, then to the dispatcher outside the lock.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{FieldIndexes, Progress, State, Store, WatchCache};
+use crate::object::{Event, Object, Revision};
+
+/// A change read from etcd: the new state of a key, or its deletion.
+#[derive(Debug)]
+pub struct Change {
+    pub revision: Revision,
+    pub key: Arc<str>,
+    /// None for a deletion.
+    pub object: Option<Object>,
+}
+
+/// The single writer of a [`WatchCache`], owned by its reflector. Applies
+/// changes in revision order, then dispatches them outside the cache lock.
+pub struct CacheWriter {
+    pub(super) cache: Arc<WatchCache>,
+}
+
+/// With its writer gone the cache gets no more changes: its watches end
+/// once they have shown what they were sent.
+impl Drop for CacheWriter {
+    fn drop(&mut self) {
+        self.cache.dispatcher.close();
+    }
+}
+
+impl CacheWriter {
+    pub fn cache(&self) -> &Arc<WatchCache> {
+        &self.cache
+    }
+
+    /// Installs a full list taken at `revision`. The first list makes the
+    /// cache ready; a later one (after compaction or a long outage) turns
+    /// the difference into events, so watchers continue consistently: each
+    /// added or changed object at its own mod revision, each vanished one
+    /// deleted at `revision`.
+    pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) {
+        let new: Store = objects
+            .into_iter()
+            .map(|o| (o.key.clone(), Arc::new(o)))
+            .collect();
+        let mut s = self.cache.state.lock();
+        let positions = self.cache.resource.indexed_positions();
+        if !s.ready {
+            s.indexes = FieldIndexes::build(&positions, &new);
+            s.store = new;
+            s.ring.reset(revision);
+            s.revision = revision;
+            s.ready = true;
+            self.publish(&s);
+            return;
+        }
+        let mut events: Vec<Event> = Vec::new();
+        for (key, obj) in &new {
+            let old = s.store.get(key);
+            if old.is_none_or(|old| old.revision != obj.revision) {
+                events.extend(Event::between(
+                    obj.revision,
+                    old.cloned(),
+                    Some(obj.clone()),
+                ));
+            }
+        }
+        for (key, old) in &s.store {
+            if !new.contains_key(key) {
+                events.push(Event::deleted(revision, old.clone()));
+            }
+        }
+        events.sort_by(|a, b| (a.revision, a.key()).cmp(&(b.revision, b.key())));
+        let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
+        let now = Instant::now();
+        for e in &events {
+            s.ring.push(e.clone(), now);
+        }
+        s.indexes = FieldIndexes::build(&positions, &new);
+        s.store = new;
+        s.revision = s.revision.max(revision);
+        self.publish(&s);
+        drop(s);
+        self.cache.dispatcher.dispatch(&events);
+        self.cache.dispatcher.progress(revision);
+    }
+
+    /// Installs the first list, taken at `revision`, with the events that
+    /// led to it: the window then covers `(oldest, revision]`, so watches
+    /// resume from versions older than the list.
+    pub fn replace_with_history(
+        &mut self,
+        objects: Vec<Object>,
+        revision: Revision,
+        oldest: Revision,
+        history: Vec<Event>,
+    ) {
+        let store: Store = objects
+            .into_iter()
+            .map(|o| (o.key.clone(), Arc::new(o)))
+            .collect();
+        let mut s = self.cache.state.lock();
+        debug_assert!(!s.ready, "history comes with the first list only");
+        s.indexes = FieldIndexes::build(&self.cache.resource.indexed_positions(), &store);
+        s.store = store;
+        s.ring.reset(oldest);
+        let now = Instant::now();
+        for e in history {
+            s.ring.push(Arc::new(e), now);
+        }
+        s.revision = revision;
+        s.ready = true;
+        self.publish(&s);
+    }
+
+    /// Applies changes from the watch, in order.
+    pub fn apply(&mut self, changes: Vec<Change>) {
+        let now = Instant::now();
+        let mut events = Vec::with_capacity(changes.len());
+        let mut s = self.cache.state.lock();
+        for c in changes {
+            let prev = s.store.get(&c.key).cloned();
+            let object = c.object.map(Arc::new);
+            s.revision = s.revision.max(c.revision);
+            // A key the cache never held (its value was not decodable) has
+            // nothing to delete.
+            let Some(event) = Event::between(c.revision, prev, object) else {
+                continue;
+            };
+            s.indexes.update(
+                &c.key,
+                event.prev().map(Arc::as_ref),
+                event.object().map(Arc::as_ref),
+            );
+            match event.object() {
+                Some(o) => s.store.insert(c.key, o.clone()),
+                None => s.store.remove(&c.key),
+            };
+            let event = Arc::new(event);
+            s.ring.push(event.clone(), now);
+            events.push(event);
+        }
+        self.publish(&s);
+        drop(s);
+        self.cache
+            .metrics
+            .events_received
+            .inc_by(events.len() as u64);
+        self.cache.dispatcher.dispatch(&events);
+        if let Some(last) = events.last() {
+            self.cache.dispatcher.progress(last.revision);
+        }
+    }
+
+    /// etcd reports that nothing under the prefix changed up to `revision`.
+    pub fn progress(&mut self, revision: Revision) {
+        let mut s = self.cache.state.lock();
+        if revision <= s.revision {
+            return;
+        }
+        s.revision = revision;
+        self.publish(&s);
+        drop(s);
+        self.cache.dispatcher.progress(revision);
+    }
+
+    fn publish(&self, s: &State) {
+        let m = &self.cache.metrics;
+        m.cache_objects.set(s.store.len() as i64);
+        m.cache_revision.set(s.revision as i64);
+        m.window_events.set(s.ring.len() as i64);
+        m.window_capacity.set(s.ring.capacity() as i64);
+        self.cache.progress.send_replace(Progress {
+            revision: s.revision,
+            ready: s.ready,
+        });
+    }
+}

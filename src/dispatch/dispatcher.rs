@@ -1,0 +1,318 @@
+//! The dispatcher of one resource: its registered watchers in the trigger
+//! index, each event queued to those it concerns, and due bookmarks.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::inbox::{Address, Counters, Inbox, Mailbox, QueueSpec};
+use super::posts::{Posts, POST_PARCELS};
+use super::trigger::{Trigger, TriggerIndex};
+use super::{transition, transition_by, Delivery, Encode, View};
+use crate::object::{Event, Revision};
+use crate::selector::Predicate;
+use crate::telemetry::ResourceMetrics;
+
+struct Entry {
+    predicate: Predicate,
+    /// The predicate says no more than the watcher's trigger set, so being
+    /// reached through that set decides a match without reading it.
+    trigger_decides: bool,
+    /// Events at or before this revision are already in the watcher's
+    /// initial state or replay.
+    start: Revision,
+    to: Address,
+    /// Where its deliveries wait to be posted, in [`Posts`].
+    post: usize,
+    bookmarks: bool,
+}
+
+pub(super) struct Watchers {
+    next_id: u64,
+    index: TriggerIndex<Entry>,
+    /// When each watcher that allows bookmarks gets its next one; entries
+    /// of watchers that left are dropped when they come due.
+    bookmarks_due: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The newest revision dispatched (events or progress); bookmarks carry it.
+    revision: Revision,
+    posts: Posts,
+    /// No more events will come: the cache's writer is gone.
+    closed: bool,
+}
+
+/// The watchers of one resource.
+///
+/// Events are dispatched by the single cache writer, in revision order. The
+/// lock is held while queueing to the interested watchers: a send never
+/// waits, and holding it is what orders registration against dispatch (a
+/// watcher registered at revision R is in the set before any event after R
+/// is dispatched).
+pub struct Dispatcher {
+    pub(super) watchers: Mutex<Watchers>,
+    queue_len: usize,
+    bookmark_interval: Duration,
+    pub(super) metrics: ResourceMetrics,
+    /// Kept by the watchers' queues.
+    counters: Arc<Counters>,
+    encode: Option<Encode>,
+    /// The wakers of receivers a dispatch has queued to, woken after it
+    /// releases the lock; kept for the allocation.
+    wakes: Mutex<Vec<Waker>>,
+}
+
+/// A registered watcher's receiving end; dropping it unregisters.
+pub struct Subscription {
+    id: u64,
+    pub mailbox: Mailbox,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl Subscription {
+    /// Resumes live delivery after the watcher read the window through
+    /// `after`. The caller holds the cache lock and has checked that the
+    /// window holds nothing after `after`, so events up to it that are
+    /// still on their way are skipped and every later one is delivered.
+    pub(crate) fn rejoin(&self, after: Revision) {
+        self.mailbox.rejoin(after);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut w = self.dispatcher.watchers.lock();
+        if let Some(entry) = w.index.remove(self.id) {
+            w.posts.leave(entry.post);
+        }
+        self.dispatcher.metrics.watchers.set(w.index.len() as i64);
+    }
+}
+
+impl Dispatcher {
+    pub fn new(queue_len: usize, bookmark_interval: Duration, metrics: ResourceMetrics) -> Self {
+        Self {
+            watchers: Mutex::new(Watchers {
+                next_id: 0,
+                index: TriggerIndex::default(),
+                bookmarks_due: BinaryHeap::new(),
+                revision: 0,
+                posts: Posts::default(),
+                closed: false,
+            }),
+            queue_len,
+            bookmark_interval,
+            counters: Arc::new(Counters {
+                deliveries: metrics.deliveries.clone(),
+                fell_behind: metrics.fell_behind.clone(),
+            }),
+            metrics,
+            encode: None,
+            wakes: Mutex::default(),
+        }
+    }
+
+    /// Encodes each delivered change once, for all its watchers.
+    pub fn with_encoder(mut self, encode: Encode) -> Self {
+        self.encode = Some(encode);
+        self
+    }
+
+    /// Adds a watcher that receives events after `start` in `inbox`,
+    /// registered under `trigger`, which must cover every object
+    /// `predicate` can match. One that starts `behind` reads the window
+    /// from `start` and then rejoins.
+    pub fn register(
+        self: &Arc<Self>,
+        inbox: &Arc<Inbox>,
+        predicate: Predicate,
+        trigger: Trigger,
+        start: Revision,
+        bookmarks: bool,
+        behind: bool,
+    ) -> Subscription {
+        let mailbox = inbox.open(QueueSpec {
+            capacity: self.queue_len,
+            start,
+            behind,
+            counters: self.counters.clone(),
+        });
+        let due = self.next_bookmark(Instant::now());
+        let mut w = self.watchers.lock();
+        let id = w.next_id;
+        w.next_id += 1;
+        if w.closed {
+            // Its queue ends at once: the watcher sees `Closed`.
+            let mut wakes = Vec::new();
+            inbox.post_end(mailbox.address(), &mut wakes);
+            drop(w);
+            wakes.into_iter().for_each(Waker::wake);
+            return Subscription {
+                id,
+                mailbox,
+                dispatcher: self.clone(),
+            };
+        }
+        if bookmarks {
+            w.bookmarks_due.push(Reverse((due, id)));
+        }
+        let trigger_decides = match &trigger {
+            Trigger::All => {
+                !predicate.has_selectors()
+                    && predicate.namespace().is_none()
+                    && predicate.name().is_none()
+            }
+            Trigger::Key(_) => predicate.is_only_name(),
+            Trigger::Field { field, .. } => predicate.is_only_field_pin(*field),
+        };
+        let entry = Entry {
+            predicate,
+            trigger_decides,
+            start,
+            to: mailbox.address(),
+            post: w.posts.join(inbox),
+            bookmarks,
+        };
+        w.index.insert(id, trigger, entry);
+        self.metrics.watchers.set(w.index.len() as i64);
+        drop(w);
+        Subscription {
+            id,
+            mailbox,
+            dispatcher: self.clone(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.watchers.lock().index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues `events` (in revision order) to every watcher they concern,
+    /// visiting only the watchers the trigger index names. Each inbox gets
+    /// the batch's deliveries at once; a watcher whose queue is full falls
+    /// behind there and is never waited for nor cut off.
+    pub fn dispatch(&self, events: &[Arc<Event>]) {
+        let Some(last) = events.last() else { return };
+        let mut encodings = 0;
+        let mut wakes = std::mem::take(&mut *self.wakes.lock());
+        let mut guard = self.watchers.lock();
+        let w = &mut *guard;
+        w.revision = w.revision.max(last.revision);
+        let Watchers { index, posts, .. } = w;
+        for event in events {
+            // One view (and encoding) per type this event is delivered as.
+            let mut views: [Option<Arc<View>>; 3] = [None, None, None];
+            index.for_each_candidate(event, |_, entry, via| {
+                if event.revision <= entry.start {
+                    return;
+                }
+                let seen = match entry.trigger_decides {
+                    true => transition_by(event, |o| via.holds(o)),
+                    false => transition(&entry.predicate, event),
+                };
+                let Some((kind, object)) = seen else {
+                    return;
+                };
+                let view = views[kind as usize].get_or_insert_with(|| {
+                    let encoded = self.encode.as_ref().map(|encode| {
+                        encodings += 1;
+                        encode(kind, &object, event.revision)
+                    });
+                    Arc::new(View {
+                        kind,
+                        object,
+                        revision: event.revision,
+                        encoded,
+                    })
+                });
+                posts.send(entry.post, entry.to, Delivery::Event(view.clone()));
+            });
+            if posts.parcels >= POST_PARCELS {
+                posts.post(&mut wakes);
+            }
+        }
+        posts.post(&mut wakes);
+        drop(guard);
+        self.wake(wakes);
+        self.metrics.encodings.inc_by(encodings);
+    }
+
+    /// Ends every watcher's queue after what it holds, and any registered
+    /// later at once: no more events will come. Watchers learn of it from
+    /// their own queues, so a watch needs no other signal to see the end.
+    pub fn close(&self) {
+        let mut wakes = Vec::new();
+        let mut w = self.watchers.lock();
+        w.closed = true;
+        let index = std::mem::take(&mut w.index);
+        for entry in index.into_watchers() {
+            w.posts.inbox(entry.post).post_end(entry.to, &mut wakes);
+        }
+        w.posts = Posts::default();
+        w.bookmarks_due.clear();
+        self.metrics.watchers.set(0);
+        drop(w);
+        wakes.into_iter().for_each(Waker::wake);
+    }
+
+    /// Records progress without events (an etcd progress notification).
+    pub fn progress(&self, revision: Revision) {
+        let mut w = self.watchers.lock();
+        w.revision = w.revision.max(revision);
+    }
+
+    /// Sends a bookmark to each watcher whose bookmark is due, visiting
+    /// only those. A watcher that is behind, or whose queue is full, gets
+    /// none: it shows progress when it has caught up, and the events in a
+    /// full queue carry progress anyway.
+    pub fn send_due_bookmarks(&self, now: Instant) {
+        let mut wakes = std::mem::take(&mut *self.wakes.lock());
+        let mut guard = self.watchers.lock();
+        let w = &mut *guard;
+        while let Some(&Reverse((due, id))) = w.bookmarks_due.peek() {
+            if due > now {
+                break;
+            }
+            w.bookmarks_due.pop();
+            let revision = w.revision;
+            let Some(entry) = w.index.get_mut(id).filter(|e| e.bookmarks) else {
+                continue;
+            };
+            // Nothing newer than the watcher's start yet: try again soon.
+            let next = if revision > entry.start {
+                w.posts
+                    .send(entry.post, entry.to, Delivery::Bookmark(revision));
+                self.next_bookmark(now)
+            } else {
+                now + Duration::from_secs(1)
+            };
+            w.bookmarks_due.push(Reverse((next, id)));
+        }
+        w.posts.post(&mut wakes);
+        drop(guard);
+        self.wake(wakes);
+    }
+
+    /// Wakes the receivers a batch queued to, each once, and keeps the
+    /// list's allocation for the next batch.
+    fn wake(&self, mut wakes: Vec<Waker>) {
+        wakes.drain(..).for_each(Waker::wake);
+        *self.wakes.lock() = wakes;
+    }
+
+    /// Spreads bookmarks over the last fifth of the interval so watchers
+    /// started together do not wake together.
+    fn next_bookmark(&self, now: Instant) -> Instant {
+        now + self
+            .bookmark_interval
+            .mul_f64(rand::rng().random_range(0.8..=1.0))
+    }
+}

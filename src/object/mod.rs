@@ -1,0 +1,321 @@
+//! The boundary types every stage shares: the resource, its objects, change
+//! events, and resource versions.
+
+mod decode;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::{ResourceConfig, ValueFormat};
+pub use decode::DecodeError;
+
+/// `metadata.labels` of an object.
+pub type Labels = BTreeMap<String, String>;
+
+/// An etcd revision. etcd never hands out 0, so 0 means "none yet".
+pub type Revision = u64;
+
+/// A configured resource: an etcd key prefix and how its keys and values
+/// are read.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub name: String,
+    /// Without the trailing '/'.
+    pub prefix: String,
+    pub namespaced: bool,
+    pub format: ValueFormat,
+    /// Dotted JSON paths; an object's `fields` hold their values in this order.
+    pub selectable_fields: Vec<String>,
+    pub indexed_fields: Vec<String>,
+}
+
+impl From<&ResourceConfig> for Resource {
+    fn from(c: &ResourceConfig) -> Self {
+        Self {
+            name: c.name.clone(),
+            prefix: c.prefix.clone(),
+            namespaced: c.namespaced,
+            format: c.format,
+            selectable_fields: c.selectable_fields.clone(),
+            indexed_fields: c.indexed_fields.clone(),
+        }
+    }
+}
+
+impl Resource {
+    /// A namespaced JSON resource under `/p`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(selectable_fields: &[&str]) -> Self {
+        Self {
+            name: "pods".into(),
+            prefix: "/p".into(),
+            namespaced: true,
+            format: ValueFormat::Json,
+            selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
+            indexed_fields: vec![],
+        }
+    }
+
+    /// Positions of the indexed fields among the selectable fields.
+    pub fn indexed_positions(&self) -> Vec<usize> {
+        self.indexed_fields
+            .iter()
+            .filter_map(|f| self.selectable_fields.iter().position(|s| s == f))
+            .collect()
+    }
+
+    /// The key of a single-object request: a name, plus a namespace when
+    /// the resource is namespaced.
+    pub fn single_key(&self, namespace: Option<&str>, name: Option<&str>) -> Option<String> {
+        match (name, namespace) {
+            (Some(name), Some(ns)) => Some(self.key(ns, name)),
+            (Some(name), None) if !self.namespaced => Some(self.key("", name)),
+            _ => None,
+        }
+    }
+
+    /// The watched range: every key under `<prefix>/`.
+    pub fn key_prefix(&self) -> String {
+        format!("{}/", self.prefix)
+    }
+
+    /// The first key after every key of the prefix, for range requests.
+    pub fn key_range_end(&self) -> String {
+        range_end(&self.key_prefix())
+    }
+
+    /// The key of an object; `namespace` is ignored for cluster-scoped
+    /// resources.
+    pub fn key(&self, namespace: &str, name: &str) -> String {
+        if self.namespaced {
+            format!("{}/{namespace}/{name}", self.prefix)
+        } else {
+            format!("{}/{name}", self.prefix)
+        }
+    }
+
+    /// The key prefix of one namespace (or of everything, if not namespaced
+    /// or `namespace` is empty).
+    pub fn namespace_prefix(&self, namespace: &str) -> String {
+        if self.namespaced && !namespace.is_empty() {
+            format!("{}/{namespace}/", self.prefix)
+        } else {
+            self.key_prefix()
+        }
+    }
+}
+
+/// The end of the key range of `prefix`, which ends with '/': the same
+/// prefix ending with '0', the byte after '/'.
+pub fn range_end(prefix: &str) -> String {
+    debug_assert!(prefix.ends_with('/'));
+    format!("{}0", &prefix[..prefix.len() - 1])
+}
+
+/// One stored object. Shared by `Arc` between the store, the event window
+/// and every watcher it is sent to; never copied per watcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub key: Arc<str>,
+    /// Empty for cluster-scoped resources.
+    pub namespace: String,
+    pub name: String,
+    /// The etcd mod revision of the key.
+    pub revision: Revision,
+    pub labels: Labels,
+    /// Values of the resource's selectable fields, in configured order.
+    pub fields: Box<[String]>,
+    /// The stored bytes; shares `wire`'s buffer.
+    pub value: Bytes,
+    /// The object as a `watchproxy.v1.Object` at its own revision, encoded
+    /// once when it is read, so every event and initial state that shows
+    /// this version sends these bytes instead of encoding it again.
+    pub wire: Bytes,
+}
+
+/// What happened to a key, as etcd reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        })
+    }
+}
+
+/// A change to one key at one revision. Carries the previous state too, so
+/// each watcher can judge whether the object starts, keeps or stops matching
+/// its selector. Built only through its constructors, so a creation has no
+/// previous state, a deletion no new one, and every event has one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub revision: Revision,
+    change: Change,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Change {
+    Added(Arc<Object>),
+    Modified {
+        object: Arc<Object>,
+        prev: Arc<Object>,
+    },
+    Deleted(Arc<Object>),
+}
+
+impl Event {
+    pub fn added(revision: Revision, object: Arc<Object>) -> Self {
+        Self {
+            revision,
+            change: Change::Added(object),
+        }
+    }
+
+    pub fn modified(revision: Revision, object: Arc<Object>, prev: Arc<Object>) -> Self {
+        Self {
+            revision,
+            change: Change::Modified { object, prev },
+        }
+    }
+
+    /// A deletion, carrying the last state of the object.
+    pub fn deleted(revision: Revision, prev: Arc<Object>) -> Self {
+        Self {
+            revision,
+            change: Change::Deleted(prev),
+        }
+    }
+
+    /// The event that takes a key from `prev` to `object`; none when the
+    /// key neither was nor is there.
+    pub fn between(
+        revision: Revision,
+        prev: Option<Arc<Object>>,
+        object: Option<Arc<Object>>,
+    ) -> Option<Self> {
+        Some(match (prev, object) {
+            (None, Some(o)) => Self::added(revision, o),
+            (Some(p), Some(o)) => Self::modified(revision, o, p),
+            (Some(p), None) => Self::deleted(revision, p),
+            (None, None) => return None,
+        })
+    }
+
+    pub fn kind(&self) -> EventType {
+        match self.change {
+            Change::Added(_) => EventType::Added,
+            Change::Modified { .. } => EventType::Modified,
+            Change::Deleted(_) => EventType::Deleted,
+        }
+    }
+
+    /// The new state; none for a deletion.
+    pub fn object(&self) -> Option<&Arc<Object>> {
+        match &self.change {
+            Change::Added(o) | Change::Modified { object: o, .. } => Some(o),
+            Change::Deleted(_) => None,
+        }
+    }
+
+    /// The state before; none for a creation.
+    pub fn prev(&self) -> Option<&Arc<Object>> {
+        match &self.change {
+            Change::Modified { prev: p, .. } | Change::Deleted(p) => Some(p),
+            Change::Added(_) => None,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        match &self.change {
+            Change::Added(o) | Change::Modified { object: o, .. } | Change::Deleted(o) => &o.key,
+        }
+    }
+}
+
+/// A resource version older than the event window reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld {
+    /// The oldest revision the window still follows.
+    pub oldest: Revision,
+}
+
+/// A resource version as a client asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestedVersion {
+    /// Unset: the most recent state, consistent with etcd.
+    Latest,
+    /// "0": whatever the cache holds now.
+    Any,
+    /// "N".
+    At(Revision),
+}
+
+/// A resource version that is not a decimal revision.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid resource version {0:?}: expected a decimal number")]
+pub struct BadVersion(pub String);
+
+impl RequestedVersion {
+    pub fn parse(s: &str) -> Result<Self, BadVersion> {
+        match s {
+            "" => Ok(Self::Latest),
+            "0" => Ok(Self::Any),
+            _ if s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0') => s
+                .parse()
+                .map(Self::At)
+                .map_err(|_| BadVersion(s.to_owned())),
+            _ => Err(BadVersion(s.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_named_by_the_states_before_and_after_it() {
+        let r = Resource::for_tests(&[]);
+        let o = |v: Revision| Arc::new(r.decode(b"/p/ns/a", b"{}", v).unwrap());
+        let (before, after) = (o(3), o(5));
+        assert_eq!(Event::between(5, None, None), None);
+        let cases = [
+            (None, Some(&after), EventType::Added),
+            (Some(&before), Some(&after), EventType::Modified),
+            (Some(&before), None, EventType::Deleted),
+        ];
+        for (prev, object, kind) in cases {
+            let e = Event::between(5, prev.cloned(), object.cloned()).unwrap();
+            assert_eq!(e.kind(), kind);
+            assert_eq!((e.prev(), e.object()), (prev, object));
+            assert_eq!(e.key(), "/p/ns/a");
+        }
+    }
+
+    #[test]
+    fn resource_versions_parse_like_kubernetes() {
+        assert_eq!(
+            RequestedVersion::parse("").unwrap(),
+            RequestedVersion::Latest
+        );
+        assert_eq!(RequestedVersion::parse("0").unwrap(), RequestedVersion::Any);
+        assert_eq!(
+            RequestedVersion::parse("42").unwrap(),
+            RequestedVersion::At(42)
+        );
+        for bad in ["-1", "abc", "007", "1.5", " 1", "99999999999999999999999"] {
+            assert!(RequestedVersion::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
