@@ -5,15 +5,21 @@
 FROM rust:1.88-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# Dependencies first, so source changes do not rebuild them.
+# Dependencies first, so source changes do not rebuild them. The workspace's
+# other members (the load generator, the test kit) are not built: only
+# their manifests are needed to read the workspace.
 COPY Cargo.toml Cargo.lock build.rs ./
+COPY bench/Cargo.toml bench/Cargo.toml
+COPY testkit/Cargo.toml testkit/Cargo.toml
 COPY proto proto
-# Cargo.toml names the benchmark target, so its file must exist to build.
+# Cargo.toml names the benchmark targets, so their files must exist.
 COPY benches benches
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked --bin watchproxy || true
+RUN mkdir -p src bench/src testkit/src \
+    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > bench/src/main.rs && touch testkit/src/lib.rs \
+    && cargo build --release --locked -p watchproxy --bin watchproxy || true
 COPY src src
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin watchproxy
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p watchproxy --bin watchproxy
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/watchproxy /usr/local/bin/watchproxy

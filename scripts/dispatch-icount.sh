@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
-cargo build --release --example dispatch_icount -q
-bin=target/release/examples/dispatch_icount
+cargo build --release -p watchproxy-bench --bin dispatch-icount -q
+bin=target/release/dispatch-icount
 m=20000
 count() {
   valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
 watchers=${WATCHERS:-200} connections=${CONNECTIONS:-10} rate=${RATE:-20}
 window=20
-cargo build --release --bins -q
+cargo build --release --workspace --bins -q
 tmp=$(mktemp -d)
 bench=
 trap '[ -n "$bench" ] && kill "$bench" 2>/dev/null; rm -rf "$tmp"' EXIT

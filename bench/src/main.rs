@@ -26,16 +26,32 @@ use etcd_client::{Client, WatchOptions};
 use tonic::transport::Channel;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{EventType, WatchRequest};
+use watchproxy_testkit::{free_port, Etcd, EtcdOptions};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 enum Target {
     Watchproxy,
+    /// watchproxy serving every call on tonic's server
+    /// (`--serve-path tonic`): the plain path its own HTTP/2 path is
+    /// measured against.
+    WatchproxyTonic,
+    /// Another watchproxy build (`--baseline-bin`), e.g. an earlier commit.
+    WatchproxyBaseline,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection
     /// that wants it: the CPU any proxy spends on this load, at least.
     Floor,
+}
+
+impl Target {
+    fn is_watchproxy(self) -> bool {
+        matches!(
+            self,
+            Target::Watchproxy | Target::WatchproxyTonic | Target::WatchproxyBaseline
+        )
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
@@ -107,6 +123,9 @@ struct Args {
     /// Defaults to the `watchproxy` binary next to this one.
     #[arg(long)]
     watchproxy_bin: Option<PathBuf>,
+    /// The watchproxy of the `watchproxy-baseline` target.
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -163,14 +182,6 @@ struct Report {
 
 const PREFIX: &str = "/bench/pods";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A child process killed when dropped.
 struct Proc(Child);
 
@@ -190,10 +201,19 @@ impl Proc {
         }
     }
 
+    fn figures(&self) -> Figures {
+        Figures(self.0.id())
+    }
+}
+
+/// What /proc says of a process.
+#[derive(Clone, Copy)]
+struct Figures(u32);
+
+impl Figures {
     /// user + system CPU seconds so far.
-    fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
+    fn cpu_seconds(self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).unwrap_or_default();
         let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let f: Vec<&str> = after_comm.split_whitespace().collect();
         let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
@@ -201,76 +221,23 @@ impl Proc {
         ticks / 100.0
     }
 
-    fn peak_rss_mib(&self) -> f64 {
+    fn peak_rss_mib(self) -> f64 {
         self.status_mib("VmHWM:")
     }
 
-    fn rss_mib(&self) -> f64 {
+    fn rss_mib(self) -> f64 {
         self.status_mib("VmRSS:")
     }
 
-    fn status_mib(&self, field: &str) -> f64 {
+    fn status_mib(self, field: &str) -> f64 {
         let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+            std::fs::read_to_string(format!("/proc/{}/status", self.0)).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             .map_or(0.0, |kb| kb / 1024.0)
     }
-}
-
-async fn start_etcd(bin: &PathBuf, dir: &std::path::Path) -> anyhow::Result<(Proc, String)> {
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    // A name of its own, so an etcd of another run on the same port is not
-    // taken for this one.
-    let name = format!("bench-{}", std::process::id());
-    let child = Command::new(bin)
-        .args(["--name", &name, "--data-dir"])
-        .arg(dir.join("etcd"))
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args([
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{peer}"),
-        ])
-        .arg(format!("--initial-cluster={name}=http://127.0.0.1:{peer}"))
-        .args([
-            "--quota-backend-bytes",
-            "8589934592",
-            "--logger",
-            "zap",
-            "--log-level",
-            "error",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| {
-            format!(
-                "starting {} (install etcd: apt-get install -y etcd-server)",
-                bin.display()
-            )
-        })?;
-    let mut proc = Proc(child);
-    for _ in 0..200 {
-        if let Ok(mut c) = Client::connect([&url], None).await {
-            if let Ok(members) = c.member_list().await {
-                if members.members().iter().any(|m| m.name() == name) {
-                    return Ok((proc, url));
-                }
-            }
-        }
-        proc.check_running("etcd")?;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("etcd did not start")
 }
 
 /// Waits until `proc` listens on `port`.
@@ -368,11 +335,16 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let nodes = args.nodes();
     // etcd's data on tmpfs where there is one: the disk's fsync latency is
     // not what is measured, and it is the same for every target.
-    let dir = match std::path::Path::new("/dev/shm").is_dir() {
-        true => tempfile::tempdir_in("/dev/shm")?,
-        false => tempfile::tempdir()?,
-    };
-    let (etcd, etcd_url) = start_etcd(&args.etcd_bin, dir.path()).await?;
+    let etcd = Etcd::start_with(EtcdOptions {
+        progress_interval: None,
+        log_level: "error",
+        quota_backend_bytes: Some(8 << 30),
+        tmpfs: true,
+        binary: Some(args.etcd_bin.clone()),
+    })
+    .await?;
+    let etcd_url = etcd.client_url.clone();
+    let etcd_figures = Figures(etcd.pid().context("etcd is running")?);
     let mut ec = Client::connect([&etcd_url], None).await?;
     for chunk in (0..args.objects).collect::<Vec<_>>().chunks(100) {
         let ops: Vec<_> = chunk
@@ -428,22 +400,29 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             wait_port(&mut p, "floor", port).await?;
             (Some(p), format!("127.0.0.1:{port}"))
         }
-        Target::Watchproxy => {
+        Target::Watchproxy | Target::WatchproxyTonic | Target::WatchproxyBaseline => {
             let port = free_port();
-            let config = dir.path().join("watchproxy.yaml");
+            let config = etcd.dir().join("watchproxy.yaml");
             std::fs::write(
                 &config,
                 format!(
                     "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
                 ),
             )?;
-            let bin = match &args.watchproxy_bin {
-                Some(b) => b.clone(),
-                None => std::env::current_exe()?.with_file_name("watchproxy"),
+            let bin = match (target, &args.watchproxy_bin) {
+                (Target::WatchproxyBaseline, _) => args
+                    .baseline_bin
+                    .clone()
+                    .context("the watchproxy-baseline target needs --baseline-bin")?,
+                (_, Some(b)) => b.clone(),
+                (_, None) => std::env::current_exe()?.with_file_name("watchproxy"),
             };
-            let child = Command::new(&bin)
-                .args(["serve", "--config"])
-                .arg(&config)
+            let mut command = Command::new(&bin);
+            command.args(["serve", "--config"]).arg(&config);
+            if target == Target::WatchproxyTonic {
+                command.args(["--serve-path", "tonic"]);
+            }
+            let child = command
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -465,7 +444,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let mut etcd_clients = Vec::new();
     for _ in 0..args.connections.max(1) {
         match target {
-            Target::Watchproxy => {
+            t if t.is_watchproxy() => {
                 wp_channels.push(Channel::from_shared(endpoint.clone())?.connect().await?)
             }
             Target::Floor => {}
@@ -477,7 +456,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let mut stalled_etcd = Vec::new();
     if args.stalled > 0 && target != Target::Floor {
         match target {
-            Target::Watchproxy => {
+            t if t.is_watchproxy() => {
                 let channel = Channel::from_shared(endpoint.clone())?.connect().await?;
                 for _ in 0..args.stalled {
                     let req = WatchRequest {
@@ -545,7 +524,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         let wanted = (args.mode == Mode::Node).then(|| node.clone().into_bytes());
         let (stop, opened, counted) = (stop.clone(), opened.clone(), useful.clone());
         match target {
-            Target::Watchproxy => {
+            t if t.is_watchproxy() => {
                 let mut client = WatchProxyClient::new(
                     wp_channels[connection_of(i, nodes, wp_channels.len(), args.layout)].clone(),
                 );
@@ -633,8 +612,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     }
 
     // Steady writes, each to a random object, carrying its send time.
-    let cpu = |p: &Option<Proc>| p.as_ref().map_or(0.0, Proc::cpu_seconds);
-    let (etcd_cpu0, front_cpu0) = (etcd.cpu_seconds(), cpu(&front));
+    let front_figures = front.as_ref().map(Proc::figures);
+    let cpu = |p: Option<Figures>| p.map_or(0.0, Figures::cpu_seconds);
+    let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(front_figures));
     let total = args.rate * args.duration;
     let mut per_node: HashMap<usize, u64> = HashMap::new();
     let started = Instant::now();
@@ -665,8 +645,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     while useful.load(Ordering::Relaxed) < want_total && Instant::now() < drain_until {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (etcd_cpu, front_cpu) = (etcd.cpu_seconds() - etcd_cpu0, cpu(&front) - front_cpu0);
-    let front_rss_end_mib = front.as_ref().map_or(0.0, Proc::rss_mib);
+    let (etcd_cpu, front_cpu) = (
+        etcd_figures.cpu_seconds() - etcd_cpu0,
+        cpu(front_figures) - front_cpu0,
+    );
+    let front_rss_end_mib = front_figures.map_or(0.0, Figures::rss_mib);
     stop.cancel();
     drop((stalled_wp, stalled_etcd));
     let mut all = Seen::default();
@@ -710,8 +693,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         server_cpu_s: etcd_cpu + front_cpu,
         etcd_cpu_s: etcd_cpu,
         front_cpu_s: front_cpu,
-        etcd_peak_rss_mib: etcd.peak_rss_mib(),
-        front_peak_rss_mib: front.as_ref().map_or(0.0, Proc::peak_rss_mib),
+        etcd_peak_rss_mib: etcd_figures.peak_rss_mib(),
+        front_peak_rss_mib: front_figures.map_or(0.0, Figures::peak_rss_mib),
         front_rss_end_mib,
     })
 }
@@ -775,7 +758,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "{:<11} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>13}",
+        "{:<19} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>13}",
         "target",
         "writes/s",
         "deliveries/s",
@@ -840,7 +823,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// One target's line of the table.
 fn row(r: &Report) -> String {
-    format!("{:<11} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)
+    format!("{:<19} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)
 }
 
 /// One target's rounds as one report: the median of each rate, latency
