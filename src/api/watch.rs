@@ -15,7 +15,7 @@ use super::query::WatchQuery;
 use super::wire::{encode_bookmark, encode_event, WatchMessage};
 use super::{Api, Served};
 use crate::cache::{WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Inbox, Next, Watcher};
+use crate::dispatch::{Inbox, Next, Place, Watcher};
 use crate::object::{EventType, Object, RequestedVersion, Revision};
 use crate::telemetry::{EndReason, ResourceMetrics};
 
@@ -126,7 +126,7 @@ impl Drop for EndCounter {
 
 impl WatchStream {
     /// Where its deliveries wait in its inbox (see [`Inbox::collect`]).
-    pub fn place(&self) -> usize {
+    pub fn place(&self) -> Place {
         self.watcher.place()
     }
 }

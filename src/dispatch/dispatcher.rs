@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::inbox::{Address, Counters, Inbox, Mailbox, QueueSpec};
+use super::inbox::{Counters, Inbox, Mailbox, Place, QueueSpec};
 use super::posts::{Posts, POST_PARCELS};
 use super::trigger::{Trigger, TriggerIndex};
 use super::{transition, transition_by, Delivery, Encode, View};
@@ -27,7 +27,7 @@ struct Entry {
     /// Events at or before this revision are already in the watcher's
     /// initial state or replay.
     start: Revision,
-    to: Address,
+    to: Place,
     /// Where its deliveries wait to be posted, in [`Posts`].
     post: usize,
     bookmarks: bool,

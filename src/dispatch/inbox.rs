@@ -15,21 +15,21 @@ use parking_lot::Mutex;
 use std::task::{Context, Poll, Waker};
 
 use prometheus_client::metrics::counter::Counter;
+use slotmap::SlotMap;
 
 use super::Delivery;
 use crate::object::Revision;
 
-/// Which queue of an inbox a delivery is for; the generation tells it from
-/// an earlier queue in the same place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Address {
-    slot: u32,
-    generation: u32,
+slotmap::new_key_type! {
+    /// Where a queue is in its inbox: how the reader names the watches to
+    /// poll. Its version tells it from an earlier queue in the same slot,
+    /// so a delivery to a queue that left is dropped.
+    pub struct Place;
 }
 
 /// A delivery on its way to one queue; `None` ends the queue.
 pub(super) struct Parcel {
-    pub to: Address,
+    pub to: Place,
     pub delivery: Option<Delivery>,
 }
 
@@ -53,16 +53,9 @@ struct Incoming {
 
 #[derive(Default)]
 struct Queues {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    slots: SlotMap<Place, Queue>,
     /// The parcels being sorted; kept for the allocation.
     sorting: Vec<Parcel>,
-}
-
-#[derive(Default)]
-struct Slot {
-    generation: u32,
-    queue: Option<Queue>,
 }
 
 struct Queue {
@@ -129,16 +122,7 @@ impl Inbox {
             counters: spec.counters,
         };
         let mut queues = self.queues.lock();
-        let slot = queues.free.pop().unwrap_or_else(|| {
-            queues.slots.push(Slot::default());
-            (queues.slots.len() - 1) as u32
-        });
-        let s = &mut queues.slots[slot as usize];
-        s.queue = Some(queue);
-        let at = Address {
-            slot,
-            generation: s.generation,
-        };
+        let at = queues.slots.insert(queue);
         self.incoming.lock().room += capacity;
         drop(queues);
         Mailbox {
@@ -163,7 +147,7 @@ impl Inbox {
     }
 
     /// Ends a queue after what it holds, whatever the room.
-    pub(super) fn post_end(&self, to: Address, wakes: &mut Vec<Waker>) {
+    pub(super) fn post_end(&self, to: Place, wakes: &mut Vec<Waker>) {
         let mut incoming = self.incoming.lock();
         incoming.parcels.push(Parcel { to, delivery: None });
         wakes.extend(incoming.reader.take());
@@ -174,13 +158,13 @@ impl Inbox {
     /// its watcher has something to read. `reader` is woken by the next
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
-    pub fn collect(&self, reader: &Waker, ready: &mut Vec<usize>) {
+    pub fn collect(&self, reader: &Waker, ready: &mut Vec<Place>) {
         self.sort(&mut self.queues.lock(), reader, Some(ready));
     }
 
     /// Moves the posted parcels into their queues, naming in `ready` those
     /// that were empty.
-    fn sort(&self, queues: &mut Queues, reader: &Waker, mut ready: Option<&mut Vec<usize>>) {
+    fn sort(&self, queues: &mut Queues, reader: &Waker, mut ready: Option<&mut Vec<Place>>) {
         let overflowed = {
             let mut incoming = self.incoming.lock();
             match &incoming.reader {
@@ -192,23 +176,19 @@ impl Inbox {
         };
         let Queues { slots, sorting, .. } = queues;
         let mut tally = Tally::default();
-        let mut name = |place: u32| {
+        let mut name = |place: Place| {
             if let Some(ready) = ready.as_deref_mut() {
-                ready.push(place as usize);
+                ready.push(place);
             }
         };
         for Parcel { to, delivery } in sorting.drain(..) {
-            let Some(q) = slots
-                .get_mut(to.slot as usize)
-                .filter(|s| s.generation == to.generation)
-                .and_then(|s| s.queue.as_mut())
-            else {
+            let Some(q) = slots.get_mut(to) else {
                 continue;
             };
             let Some(delivery) = delivery else {
                 q.closed = true;
                 if q.items.is_empty() {
-                    name(to.slot);
+                    name(to);
                 }
                 continue;
             };
@@ -236,20 +216,20 @@ impl Inbox {
             }
             q.items.push_back(shown);
             if q.items.len() == 1 {
-                name(to.slot);
+                name(to);
             }
         }
         tally.flush();
         if overflowed {
-            for (place, slot) in slots.iter_mut().enumerate() {
-                let Some(q) = slot.queue.as_mut().filter(|q| !q.behind && !q.closed) else {
+            for (place, q) in slots.iter_mut() {
+                if q.behind || q.closed {
                     continue;
-                };
+                }
                 q.behind = true;
                 q.counters.fell_behind.inc();
                 q.items.push_back(Delivery::Behind);
                 if q.items.len() == 1 {
-                    name(place as u32);
+                    name(place);
                 }
             }
         }
@@ -282,18 +262,18 @@ impl Tally {
 /// One watcher's queue in an inbox; dropping it gives up the place.
 pub struct Mailbox {
     inbox: Arc<Inbox>,
-    at: Address,
+    at: Place,
 }
 
 impl Mailbox {
-    pub(super) fn address(&self) -> Address {
+    pub(super) fn address(&self) -> Place {
         self.at
     }
 
     /// Where the queue is in its inbox, unique among the inbox's open
     /// queues: how [`Inbox::collect`] names it.
-    pub fn place(&self) -> usize {
-        self.at.slot as usize
+    pub fn place(&self) -> Place {
+        self.at
     }
 
     /// The next delivery; `None` once the queue is ended and empty. On
@@ -331,9 +311,9 @@ impl Mailbox {
     }
 
     fn queue<'q>(&self, queues: &'q mut Queues) -> &'q mut Queue {
-        queues.slots[self.at.slot as usize]
-            .queue
-            .as_mut()
+        queues
+            .slots
+            .get_mut(self.at)
             .expect("a mailbox's queue lives as long as it")
     }
 }
@@ -341,10 +321,7 @@ impl Mailbox {
 impl Drop for Mailbox {
     fn drop(&mut self) {
         let mut queues = self.inbox.queues.lock();
-        let slot = &mut queues.slots[self.at.slot as usize];
-        let capacity = slot.queue.take().map_or(0, |q| q.capacity);
-        slot.generation = slot.generation.wrapping_add(1);
-        queues.free.push(self.at.slot);
+        let capacity = queues.slots.remove(self.at).map_or(0, |q| q.capacity);
         let mut incoming = self.inbox.incoming.lock();
         incoming.room = incoming.room.saturating_sub(capacity);
     }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::object::{Event, EventType, Object, Revision, TooOld};
 use crate::selector::Predicate;
 pub use dispatcher::{Dispatcher, Subscription};
-pub use inbox::{Inbox, Mailbox};
+pub use inbox::{Inbox, Mailbox, Place};
 pub use trigger::Trigger;
 pub use watcher::{Next, Watcher};
 

@@ -7,7 +7,7 @@ use std::task::Waker;
 
 use slab::Slab;
 
-use super::inbox::{Address, Inbox, Parcel};
+use super::inbox::{Inbox, Parcel, Place};
 use super::Delivery;
 
 /// The deliveries of one dispatch for one inbox, posted together.
@@ -63,7 +63,7 @@ impl Posts {
         &self.posts[i].inbox
     }
 
-    pub fn send(&mut self, post: usize, to: Address, delivery: Delivery) {
+    pub fn send(&mut self, post: usize, to: Place, delivery: Delivery) {
         let parcels = &mut self.posts[post].parcels;
         if parcels.is_empty() {
             self.posting.push(post);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use super::{transition, Delivery, Subscription, View, Window};
+use super::{transition, Delivery, Place, Subscription, View, Window};
 use crate::object::Revision;
 use crate::selector::Predicate;
 
@@ -89,7 +89,7 @@ impl Watcher {
     }
 
     /// Where its deliveries wait in its inbox (see [`super::Inbox::collect`]).
-    pub fn place(&self) -> usize {
+    pub fn place(&self) -> Place {
         self.subscription.mailbox.place()
     }
 

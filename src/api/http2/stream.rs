@@ -18,7 +18,7 @@ use super::framing::{grpc_timeout, put_message, read_message};
 use super::watches::Drive;
 use crate::api::error::ApiError;
 use crate::api::{Api, WatchStream};
-use crate::dispatch::Inbox;
+use crate::dispatch::{Inbox, Place};
 use crate::pb;
 
 /// Events ready together for one stream go out as one DATA frame of up to
@@ -114,7 +114,7 @@ pub(super) struct LiveWatch {
 
 impl LiveWatch {
     /// Where its deliveries wait in the connection's inbox.
-    pub(super) fn place(&self) -> usize {
+    pub(super) fn place(&self) -> Place {
         self.events.place()
     }
 }

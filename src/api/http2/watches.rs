@@ -8,9 +8,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::BytesMut;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
+use slotmap::SecondaryMap;
 
 use super::stream::{LiveWatch, FRAMES};
-use crate::dispatch::Inbox;
+use crate::dispatch::{Inbox, Place};
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
@@ -19,15 +20,16 @@ use crate::dispatch::Inbox;
 /// polled: passes of two watches, each followed by a write.)
 pub(super) struct Watches<F = LiveWatch> {
     /// By the place of each watch's queue in the inbox.
-    slots: Vec<Option<Slot<F>>>,
+    slots: SecondaryMap<Place, Slot<F>>,
     /// The deliveries of every watch, sorted into their queues at the
     /// start of each pass, which then polls the watches they went to.
     pub(super) inbox: Arc<Inbox>,
     /// Wakes the connection when deliveries arrive.
     mail: Waker,
     ready: Arc<ReadyList>,
-    /// The ids taken from `ready` for this pass; kept for its allocation.
-    taking: Vec<usize>,
+    /// The places taken from `ready` for this pass; kept for its
+    /// allocation.
+    taking: Vec<Place>,
 }
 
 struct Slot<F> {
@@ -38,7 +40,7 @@ struct Slot<F> {
 
 #[derive(Default)]
 struct ReadyList {
-    ids: Mutex<Vec<usize>>,
+    ids: Mutex<Vec<Place>>,
     /// The connection's own futures (shutdown, keepalive) were woken.
     aside: AtomicBool,
     /// The connection's task, woken when the list stops being empty or
@@ -48,7 +50,7 @@ struct ReadyList {
 
 /// A watch's waker: puts it on the ready list, once until it is polled.
 struct WatchWaker {
-    id: usize,
+    id: Place,
     queued: AtomicBool,
     ready: Arc<ReadyList>,
 }
@@ -106,7 +108,7 @@ impl<F> Default for Watches<F> {
     fn default() -> Self {
         let ready = Arc::<ReadyList>::default();
         Self {
-            slots: Vec::new(),
+            slots: SecondaryMap::new(),
             inbox: Inbox::shared(),
             mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
             ready,
@@ -143,11 +145,8 @@ impl<F> Watches<F> {
 
 impl<F: Drive> Watches<F> {
     /// Adds a watch at `id`, the place of its queue in the inbox.
-    pub(super) fn insert(&mut self, id: usize, watch: F) {
-        if id >= self.slots.len() {
-            self.slots.resize_with(id + 1, || None);
-        }
-        debug_assert!(self.slots[id].is_none(), "one watch per place");
+    pub(super) fn insert(&mut self, id: Place, watch: F) {
+        debug_assert!(!self.slots.contains_key(id), "one watch per place");
         let flag = Arc::new(WatchWaker {
             id,
             queued: AtomicBool::new(false),
@@ -156,16 +155,12 @@ impl<F: Drive> Watches<F> {
         let waker = Waker::from(flag.clone());
         // Polled once to start, then whenever woken.
         waker.wake_by_ref();
-        self.slots[id] = Some(Slot { watch, flag, waker });
+        self.slots.insert(id, Slot { watch, flag, waker });
     }
 
     /// Ends the watches whose client reset their stream.
     pub(super) fn end_reset(&mut self) {
-        for slot in &mut self.slots {
-            if slot.as_mut().is_some_and(|s| s.watch.is_reset()) {
-                *slot = None;
-            }
-        }
+        self.slots.retain(|_, s| !s.watch.is_reset());
     }
 
     /// Polls every watch that was ready when the pass began; those woken
@@ -177,15 +172,15 @@ impl<F: Drive> Watches<F> {
         let mut buf = FRAMES.take();
         for i in 0..self.taking.len() {
             let id = self.taking[i];
-            // An id can be stale: its watch ended, and the slot may hold
-            // another one now, which is then polled for nothing.
-            let Some(Some(slot)) = self.slots.get_mut(id) else {
+            // A place can be stale: its watch ended (another in the same
+            // slot has a place of another version).
+            let Some(slot) = self.slots.get_mut(id) else {
                 continue;
             };
             slot.flag.queued.store(false, Ordering::Release);
             let mut cx = Context::from_waker(&slot.waker);
             if slot.watch.poll_drive(&mut cx, &mut buf).is_ready() {
-                self.slots[id] = None;
+                self.slots.remove(id);
             }
         }
         FRAMES.set(buf);
@@ -226,11 +221,14 @@ mod tests {
     #[test]
     fn one_pass_polls_every_ready_watch_even_when_they_wake_themselves() {
         let mut watches = Watches::default();
+        // The places an inbox would give the watches' queues.
+        let mut places = slotmap::SlotMap::<Place, ()>::with_key();
+        let ids: Vec<Place> = (0..10).map(|_| places.insert(())).collect();
         let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
         for (i, p) in polls.iter().enumerate() {
             let end = if i < 5 { 2 } else { usize::MAX };
             watches.insert(
-                i,
+                ids[i],
                 Probe {
                     polls: p.clone(),
                     end,
@@ -252,16 +250,19 @@ mod tests {
         );
         watches.poll_ready(&mut cx);
         assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
-        // A new one in the place of one that ended.
+        assert_eq!(watches.slots.len(), 5, "the ended ones are gone");
+        // A new one in the slot of one that ended.
+        places.remove(ids[0]);
+        let reused = places.insert(());
         let fresh = Arc::new(AtomicUsize::new(0));
         watches.insert(
-            0,
+            reused,
             Probe {
                 polls: fresh.clone(),
                 end: usize::MAX,
             },
         );
-        assert_eq!(watches.slots.len(), 10);
+        assert_eq!(watches.slots.len(), 6);
         watches.poll_ready(&mut cx);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
         assert_eq!(fresh.load(Ordering::SeqCst), 1);
