@@ -1,0 +1,241 @@
+//! The reflector of one resource: lists the prefix, then keeps one etcd
+//! watch on it, feeding the cache's writer. Its loop is a state machine
+//! stepped over an [`Upstream`], so each transition can be tested alone.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+use super::upstream::{EtcdUpstream, Listed, Notice, Upstream};
+use super::{classify, Etcd, EtcdError, Recovery};
+use crate::cache::CacheWriter;
+use crate::object::Revision;
+use crate::telemetry::{ReflectorState, ResourceMetrics};
+
+/// The reflector's loop, one state at a time.
+#[derive(Debug)]
+enum State<W> {
+    /// List the prefix (again) and install it in the cache.
+    Listing,
+    /// Open a watch for the changes after `revision`.
+    Connecting { revision: Revision },
+    /// Apply what the watch sends.
+    Watching {
+        watch: Box<W>,
+        /// The id of the watch, once etcd said it is created.
+        watch_id: Option<i64>,
+    },
+    /// Wait, then go on with `next`.
+    Backoff { next: Box<State<W>> },
+}
+
+impl<W> State<W> {
+    fn name(&self) -> &'static str {
+        match self {
+            State::Listing => "listing",
+            State::Connecting { .. } => "connecting",
+            State::Watching { .. } => "watching",
+            State::Backoff { .. } => "backoff",
+        }
+    }
+
+    fn shown(&self) -> ReflectorState {
+        match self {
+            State::Listing => ReflectorState::listing,
+            State::Connecting { .. } => ReflectorState::connecting,
+            State::Watching { .. } => ReflectorState::watching,
+            State::Backoff { .. } => ReflectorState::backoff,
+        }
+    }
+}
+
+/// Keeps one resource's cache in step with its upstream.
+struct Reflector<U: Upstream> {
+    upstream: U,
+    writer: CacheWriter,
+    metrics: ResourceMetrics,
+    backoff: Backoff,
+    listed_once: bool,
+    /// How many revisions before the first list to read into the window.
+    history_depth: u64,
+    /// The state last published in `watchproxy_reflector_state`.
+    shown_state: Option<ReflectorState>,
+}
+
+/// Starts the reflector of a resource. The task exits when `shutdown` is
+/// cancelled; etcd failures never end it.
+pub fn spawn_reflector(
+    etcd: Etcd,
+    writer: CacheWriter,
+    metrics: ResourceMetrics,
+    history_depth: u64,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let resource = writer.cache().resource.clone();
+    let span = tracing::info_span!("reflector", resource = %resource.name);
+    let upstream = EtcdUpstream {
+        etcd,
+        resource,
+        metrics: metrics.clone(),
+    };
+    let reflector = Reflector::new(upstream, writer, metrics, history_depth);
+    tokio::spawn(reflector.run(shutdown).instrument(span))
+}
+
+impl<U: Upstream> Reflector<U> {
+    fn new(upstream: U, writer: CacheWriter, metrics: ResourceMetrics, history_depth: u64) -> Self {
+        Self {
+            upstream,
+            writer,
+            metrics,
+            backoff: Backoff::default(),
+            listed_once: false,
+            history_depth,
+            shown_state: None,
+        }
+    }
+
+    async fn run(mut self, shutdown: CancellationToken) {
+        let mut state = State::Listing;
+        loop {
+            state = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = self.step(state) => next,
+            };
+        }
+    }
+
+    async fn step(&mut self, state: State<U::Watch>) -> State<U::Watch> {
+        let shown = state.shown();
+        // Watching lasts many steps (one per etcd response); publish changes only.
+        if self.shown_state != Some(shown) {
+            self.metrics.reflector_state(shown);
+            self.shown_state = Some(shown);
+        }
+        match state {
+            State::Listing => match self.list().await {
+                Ok(next) => {
+                    self.backoff.reset();
+                    next
+                }
+                Err(e) => self.recover(e, State::Listing),
+            },
+            State::Connecting { revision } => match self.upstream.watch(revision).await {
+                Ok(watch) => State::Watching {
+                    watch: Box::new(watch),
+                    watch_id: None,
+                },
+                Err(e) => self.recover(e, State::Connecting { revision }),
+            },
+            State::Watching {
+                mut watch,
+                mut watch_id,
+            } => match self.upstream.next(&mut watch).await {
+                Ok(notice) => {
+                    self.backoff.reset();
+                    self.apply(notice, &mut watch_id);
+                    State::Watching { watch, watch_id }
+                }
+                Err(e) => {
+                    let revision = self.writer.cache().progress().revision;
+                    self.recover(e, State::Connecting { revision })
+                }
+            },
+            State::Backoff { next } => {
+                let delay = self.backoff.next_delay();
+                debug!(?delay, next = next.name(), "backing off");
+                tokio::time::sleep(delay).await;
+                *next
+            }
+        }
+    }
+
+    fn recover(&mut self, err: EtcdError, retry: State<U::Watch>) -> State<U::Watch> {
+        let next = match classify(&err) {
+            Recovery::Retry => retry,
+            Recovery::Relist => State::Listing,
+        };
+        warn!(error = %err, next = next.name(), "etcd failure");
+        State::Backoff {
+            next: Box::new(next),
+        }
+    }
+
+    /// Lists the whole prefix in pages cut from one revision. The first
+    /// list also reads the history before it into the event window; a later
+    /// list (after compaction) turns its difference with the cache into
+    /// events instead.
+    async fn list(&mut self) -> Result<State<U::Watch>, EtcdError> {
+        let Listed { objects, revision } = self.upstream.list().await?;
+        let relist = std::mem::replace(&mut self.listed_once, true);
+        if relist {
+            self.metrics.relists.inc();
+        }
+        info!(objects = objects.len(), revision, relist, "listed");
+        if !relist && self.history_depth > 0 {
+            match self.upstream.history(revision, self.history_depth).await {
+                Ok(h) => {
+                    info!(events = h.events.len(), oldest = h.oldest, "read history");
+                    self.writer
+                        .replace_with_history(objects, revision, h.oldest, h.events);
+                    self.writer.apply(h.live);
+                    let revision = self.writer.cache().progress().revision;
+                    return Ok(State::Connecting { revision });
+                }
+                Err(e) => warn!(error = %e, "could not read history; resumes start at the list"),
+            }
+        }
+        self.writer.replace(objects, revision);
+        Ok(State::Connecting { revision })
+    }
+
+    fn apply(&mut self, notice: Notice, watch_id: &mut Option<i64>) {
+        match notice {
+            Notice::Created { watch_id: id } => *watch_id = Some(id),
+            // Only the periodic notification of our own watch is ordered
+            // with its events; a requested one (watch id -1) may run ahead
+            // of undelivered events on etcd before 3.4.31 / 3.5.13.
+            Notice::Progress {
+                watch_id: id,
+                revision,
+            } => {
+                if *watch_id == Some(id) {
+                    self.writer.progress(revision);
+                }
+            }
+            Notice::Changes(changes) => self.writer.apply(changes),
+        }
+    }
+}
+
+/// Exponential backoff with jitter, from 100 ms up to 30 s.
+#[derive(Debug)]
+struct Backoff {
+    current: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { current: Self::MIN }
+    }
+}
+
+impl Backoff {
+    const MIN: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn reset(&mut self) {
+        self.current = Self::MIN;
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let d = self.current.mul_f64(rand::rng().random_range(0.5..=1.0));
+        self.current = (self.current * 2).min(Self::MAX);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+//! What a reflector asks of etcd, behind a trait: etcd itself in the
+//! service, a scripted upstream in the reflector's unit tests, so that its
+//! transitions can be driven one at a time.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{WatchOptions, WatchStream};
+use tracing::{debug, warn};
+
+use super::history::{self, History};
+use super::{Etcd, EtcdError};
+use crate::cache::Change;
+use crate::object::{Object, Resource, Revision};
+use crate::telemetry::{EtcdRequest, ResourceMetrics};
+
+/// One answer on a watch, as the reflector acts on it. A cancelled watch
+/// and a stream that ends are errors, classified like every other.
+#[derive(Debug)]
+pub enum Notice {
+    /// The watch exists; its progress notifications carry this id.
+    Created { watch_id: i64 },
+    /// Nothing under the prefix changed up to `revision` (a notification
+    /// of watch `watch_id`, or a requested one: -1).
+    Progress { watch_id: i64, revision: Revision },
+    /// Changes, in revision order; values that could not be decoded were
+    /// counted and logged.
+    Changes(Vec<Change>),
+}
+
+/// A full list of the prefix, cut from one revision.
+pub struct Listed {
+    pub objects: Vec<Object>,
+    pub revision: Revision,
+}
+
+pub trait Upstream: Send + 'static {
+    type Watch: Send;
+
+    /// Lists the whole prefix; undecodable values are counted and skipped.
+    fn list(&mut self) -> impl Future<Output = Result<Listed, EtcdError>> + Send;
+
+    /// The events of up to `depth` revisions before `listed`.
+    fn history(
+        &mut self,
+        listed: Revision,
+        depth: u64,
+    ) -> impl Future<Output = Result<History, EtcdError>> + Send;
+
+    /// Opens a watch for the changes after `after`.
+    fn watch(
+        &mut self,
+        after: Revision,
+    ) -> impl Future<Output = Result<Self::Watch, EtcdError>> + Send;
+
+    /// The next answer on `watch`.
+    fn next(
+        &mut self,
+        watch: &mut Self::Watch,
+    ) -> impl Future<Output = Result<Notice, EtcdError>> + Send;
+}
+
+/// How long reading history at start may take before the reflector starts
+/// without it.
+const HISTORY_BUDGET: Duration = Duration::from_secs(10);
+
+/// etcd, for one resource.
+pub struct EtcdUpstream {
+    pub etcd: Etcd,
+    pub resource: Arc<Resource>,
+    pub metrics: ResourceMetrics,
+}
+
+impl Upstream for EtcdUpstream {
+    type Watch = WatchStream;
+
+    async fn list(&mut self) -> Result<Listed, EtcdError> {
+        let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
+        let (kvs, revision) = self
+            .etcd
+            .list_all(&self.metrics, &start, &end, None)
+            .await?;
+        let objects = kvs
+            .iter()
+            .filter_map(|(k, v, rev)| match self.resource.decode(k, v, *rev) {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    self.metrics.undecodable.inc();
+                    warn!(key = %String::from_utf8_lossy(k), revision = rev, error = %e, "skipping undecodable value");
+                    None
+                }
+            })
+            .collect();
+        Ok(Listed { objects, revision })
+    }
+
+    async fn history(&mut self, listed: Revision, depth: u64) -> Result<History, EtcdError> {
+        history::read(
+            &self.etcd,
+            &self.metrics,
+            &self.resource,
+            listed,
+            depth,
+            HISTORY_BUDGET,
+        )
+        .await
+    }
+
+    async fn watch(&mut self, after: Revision) -> Result<WatchStream, EtcdError> {
+        self.metrics.etcd_request(EtcdRequest::watch);
+        let options = WatchOptions::new()
+            .with_range(self.resource.key_range_end())
+            .with_start_revision(after as i64 + 1)
+            .with_progress_notify();
+        let stream = self.etcd.watch(self.resource.key_prefix(), options).await?;
+        debug!(from = after + 1, "watch opened");
+        Ok(stream)
+    }
+
+    async fn next(&mut self, watch: &mut WatchStream) -> Result<Notice, EtcdError> {
+        let response = match watch.message().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(EtcdError::StreamEnded),
+            Err(e) => return Err(EtcdError::Client(e)),
+        };
+        if response.canceled() {
+            return Err(match response.compact_revision() {
+                0 => EtcdError::WatchCanceled(response.cancel_reason().to_owned()),
+                c => EtcdError::Compacted {
+                    compacted: c as Revision,
+                },
+            });
+        }
+        if response.created() {
+            return Ok(Notice::Created {
+                watch_id: response.watch_id(),
+            });
+        }
+        if response.events().is_empty() {
+            let revision = response.header().map_or(0, |h| h.revision() as Revision);
+            return Ok(Notice::Progress {
+                watch_id: response.watch_id(),
+                revision,
+            });
+        }
+        let changes = response
+            .events()
+            .iter()
+            .filter_map(|e| history::change(&self.resource, &self.metrics, e.kv()?, e.event_type()))
+            .collect();
+        Ok(Notice::Changes(changes))
+    }
+}
