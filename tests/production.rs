@@ -38,7 +38,13 @@ async fn health_turns_serving_only_once_each_cache_is_ready() {
     let forwarder = Forwarder::start(&etcd.client_url).await;
     forwarder.cut();
     let proxy = Proxy::start(&forwarder.url).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the reflector failed to reach etcd", || {
+        proxy.metric(
+            "watchproxy_reflector_state",
+            "resource=\"pods\",state=\"backoff\"",
+        ) == 1.0
+    })
+    .await;
     for service in [
         "",
         "watchproxy.v1.WatchProxy",
@@ -203,7 +209,17 @@ async fn watcher_and_call_limits_answer_resource_exhausted() {
         };
         slow.list(req).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let checks = || {
+        proxy.metric(
+            "watchproxy_etcd_requests_total",
+            "resource=\"pods\",request=\"current_revision\"",
+        )
+    };
+    let before = checks();
+    wait_until("the slow List asks etcd for its revision", || {
+        checks() > before
+    })
+    .await;
     let started = Instant::now();
     let shed = client
         .list(ListRequest {
@@ -396,7 +412,9 @@ async fn metrics_pass_promtool_and_move_when_events_flow() {
 
 /// An OTLP/gRPC trace receiver: what a collector would get.
 mod otlp {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
 
     use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
         TraceService, TraceServiceServer,
@@ -421,7 +439,7 @@ mod otlp {
                 .into_iter()
                 .flat_map(|r| r.scope_spans)
                 .flat_map(|s| s.spans);
-            self.0.lock().unwrap().extend(spans);
+            self.0.lock().extend(spans);
             Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
         }
     }
@@ -470,7 +488,6 @@ async fn traces_reach_an_otlp_receiver_and_continue_the_callers_trace() {
         found = receiver
             .0
             .lock()
-            .unwrap()
             .iter()
             .find(|s| s.trace_id == want && s.name == "List")
             .cloned();

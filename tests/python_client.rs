@@ -93,7 +93,14 @@ async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() 
     put_pod(&mut ec, "ns", "p10", &[("app", "web")], "").await;
     delete_key(&mut ec, "/registry/pods/ns/p2").await;
     put_pod(&mut ec, "ns", "p1", &[("app", "web")], "").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = |proxy: &Proxy| {
+        let m = |name| proxy.metric(name, "resource=\"pods\"");
+        m("watchproxy_deliveries_total") + m("watchproxy_replayed_events_total")
+    };
+    wait_until("the four changes are sent to the informer", || {
+        sent(&proxy) >= 4.0
+    })
+    .await;
 
     // Restart: the informer resumes from its version on the new instance.
     proxy.stop().await;
@@ -101,7 +108,10 @@ async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() 
     let mut proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
     tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "resuming", 1));
     put_pod(&mut ec, "ns", "p14", &[("app", "web")], "").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until("p12 and p14 are sent to the informer", || {
+        sent(&proxy) >= 2.0
+    })
+    .await;
 
     // Restart after etcd compacted past the informer's version: too old,
     // so it lists again.

@@ -223,16 +223,6 @@ async fn watch_timeout_ends_the_stream_with_ok() {
     );
 }
 
-/// Waits up to 10 s for `done`.
-async fn until(done: impl Fn() -> bool) {
-    for _ in 0..100 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_the_client_cancels_ends_even_when_nothing_is_sent_to_it() {
     let (etcd, proxy, mut client) = start_ready().await;
@@ -251,10 +241,13 @@ async fn a_watch_the_client_cancels_ends_even_when_nothing_is_sent_to_it() {
         },
     )
     .await;
-    until(|| watchers() == 2.0).await;
+    wait_until("both watches registered", || watchers() == 2.0).await;
     assert_eq!(watchers(), 2.0, "both watches registered");
     drop(idle);
-    until(|| watchers() == 1.0 && gone() == 1.0).await;
+    wait_until("the cancelled watch ended", || {
+        watchers() == 1.0 && gone() == 1.0
+    })
+    .await;
     assert_eq!(
         (watchers(), gone()),
         (1.0, 1.0),

@@ -375,3 +375,14 @@ pub async fn list_items(client: &mut WatchProxyClient<Channel>, resource: &str) 
         .into_inner()
         .items
 }
+
+/// Waits up to 10 s for `done`; fails the test naming `what` otherwise.
+pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
