@@ -1,0 +1,274 @@
+//! Configuration: etcd endpoints, listeners, limits and the resources to
+//! cache, as read from YAML; `validate.rs` checks it whole.
+
+mod validate;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use validate::ConfigError;
+
+/// The whole service configuration, as read from YAML.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub etcd: EtcdConfig,
+    /// Address of the gRPC listener.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Address of the HTTP listener serving `/metrics`; none disables it.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub watch: WatchConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// How long open calls get to finish after SIGTERM before the process
+    /// exits anyway.
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    pub resources: Vec<ResourceConfig>,
+}
+
+/// Limits that protect the service from its clients.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Open watches in total; beyond, RESOURCE_EXHAUSTED.
+    #[serde(default = "default_max_watchers")]
+    pub max_watchers: usize,
+    /// Open watches per resource; beyond, RESOURCE_EXHAUSTED.
+    #[serde(default = "default_max_watchers_per_resource")]
+    pub max_watchers_per_resource: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
+    /// List and Get calls in progress at once; beyond, calls are shed
+    /// with RESOURCE_EXHAUSTED instead of queueing.
+    #[serde(default = "default_max_concurrent_unary")]
+    pub max_concurrent_unary: usize,
+    /// Largest gRPC message accepted or sent.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// Each connection gets an HTTP/2 PING this often; one that does not
+    /// answer within `keepalive_timeout` is closed, so the watches of a
+    /// client that vanished without a word do not stay open.
+    #[serde(default = "default_keepalive_interval", with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    #[serde(default = "default_keepalive_timeout", with = "humantime_serde")]
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_watchers: default_max_watchers(),
+            max_watchers_per_resource: default_max_watchers_per_resource(),
+            max_concurrent_streams: default_max_concurrent_streams(),
+            max_concurrent_unary: default_max_concurrent_unary(),
+            max_message_bytes: default_max_message_bytes(),
+            keepalive_interval: default_keepalive_interval(),
+            keepalive_timeout: default_keepalive_timeout(),
+        }
+    }
+}
+
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_watchers() -> usize {
+    100_000
+}
+fn default_max_watchers_per_resource() -> usize {
+    50_000
+}
+fn default_max_concurrent_streams() -> u32 {
+    10_000
+}
+fn default_max_concurrent_unary() -> usize {
+    512
+}
+fn default_max_message_bytes() -> usize {
+    64 * 1024 * 1024
+}
+fn default_keepalive_interval() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_keepalive_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Keys per page when listing a prefix, so that a large resource never
+    /// needs one huge etcd response.
+    #[serde(default = "default_list_page_size")]
+    pub list_page_size: i64,
+    /// Deadline of each unary etcd request (list pages, revision checks).
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// TLS to etcd (`https://` endpoints): a CA to trust and, for client
+    /// certificate authentication, a certificate and key.
+    #[serde(default)]
+    pub tls: Option<EtcdTls>,
+}
+
+/// PEM files for TLS to etcd.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTls {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    /// The name to verify etcd's certificate against, when it differs from
+    /// the endpoint's host.
+    pub server_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchConfig {
+    /// How often watchers that allow bookmarks get one (each with its own
+    /// jitter, so they do not all wake together).
+    #[serde(default = "default_bookmark_interval", with = "humantime_serde")]
+    pub bookmark_interval: Duration,
+    /// Events a watcher may have queued; when its queue fills it reads the
+    /// event window by itself until it has caught up.
+    #[serde(default = "default_watcher_queue")]
+    pub watcher_queue: usize,
+    /// How long a request for a resource version the cache has not reached
+    /// yet (or a consistent read) waits before giving up.
+    #[serde(default = "default_freshness_wait", with = "humantime_serde")]
+    pub freshness_wait: Duration,
+    /// How calls are served on HTTP/2: `fast`, the service's own
+    /// connection path, or `tonic`, tonic's server for every call (the
+    /// plain path, kept to measure against and as a way back).
+    #[serde(default)]
+    pub serve_path: ServePath,
+}
+
+/// See [`WatchConfig::serve_path`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ServePath {
+    #[default]
+    Fast,
+    Tonic,
+}
+
+/// How the values of a resource are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueFormat {
+    /// Kubernetes-shaped JSON: labels and selectable fields are read from it.
+    Json,
+    /// Opaque bytes: only key-based filtering (namespace, name) applies.
+    Raw,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// The name clients use, e.g. "pods".
+    pub name: String,
+    /// The etcd key prefix, e.g. "/registry/pods"; keys are
+    /// `<prefix>/<namespace>/<name>` or `<prefix>/<name>`.
+    pub prefix: String,
+    #[serde(default = "default_true")]
+    pub namespaced: bool,
+    #[serde(default = "default_format")]
+    pub format: ValueFormat,
+    /// Dotted JSON paths usable in field selectors, e.g. "spec.nodeName".
+    #[serde(default)]
+    pub selectable_fields: Vec<String>,
+    /// The selectable fields the dispatcher indexes watchers by.
+    #[serde(default)]
+    pub indexed_fields: Vec<String>,
+    #[serde(default)]
+    pub cache: CacheConfig,
+}
+
+/// Bounds of the event window kept for resuming watches.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    #[serde(default = "default_min_events")]
+    pub min_events: usize,
+    #[serde(default = "default_max_events")]
+    pub max_events: usize,
+    /// The window grows while its oldest event is younger than this, so a
+    /// burst of writes does not push out events clients still resume from.
+    #[serde(default = "default_freshness", with = "humantime_serde")]
+    pub freshness: Duration,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 50051))
+}
+fn default_list_page_size() -> i64 {
+    1000
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_bookmark_interval() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_watcher_queue() -> usize {
+    256
+}
+fn default_freshness_wait() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_true() -> bool {
+    true
+}
+fn default_format() -> ValueFormat {
+    ValueFormat::Json
+}
+fn default_min_events() -> usize {
+    1024
+}
+fn default_max_events() -> usize {
+    100 * 1024
+}
+fn default_freshness() -> Duration {
+    Duration::from_secs(75)
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        Self {
+            endpoints: vec!["http://127.0.0.1:2379".to_owned()],
+            list_page_size: default_list_page_size(),
+            request_timeout: default_request_timeout(),
+            tls: None,
+        }
+    }
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            bookmark_interval: default_bookmark_interval(),
+            watcher_queue: default_watcher_queue(),
+            freshness_wait: default_freshness_wait(),
+            serve_path: ServePath::Fast,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            min_events: default_min_events(),
+            max_events: default_max_events(),
+            freshness: default_freshness(),
+        }
+    }
+}
