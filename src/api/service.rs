@@ -38,15 +38,15 @@ pub struct ApiService {
 
 impl ApiService {
     pub fn new(api: Api, limits: &LimitsConfig) -> Self {
-        let max = limits.max_message_bytes;
-        let watch = BoxCloneSyncService::new(WatchRoute {
-            api: api.clone(),
-            max,
-        });
+        let calls = Calls {
+            api,
+            max: limits.max_message_bytes,
+        };
+        let watch = BoxCloneSyncService::new(calls.clone());
         let unary = ServiceBuilder::new()
             .load_shed()
             .concurrency_limit(limits.max_concurrent_unary)
-            .service(UnaryRoutes { api, max });
+            .service(calls);
         let unary = BoxCloneSyncService::new(ShedAsStatus(unary));
         Self { watch, unary }
     }
@@ -96,14 +96,14 @@ fn grpc<C: Codec>(codec: C, max: usize, compress_responses: bool) -> Grpc<C> {
         .apply_max_message_size_config(Some(max), Some(max))
 }
 
-/// List and Get.
+/// Each call answered by its gRPC handler.
 #[derive(Clone)]
-struct UnaryRoutes {
+struct Calls {
     api: Api,
     max: usize,
 }
 
-impl Service<http::Request<Body>> for UnaryRoutes {
+impl Service<http::Request<Body>> for Calls {
     type Response = http::Response<Body>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
@@ -115,12 +115,22 @@ impl Service<http::Request<Body>> for UnaryRoutes {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let (api, max) = (self.api.clone(), self.max);
         Box::pin(async move {
-            Ok(if req.uri().path() == LIST_PATH {
-                let mut grpc = grpc(ProstCodec::default(), max, true);
-                grpc.unary(ListCall(api), req).await
-            } else {
-                let mut grpc = grpc(ProstCodec::default(), max, true);
-                grpc.unary(GetCall(api), req).await
+            Ok(match req.uri().path() {
+                LIST_PATH => {
+                    let mut grpc = grpc(ProstCodec::default(), max, true);
+                    grpc.unary(ListCall(api), req).await
+                }
+                GET_PATH => {
+                    let mut grpc = grpc(ProstCodec::default(), max, true);
+                    grpc.unary(GetCall(api), req).await
+                }
+                // Each event's bytes as the dispatcher encoded them once
+                // for all its watchers, never compressed: compressing per
+                // watcher would cost more than the whole fan-out.
+                _ => {
+                    let mut grpc = grpc(PreEncoded, max, false);
+                    grpc.server_streaming(WatchCall(api), req).await
+                }
             })
         })
     }
@@ -147,33 +157,6 @@ impl UnaryService<pb::GetRequest> for GetCall {
     fn call(&mut self, request: tonic::Request<pb::GetRequest>) -> Self::Future {
         let api = self.0.clone();
         Box::pin(async move { api.get(request).await })
-    }
-}
-
-/// Watch, with each event's bytes as the dispatcher encoded them once for
-/// all its watchers. Responses are never compressed: compressing per
-/// watcher would cost more than the whole fan-out.
-#[derive(Clone)]
-struct WatchRoute {
-    api: Api,
-    max: usize,
-}
-
-impl Service<http::Request<Body>> for WatchRoute {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let (api, max) = (self.api.clone(), self.max);
-        Box::pin(async move {
-            let mut grpc = grpc(PreEncoded, max, false);
-            Ok(grpc.server_streaming(WatchCall(api), req).await)
-        })
     }
 }
 
