@@ -31,13 +31,6 @@ const BATCH_BYTES: usize = 8 * 1024;
 /// bounds what such a stream pins.
 const PASS_BYTES: usize = 16 * 1024;
 
-thread_local! {
-    /// Where the passes run on this thread cut their frames. Once HTTP/2
-    /// has written the frames of a pass, as it has by the next one nearly
-    /// always, the same memory is used again, still in the CPU's cache.
-    pub(super) static FRAMES: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
-}
-
 /// Reads the request and asks the API for the watch, with its deliveries
 /// in the connection's `inbox`; answers a refusal itself. `None` when
 /// there is nothing to stream.

@@ -10,15 +10,21 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use slotmap::SecondaryMap;
 
-use super::stream::{LiveWatch, FRAMES};
 use crate::dispatch::{Inbox, Place};
+
+thread_local! {
+    /// Where the passes run on this thread cut their frames. Once HTTP/2
+    /// has written the frames of a pass, as it has by the next one nearly
+    /// always, the same memory is used again, still in the CPU's cache.
+    static FRAMES: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
+}
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
 /// its pass early once two futures wake themselves while polled, and h2
 /// wakes a stream whenever it gets more room, as it does when one is
 /// polled: passes of two watches, each followed by a write.)
-pub(super) struct Watches<F = LiveWatch> {
+pub(super) struct Watches<F> {
     /// By the place of each watch's queue in the inbox.
     slots: SecondaryMap<Place, Slot<F>>,
     /// The deliveries of every watch, sorted into their queues at the
