@@ -58,6 +58,8 @@ pub enum ApiError {
     ShuttingDown { last: Option<Revision> },
     #[error("the call's deadline passed")]
     DeadlineExceeded,
+    #[error("no method {path}")]
+    UnknownMethod { path: String },
     #[error("the request is {len} bytes; the limit is {max}")]
     RequestTooLarge { len: usize, max: usize },
     /// The request's bytes are not a request (gRPC framing or protobuf).
@@ -92,6 +94,7 @@ impl ApiError {
             | ApiError::Etcd(_)
             | ApiError::ShuttingDown { .. } => Code::Unavailable,
             ApiError::DeadlineExceeded => Code::DeadlineExceeded,
+            ApiError::UnknownMethod { .. } => Code::Unimplemented,
             ApiError::MalformedRequest(_) => Code::Internal,
             ApiError::RequestAborted(_) => Code::Cancelled,
         }
@@ -199,6 +202,12 @@ mod tests {
                 Code::Unavailable,
             ),
             (ApiError::DeadlineExceeded, Code::DeadlineExceeded),
+            (
+                ApiError::UnknownMethod {
+                    path: "/watchproxy.v1.WatchProxy/Delete".into(),
+                },
+                Code::Unimplemented,
+            ),
             (
                 ApiError::RequestTooLarge { len: 9, max: 4 },
                 Code::ResourceExhausted,

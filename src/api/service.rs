@@ -72,7 +72,9 @@ impl Service<http::Request<Body>> for ApiService {
             WATCH_PATH => &self.watch,
             LIST_PATH | GET_PATH => &self.unary,
             path => {
-                let status = Status::unimplemented(format!("no method {path}"));
+                let status = Status::from(ApiError::UnknownMethod {
+                    path: path.to_owned(),
+                });
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
         };
