@@ -5,18 +5,21 @@
 # load generator, at a load it keeps up with there (WATCHERS, CONNECTIONS
 # and RATE; 200, 10 and 20 by default); the counts of 20 s in the middle
 # of the writes are divided by the deliveries asked in that time.
+# WATCHPROXY_BIN measures another build (an earlier commit's, say) with
+# the same load generator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
 watchers=${WATCHERS:-200} connections=${CONNECTIONS:-10} rate=${RATE:-20}
 window=20
 cargo build --release --workspace --bins -q
+bin=${WATCHPROXY_BIN:-$PWD/target/release/watchproxy}
 tmp=$(mktemp -d)
 bench=
 trap '[ -n "$bench" ] && kill "$bench" 2>/dev/null; rm -rf "$tmp"' EXIT
 cat >"$tmp/watchproxy" <<EOF
 #!/bin/sh
-exec valgrind --tool=callgrind --callgrind-out-file=$tmp/cg.%p $PWD/target/release/watchproxy "\$@"
+exec valgrind --tool=callgrind --callgrind-out-file=$tmp/cg.%p $bin "\$@"
 EOF
 chmod +x "$tmp/watchproxy"
 ./target/release/watchproxy-bench --watchers "$watchers" --connections "$connections" \
