@@ -69,6 +69,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::default();
+    // Files that cannot be used fail the start before anything runs.
+    let tls = (config.tls.as_ref())
+        .map(|files| api::tls::Tls::load(files, metrics.clone()))
+        .transpose()?;
     let etcd = Etcd::from_config(&config.etcd).await?;
 
     let mut served = HashMap::new();
@@ -156,8 +160,12 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ApiService::new(api.clone(), &config.limits));
+    if let Some(tls) = &tls {
+        tasks.push(tls.clone().spawn_reload(shutdown.clone()));
+    }
     let serve = api::server::serve(
         listeners.grpc,
+        tls,
         api,
         routes,
         &config.limits,

@@ -17,6 +17,7 @@ mod list;
 pub mod query;
 pub mod server;
 pub mod service;
+pub mod tls;
 mod watch;
 pub mod wire;
 

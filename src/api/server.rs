@@ -1,22 +1,26 @@
 //! Serving the routes on HTTP/2: on the service's own connection path
 //! ([`super::http2`], the default) or on tonic's server, as
-//! `watch.serve_path` says. Both stop accepting at `shutdown`, send GOAWAY
-//! and wait for the open calls to end.
+//! `watch.serve_path` says, in plain text or over TLS. Both stop accepting
+//! at `shutdown`, send GOAWAY and wait for the open calls to end.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
+use super::tls::Tls;
 use super::{http2, Api};
 use crate::config::{LimitsConfig, ServePath};
 
 /// TCP keepalive on accepted connections: finds peers gone without a word
 /// even where HTTP/2 pings are not answered for long.
-pub(super) const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// How much of one stream's response HTTP/2 may hold unwritten before the
 /// stream is asked for no more. Each stream's buffered bytes are its own
@@ -25,14 +29,31 @@ pub(super) const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 /// watcher's events wait in the shared window instead.
 const STREAM_SEND_BUFFER: usize = 16 * 1024;
 
+/// Handshakes finished but not yet taken by tonic's server.
+const HANDSHAKEN: usize = 64;
+
+/// The socket options of an accepted connection.
+pub(super) fn tune(tcp: &TcpStream) {
+    // Events go out as they happen: without TCP_NODELAY, Nagle holds each
+    // small write until the client's delayed ACK (measured: p50 +10 ms,
+    // p99 +40 ms at 200 events/s).
+    let _ = tcp.set_nodelay(true);
+    let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
+}
+
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<Tls>>,
     api: Api,
     routes: Routes,
     limits: &LimitsConfig,
     path: ServePath,
     shutdown: CancellationToken,
 ) {
+    if tls.is_none() {
+        warn!("no tls section: clients connect in plain text");
+    }
     match path {
         ServePath::Fast => {
             let settings = http2::Settings {
@@ -42,22 +63,71 @@ pub async fn serve(
                 keep_alive_interval: limits.keepalive_interval,
                 keep_alive_timeout: limits.keepalive_timeout,
             };
-            http2::serve(listener, api, routes.prepare(), settings, shutdown).await
+            let routes = routes.prepare();
+            http2::serve(listener, tls, api, routes, settings, shutdown).await
         }
         ServePath::Tonic => {
-            let incoming = TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(TCP_KEEPALIVE));
-            let served = tonic::transport::Server::builder()
+            let server = tonic::transport::Server::builder()
                 .max_concurrent_streams(limits.max_concurrent_streams)
                 .http2_keepalive_interval(Some(limits.keepalive_interval))
                 .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-                .add_routes(routes)
-                .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
-                .await;
+                .add_routes(routes);
+            let served = match tls {
+                None => {
+                    let incoming = TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(TCP_KEEPALIVE));
+                    server
+                        .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+                        .await
+                }
+                Some(tls) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(HANDSHAKEN);
+                    let accepting = accept_tls(listener, tls, tx, shutdown.clone());
+                    let serving = server.serve_with_incoming_shutdown(
+                        ReceiverStream::new(rx),
+                        shutdown.cancelled(),
+                    );
+                    tokio::join!(accepting, serving).1
+                }
+            };
             if let Err(e) = served {
                 warn!(error = %e, "the gRPC server failed");
             }
+        }
+    }
+}
+
+/// Accepts connections and completes their handshakes, each in a task of
+/// its own, until `shutdown`; hands the finished ones to tonic's server.
+/// Handshakes still under way then are dropped, and so is `ready`, which
+/// ends the server's stream of connections.
+async fn accept_tls(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    ready: tokio::sync::mpsc::Sender<std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>,
+    shutdown: CancellationToken,
+) {
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    tune(&tcp);
+                    let (tls, ready) = (tls.clone(), ready.clone());
+                    handshakes.spawn(async move {
+                        if let Ok(stream) = tls.accept(tcp).await {
+                            let _ = ready.send(Ok(stream)).await;
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
         }
     }
 }

@@ -22,6 +22,10 @@ pub struct Config {
     /// Address of the HTTP listener serving `/metrics`; none disables it.
     #[serde(default)]
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS for clients; without it the service speaks plain text, and says
+    /// so at start.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     #[serde(default)]
     pub watch: WatchConfig,
     #[serde(default)]
@@ -31,6 +35,32 @@ pub struct Config {
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
     pub resources: Vec<ResourceConfig>,
+}
+
+/// The service's certificate and, for mutual TLS, the clients' CA. The
+/// files are read again when they change (rotation by cert-manager or a
+/// sidecar): new handshakes use the new pair, open connections keep theirs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM: the certificate, then any intermediates.
+    pub cert_file: std::path::PathBuf,
+    /// PEM: the certificate's private key.
+    pub key_file: std::path::PathBuf,
+    /// PEM: the CAs client certificates are verified against.
+    #[serde(default)]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// Whether a client must present a certificate; `required` when
+    /// `client_ca_file` is set and this is not.
+    #[serde(default)]
+    pub client_auth: Option<ClientAuth>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    Required,
+    Optional,
 }
 
 /// Limits that protect the service from its clients.

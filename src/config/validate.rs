@@ -61,6 +61,14 @@ impl Config {
                 return Err(invalid("etcd.tls", "cert_file and key_file go together"));
             }
         }
+        if let Some(tls) = &self.tls {
+            if tls.client_auth.is_some() && tls.client_ca_file.is_none() {
+                return Err(invalid(
+                    "tls.client_auth",
+                    "needs tls.client_ca_file, the CAs to verify client certificates against",
+                ));
+            }
+        }
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));
         }

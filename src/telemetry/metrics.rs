@@ -67,6 +67,19 @@ struct CallLabels {
     code: String,
 }
 
+/// How a reload of the TLS files, or a TLS handshake, ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum TlsOutcome {
+    ok,
+    failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    result: TlsOutcome,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EtcdLabels {
     resource: String,
@@ -96,6 +109,8 @@ pub struct Metrics {
     cache_lag: Family<ResourceLabel, Gauge>,
     reflector_state: Family<StateLabels, Gauge>,
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
+    tls_reloads: Family<OutcomeLabels, Counter>,
+    tls_handshakes: Family<OutcomeLabels, Counter>,
 }
 
 fn call_histogram() -> Histogram {
@@ -108,6 +123,8 @@ impl Default for Metrics {
         let mut r = Registry::with_prefix("watchproxy");
         let m = Self {
             registry: Arc::default(),
+            tls_reloads: Family::default(),
+            tls_handshakes: Family::default(),
             events_received: Family::default(),
             deliveries: Family::default(),
             encodings: Family::default(),
@@ -214,6 +231,16 @@ impl Default for Metrics {
             Unit::Seconds,
             m.calls.clone(),
         );
+        r.register(
+            "tls_reloads",
+            "Reloads of the TLS certificate, key and client CA files, by result (a failed one keeps the files in use)",
+            m.tls_reloads.clone(),
+        );
+        r.register(
+            "tls_handshakes",
+            "TLS handshakes with clients, by result",
+            m.tls_handshakes.clone(),
+        );
         Self {
             registry: Arc::new(r),
             ..m
@@ -246,6 +273,18 @@ impl Metrics {
             watchers_ended: self.watchers_ended.clone(),
             etcd_requests: self.etcd_requests.clone(),
         }
+    }
+
+    pub fn tls_reload(&self, result: TlsOutcome) {
+        self.tls_reloads
+            .get_or_create(&OutcomeLabels { result })
+            .inc();
+    }
+
+    pub fn tls_handshake(&self, result: TlsOutcome) {
+        self.tls_handshakes
+            .get_or_create(&OutcomeLabels { result })
+            .inc();
     }
 
     /// Records one call: `resource` is the requested one if configured,

@@ -6,7 +6,7 @@ use tracing_subscriber::EnvFilter;
 
 pub use metrics::{
     prometheus_text, spawn_metrics_server, EndReason, EtcdRequest, Metrics, ReflectorState,
-    ResourceMetrics,
+    ResourceMetrics, TlsOutcome,
 };
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default

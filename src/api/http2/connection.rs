@@ -13,7 +13,6 @@ use futures::FutureExt;
 use h2::server::{Connection, SendResponse};
 use h2::RecvStream;
 use http::{Request, Response};
-use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
@@ -24,7 +23,7 @@ use tracing::debug;
 use super::bridge::call;
 use super::keepalive::{next_sweep, KeepAlive};
 use super::repoll::Repoll;
-use super::socket::{self, Socket};
+use super::socket::{self, Flusher, Socket};
 use super::stream::{start_watch, LiveWatch};
 use super::watches::Watches;
 use super::Settings;
@@ -37,7 +36,7 @@ const RECEIVE_WINDOW: u32 = 1024 * 1024;
 /// Serves one accepted connection until the client leaves, or until
 /// `stop`: then GOAWAY, and the connection ends once its calls have.
 pub(super) async fn serve<S>(
-    tcp: TcpStream,
+    (socket, flusher): (Socket, Flusher),
     api: Api,
     routes: S,
     settings: Settings,
@@ -49,7 +48,6 @@ pub(super) async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let (socket, flusher) = socket::split(tcp);
     let served = async move {
         let conn = h2::server::Builder::new()
             .max_concurrent_streams(settings.max_concurrent_streams)

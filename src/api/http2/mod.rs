@@ -38,6 +38,7 @@ mod stream;
 mod watches;
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -47,6 +48,8 @@ use tonic::body::Body;
 use tower::Service;
 use tracing::warn;
 
+use super::server::tune;
+use super::tls::Tls;
 use super::Api;
 use bridge::Deadlines;
 
@@ -68,6 +71,7 @@ pub struct Settings {
 /// call. Dropping the future closes the connections that remain.
 pub async fn serve<S>(
     listener: TcpListener,
+    tls: Option<Arc<Tls>>,
     api: Api,
     routes: S,
     settings: Settings,
@@ -95,19 +99,21 @@ pub async fn serve<S>(
                 }
             },
         };
-        // Events go out as they happen: without TCP_NODELAY, Nagle holds
-        // each small write until the client's delayed ACK (measured: p50
-        // +10 ms, p99 +40 ms at 200 events/s).
-        let _ = tcp.set_nodelay(true);
-        let keepalive = socket2::TcpKeepalive::new().with_time(super::server::TCP_KEEPALIVE);
-        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
-        connections.spawn(connection::serve(
-            tcp,
-            api.clone(),
-            routes.clone(),
-            settings.clone(),
-            shutdown.clone(),
-        ));
+        tune(&tcp);
+        let (tls, api, routes) = (tls.clone(), api.clone(), routes.clone());
+        let (settings, stop) = (settings.clone(), shutdown.clone());
+        // The handshake runs in the connection's task: a slow client does
+        // not hold up the others.
+        connections.spawn(async move {
+            let socket = match tls {
+                None => socket::split(tcp),
+                Some(tls) => match tls.accept(tcp).await {
+                    Ok(stream) => socket::split_io(stream),
+                    Err(_) => return,
+                },
+            };
+            connection::serve(socket, api, routes, settings, stop).await
+        });
     }
     // Stop accepting at once; the open connections drain.
     drop(listener);

@@ -17,7 +17,6 @@ use parking_lot::Mutex;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 /// Bytes gathered before writes wait for the socket: bounds a connection's
@@ -39,16 +38,20 @@ thread_local! {
     static LENT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// The socket as the HTTP/2 connection reads and writes it.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The socket as the HTTP/2 connection reads and writes it: a TCP stream,
+/// or a TLS stream over one.
 pub struct Socket {
-    read: OwnedReadHalf,
+    read: Reader,
     out: Arc<Mutex<Outgoing>>,
 }
 
 /// The write side, shared by the [`Socket`] and the [`Gathered`] future
 /// that drives the connection (both in the same task, so never contended).
 struct Outgoing {
-    write: OwnedWriteHalf,
+    write: Writer,
     buf: Vec<u8>,
     /// Bytes at the front of `buf` already written.
     sent: usize,
@@ -131,6 +134,16 @@ impl Outgoing {
 /// that [`Gathered`] uses to send what the connection wrote.
 pub fn split(tcp: TcpStream) -> (Socket, Flusher) {
     let (read, write) = tcp.into_split();
+    halves(Box::new(read), Box::new(write))
+}
+
+/// [`split`] for any stream, such as TLS over TCP.
+pub fn split_io<T: AsyncRead + AsyncWrite + Send + 'static>(io: T) -> (Socket, Flusher) {
+    let (read, write) = tokio::io::split(io);
+    halves(Box::new(read), Box::new(write))
+}
+
+fn halves(read: Reader, write: Writer) -> (Socket, Flusher) {
     let out = Arc::new(Mutex::new(Outgoing {
         write,
         buf: Vec::new(),

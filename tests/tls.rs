@@ -1,0 +1,205 @@
+//! TLS for clients, on both serve paths: mutual TLS admits only clients
+//! with a certificate from the configured CA, and rotated files are used
+//! by new handshakes while open watches go on. Certificates are made here.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use watchproxy::config::{ClientAuth, Config, ServePath, TlsConfig};
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{self, EventType};
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A certificate and its key, in PEM, issued by `ca`.
+fn leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    cn: &str,
+    names: &[&str],
+    expired: bool,
+) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "tenant-a");
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    // Replaced by rename, as cert-manager and projected volumes do.
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+fn config(etcd: &Etcd, tls: TlsConfig, path: ServePath) -> Config {
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64");
+    let mut config = Config::from_yaml(&yaml).unwrap();
+    config.tls = Some(tls);
+    config.watch.serve_path = path;
+    config.validate().unwrap();
+    config
+}
+
+/// A client that trusts `ca_pem` and presents `identity`, if any.
+async fn client(
+    proxy: &Proxy,
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+) -> Result<WatchProxyClient<Channel>, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let channel = Channel::from_shared(format!("https://{}", proxy.addr))
+        .unwrap()
+        .tls_config(tls)?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await?;
+    Ok(WatchProxyClient::new(channel))
+}
+
+/// Whether a List through this client succeeds.
+async fn lists(client: Result<WatchProxyClient<Channel>, tonic::transport::Error>) -> bool {
+    let Ok(mut client) = client else {
+        return false;
+    };
+    let req = pb::ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    };
+    tokio::time::timeout(Duration::from_secs(10), client.list(req))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath) {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca, other_ca) = (ca("server ca"), ca("client ca"), ca("other ca"));
+    let server = leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tls = TlsConfig {
+        cert_file: write(dir.path(), "tls.crt", &server.0),
+        key_file: write(dir.path(), "tls.key", &server.1),
+        client_ca_file: Some(write(dir.path(), "ca.crt", &client_ca.pem())),
+        client_auth: Some(ClientAuth::Required),
+    };
+    let proxy = Proxy::start_config(config(&etcd, tls, path)).await;
+    let trust = server_ca.pem();
+
+    let alice = leaf(&client_ca, "alice", &[], false);
+    let mut ok = client(&proxy, &trust, Some(&alice)).await.unwrap();
+    wait_ready(&mut ok, "pods").await;
+    let mut watch = open_watch(&mut ok, watch_req("pods", "")).await;
+    let first = take_events(&mut watch, 1).await;
+    assert_eq!(summary(&first[0]), (EventType::Added, "ns/a".into(), rev));
+
+    assert!(
+        !lists(client(&proxy, &trust, None).await).await,
+        "no certificate"
+    );
+    let stranger = leaf(&other_ca, "mallory", &[], false);
+    assert!(
+        !lists(client(&proxy, &trust, Some(&stranger)).await).await,
+        "a certificate from another CA"
+    );
+    let expired = leaf(&client_ca, "alice", &[], true);
+    assert!(
+        !lists(client(&proxy, &trust, Some(&expired)).await).await,
+        "an expired certificate"
+    );
+    let plain = WatchProxyClient::connect(format!("http://{}", proxy.addr)).await;
+    assert!(!lists(plain).await, "plain text on the TLS port");
+    assert!(
+        proxy.metric("watchproxy_tls_handshakes_total", "result=\"failed\"") >= 3.0,
+        "refused handshakes are counted"
+    );
+    // The one admitted client still works after the refusals.
+    assert!(lists(Ok(ok)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_admits_only_certificates_from_the_client_ca_on_the_fast_path() {
+    mutual_tls_admits_only_certificates_from_the_client_ca(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_admits_only_certificates_from_the_client_ca_on_the_tonic_path() {
+    mutual_tls_admits_only_certificates_from_the_client_ca(ServePath::Tonic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_files_serve_new_handshakes_while_open_watches_go_on() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, new_ca) = (ca("old ca"), ca("new ca"));
+    let old = leaf(&old_ca, "watchproxy", &["localhost"], false);
+    let tls = TlsConfig {
+        cert_file: write(dir.path(), "tls.crt", &old.0),
+        key_file: write(dir.path(), "tls.key", &old.1),
+        client_ca_file: None,
+        client_auth: None,
+    };
+    let cert_file = tls.cert_file.clone();
+    let proxy = Proxy::start_config(config(&etcd, tls, ServePath::Fast)).await;
+    let mut first = client(&proxy, &old_ca.pem(), None).await.unwrap();
+    wait_ready(&mut first, "pods").await;
+    let mut watch = open_watch(&mut first, watch_req("pods", "")).await;
+
+    // A file that cannot be used: counted, and the pair in use stays.
+    write(dir.path(), "tls.crt", "not a certificate");
+    let failed = || proxy.metric("watchproxy_tls_reloads_total", "result=\"failed\"");
+    wait_until("the bad file is seen and refused", || failed() >= 1.0).await;
+    assert!(lists(client(&proxy, &old_ca.pem(), None).await).await);
+
+    // A new pair from another CA: new handshakes use it within seconds.
+    let new = leaf(&new_ca, "watchproxy", &["localhost"], false);
+    write(dir.path(), "tls.key", &new.1);
+    write(dir.path(), "tls.crt", &new.0);
+    let mut rotated = false;
+    for _ in 0..100 {
+        if lists(client(&proxy, &new_ca.pem(), None).await).await {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rotated, "{} in use within 10 s", cert_file.display());
+    assert!(
+        !lists(client(&proxy, &old_ca.pem(), None).await).await,
+        "the old certificate is no longer offered"
+    );
+
+    // The watch opened before the rotation goes on.
+    let rev = put_pod(&mut ec, "ns", "after", &[], "").await;
+    let e = take_events(&mut watch, 1).await;
+    assert_eq!(summary(&e[0]), (EventType::Added, "ns/after".into(), rev));
+}
