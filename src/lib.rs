@@ -69,15 +69,19 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::default();
-    // Files that cannot be used fail the start before anything runs.
+    // Files and rules that cannot be used fail the start before anything
+    // runs.
     let tls = (config.tls.as_ref())
         .map(|files| api::tls::Tls::load(files, metrics.clone()))
         .transpose()?;
+    let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
+    let auth = api::auth::Auth::new(&config, &resources, metrics.clone())?;
     let etcd = Etcd::from_config(&config.etcd).await?;
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
     let mut dispatchers = Vec::new();
+    tasks.extend(auth.spawn_reload(shutdown.clone()));
     for rc in &config.resources {
         let resource = Arc::new(Resource::from(rc));
         let m = metrics.resource(&resource.name);
@@ -148,7 +152,8 @@ pub async fn run(
         config.limits.max_watchers,
         metrics.clone(),
         shutdown.clone(),
-    );
+    )
+    .with_auth(auth);
     info!(
         addr = %listeners.grpc.local_addr()?,
         resources = config.resources.len(),

@@ -111,7 +111,15 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
         client_ca_file: Some(write(dir.path(), "ca.crt", &client_ca.pem())),
         client_auth: Some(ClientAuth::Required),
     };
-    let proxy = Proxy::start_config(config(&etcd, tls, path)).await;
+    let mut config = config(&etcd, tls, path);
+    // The certificate names the caller: only alice may read.
+    config.authorization = Some(
+        serde_yaml_ng::from_str(
+            r#"{rules: [{subjects: ["user:alice"], resources: ["*"], namespaces: ["*"], verbs: [list, get, watch]}]}"#,
+        )
+        .unwrap(),
+    );
+    let proxy = Proxy::start_config(config).await;
     let trust = server_ca.pem();
 
     let alice = leaf(&client_ca, "alice", &[], false);
@@ -134,6 +142,20 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
     assert!(
         !lists(client(&proxy, &trust, Some(&expired)).await).await,
         "an expired certificate"
+    );
+    let bob = leaf(&client_ca, "bob", &[], false);
+    let mut bob = client(&proxy, &trust, Some(&bob)).await.unwrap();
+    let denied = bob
+        .list(pb::ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    assert!(
+        denied.message().starts_with("bob may not list pods"),
+        "{denied:?}"
     );
     let plain = WatchProxyClient::connect(format!("http://{}", proxy.addr)).await;
     assert!(!lists(plain).await, "plain text on the TLS port");

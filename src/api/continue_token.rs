@@ -24,16 +24,31 @@ pub struct ContinueToken {
     /// window), and so are its pages.
     #[serde(rename = "e", default, skip_serializing_if = "std::ops::Not::not")]
     pub from_etcd: bool,
+    /// The caller and what it may see (0 where everyone sees the same): a
+    /// token is refused for another.
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub scope: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ContinueToken {
-    pub fn new(resource: &Resource, revision: Revision, after: String, from_etcd: bool) -> Self {
+    pub fn new(
+        resource: &Resource,
+        revision: Revision,
+        after: String,
+        from_etcd: bool,
+        scope: u64,
+    ) -> Self {
         Self {
             version: 1,
             resource: resource.name.clone(),
             revision,
             after,
             from_etcd,
+            scope,
         }
     }
 
@@ -42,7 +57,7 @@ impl ContinueToken {
     }
 
     /// Decodes and checks that the token belongs to this resource.
-    pub fn decode(token: &str, resource: &Resource) -> Result<Self, ApiError> {
+    pub fn decode(token: &str, resource: &Resource, scope: u64) -> Result<Self, ApiError> {
         let bad = |why: String| ApiError::invalid("continue_token", why);
         let foreign = || bad("invalid continue token: not one this service issued".into());
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| foreign())?;
@@ -64,6 +79,11 @@ impl ContinueToken {
                 "invalid continue token: it does not match the resource".into(),
             ));
         }
+        if t.scope != scope {
+            return Err(bad(
+                "invalid continue token: issued for another caller or scope".into(),
+            ));
+        }
         Ok(t)
     }
 }
@@ -79,16 +99,23 @@ mod tests {
     #[test]
     fn tokens_round_trip_and_tampering_is_rejected() {
         let r = pods();
-        let t = ContinueToken::new(&r, 42, "/p/ns/a".into(), false);
-        assert_eq!(ContinueToken::decode(&t.encode(), &r).unwrap(), t);
+        let t = ContinueToken::new(&r, 42, "/p/ns/a".into(), false, 0);
+        assert_eq!(ContinueToken::decode(&t.encode(), &r, 0).unwrap(), t);
+        let bound = ContinueToken::new(&r, 42, "/p/ns/a".into(), false, 7);
+        assert_eq!(
+            ContinueToken::decode(&bound.encode(), &r, 7).unwrap(),
+            bound
+        );
+        assert!(ContinueToken::decode(&bound.encode(), &r, 8).is_err());
+        assert!(ContinueToken::decode(&bound.encode(), &r, 0).is_err());
         let mut other = r.clone();
         other.name = "nodes".into();
-        assert!(ContinueToken::decode(&t.encode(), &other).is_err());
+        assert!(ContinueToken::decode(&t.encode(), &other, 0).is_err());
         let forged = URL_SAFE_NO_PAD.encode(br#"{"v":1,"r":"pods","rv":42,"k":"/etc/secret"}"#);
-        assert!(ContinueToken::decode(&forged, &r).is_err());
+        assert!(ContinueToken::decode(&forged, &r, 0).is_err());
         let mut s = t.encode();
         s.insert(3, '*');
-        assert!(ContinueToken::decode(&s, &r).is_err());
-        assert!(ContinueToken::decode("e30", &r).is_err());
+        assert!(ContinueToken::decode(&s, &r, 0).is_err());
+        assert!(ContinueToken::decode("e30", &r, 0).is_err());
     }
 }

@@ -60,6 +60,22 @@ pub enum ApiError {
     DeadlineExceeded,
     #[error("no method {path}")]
     UnknownMethod { path: String },
+    /// The reason never holds a credential.
+    #[error("authentication required: {reason}")]
+    Unauthenticated { reason: &'static str },
+    #[error("{user} may not {verb} {resource}{}", match (.too_wide, .namespace.as_str()) {
+        (true, _) => " across namespaces; name a namespace you may read".to_owned(),
+        (false, "") => String::new(),
+        (false, ns) => format!(" in namespace {ns}"),
+    })]
+    PermissionDenied {
+        user: String,
+        verb: &'static str,
+        resource: String,
+        namespace: String,
+        /// A rule allows it in a narrower namespace scope.
+        too_wide: bool,
+    },
     #[error("the request is {len} bytes; the limit is {max}")]
     RequestTooLarge { len: usize, max: usize },
     /// The request's bytes are not a request (gRPC framing or protobuf).
@@ -95,6 +111,8 @@ impl ApiError {
             | ApiError::ShuttingDown { .. } => Code::Unavailable,
             ApiError::DeadlineExceeded => Code::DeadlineExceeded,
             ApiError::UnknownMethod { .. } => Code::Unimplemented,
+            ApiError::Unauthenticated { .. } => Code::Unauthenticated,
+            ApiError::PermissionDenied { .. } => Code::PermissionDenied,
             ApiError::MalformedRequest(_) => Code::Internal,
             ApiError::RequestAborted(_) => Code::Cancelled,
         }

@@ -19,6 +19,8 @@ use crate::source::{EtcdError, ObjectsPage};
 /// What a page says about the list it belongs to.
 struct Page {
     revision: Revision,
+    /// What its continue token is bound to.
+    scope: u64,
     more: bool,
     remaining: Option<usize>,
     from_etcd: bool,
@@ -30,17 +32,17 @@ impl Api {
         s: &Served,
         q: ListQuery,
     ) -> Result<pb::ListResponse, ApiError> {
-        let (predicate, limit) = (&q.predicate, q.limit);
+        let (predicate, limit, scope) = (&q.predicate, q.limit, q.token_scope);
         match q.at {
             ListAt::Continue(token) => {
                 let after = Some(token.after.as_str());
                 if token.from_etcd {
                     return self
-                        .etcd_page(s, predicate, token.revision, after, limit)
+                        .etcd_page(s, predicate, token.revision, after, limit, scope)
                         .await;
                 }
                 match s.cache.snapshot_at(token.revision) {
-                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, after, limit)),
+                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, after, limit, scope)),
                     Err(NotInWindow::TooOld(_)) | Err(NotInWindow::Future { .. }) => {
                         Err(ApiError::ContinueExpired {
                             revision: token.revision,
@@ -50,16 +52,21 @@ impl Api {
             }
             ListAt::Exact(n) => {
                 if let Source::Etcd(_) = self.catch_up(s, Some(n)).await? {
-                    return self.etcd_page(s, predicate, n, None, limit).await;
+                    return self.etcd_page(s, predicate, n, None, limit, scope).await;
                 }
                 match s.cache.snapshot_at(n) {
-                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit)),
-                    Err(_) => self.etcd_page(s, predicate, n, None, limit).await,
+                    Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope)),
+                    Err(_) => self.etcd_page(s, predicate, n, None, limit, scope).await,
                 }
             }
             ListAt::NotOlderThan(version) => match self.source_for(s, version).await? {
-                Source::Cache(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit)),
-                Source::Etcd(revision) => self.etcd_page(s, predicate, revision, None, limit).await,
+                Source::Cache(snapshot) => {
+                    Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope))
+                }
+                Source::Etcd(revision) => {
+                    self.etcd_page(s, predicate, revision, None, limit, scope)
+                        .await
+                }
             },
         }
     }
@@ -69,9 +76,13 @@ impl Api {
             Source::Cache(snapshot) => snapshot
                 .store
                 .get(q.key.as_str())
+                // What the caller may not see is not there.
+                .filter(|o| q.predicate.matches(o))
                 .map(|o| object_pb(o, o.revision)),
             Source::Etcd(revision) => {
-                let page = self.etcd_page(s, &q.predicate, revision, None, 1).await?;
+                let page = self
+                    .etcd_page(s, &q.predicate, revision, None, 1, 0)
+                    .await?;
                 page.items.into_iter().next()
             }
         };
@@ -87,6 +98,7 @@ impl Api {
         revision: Revision,
         after: Option<&str>,
         limit: usize,
+        scope: u64,
     ) -> Result<pb::ListResponse, ApiError> {
         let resource = &s.cache.resource;
         let read = self
@@ -110,6 +122,7 @@ impl Api {
         };
         let page = Page {
             revision,
+            scope,
             more,
             remaining,
             from_etcd: true,
@@ -126,6 +139,7 @@ fn snapshot_page(
     predicate: &Predicate,
     after: Option<&str>,
     limit: usize,
+    scope: u64,
 ) -> pb::ListResponse {
     let resource = &s.cache.resource;
     let mut it = snapshot.select(resource, predicate, after);
@@ -147,6 +161,7 @@ fn snapshot_page(
     }
     let page = Page {
         revision: snapshot.revision,
+        scope,
         more,
         remaining,
         from_etcd: false,
@@ -162,7 +177,8 @@ fn page_response<'a>(
     let items: Vec<pb::Object> = items.map(|o| object_pb(o, o.revision)).collect();
     let continue_token = match items.last() {
         Some(last) if page.more => {
-            ContinueToken::new(resource, page.revision, last.key.clone(), page.from_etcd).encode()
+            let (after, revision) = (last.key.clone(), page.revision);
+            ContinueToken::new(resource, revision, after, page.from_etcd, page.scope).encode()
         }
         _ => String::new(),
     };

@@ -7,6 +7,7 @@
 //! tower service; [`server`] serves it on HTTP/2, on the service's own
 //! connection path ([`http2`]) or on tonic's.
 
+pub mod auth;
 mod call;
 mod consistency;
 mod continue_token;
@@ -15,6 +16,7 @@ pub mod health;
 mod http2;
 mod list;
 pub mod query;
+mod reload;
 pub mod server;
 pub mod service;
 pub mod tls;
@@ -30,10 +32,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::cache::WatchCache;
+use crate::config::Verb;
 use crate::dispatch::Inbox;
 use crate::pb;
 use crate::source::{Etcd, Freshness};
 use crate::telemetry::{Metrics, ResourceMetrics};
+use auth::{Auth, PeerCerts};
 use call::CallInfo;
 use error::ApiError;
 use query::{GetQuery, ListQuery, WatchQuery};
@@ -59,7 +63,18 @@ pub struct Api {
     /// One permit per open watch of any resource.
     watch_slots: Arc<Semaphore>,
     metrics: Metrics,
+    /// Who may read what.
+    auth: Arc<Auth>,
     shutdown: CancellationToken,
+}
+
+/// The client certificates of the call's connection: from the TLS
+/// connection info tonic's server keeps, or from the service's own path.
+fn peer_certs<T>(request: &Request<T>) -> Option<PeerCerts> {
+    request
+        .peer_certs()
+        .map(PeerCerts)
+        .or_else(|| request.extensions().get::<PeerCerts>().cloned())
 }
 
 impl Api {
@@ -76,9 +91,16 @@ impl Api {
             etcd,
             freshness_wait,
             watch_slots: Arc::new(Semaphore::new(max_watchers)),
+            auth: Arc::new(Auth::open(metrics.clone())),
             metrics,
             shutdown,
         }
+    }
+
+    /// Calls authenticated and authorized by `auth`.
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = Arc::new(auth);
+        self
     }
 
     fn served(&self, name: &str) -> Result<&Served, ApiError> {
@@ -96,6 +118,7 @@ impl Api {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
+        let certs = peer_certs(&request);
         let (metadata, _, req) = request.into_parts();
         let info = CallInfo {
             method: "List",
@@ -104,8 +127,16 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
+            let caller = self
+                .auth
+                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
             let s = self.served(&req.resource)?;
-            let query = ListQuery::parse(&req, &s.cache.resource)?;
+            let resource = &s.cache.resource;
+            let scope = self
+                .auth
+                .authorize(&caller, Verb::List, resource, &req.namespace)?;
+            let token_scope = self.auth.token_scope(&caller, &scope);
+            let query = ListQuery::parse(&req, resource, &scope, token_scope)?;
             self.list_page(s, query).await
         };
         self.answer(&metadata, info, call).await
@@ -115,6 +146,7 @@ impl Api {
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::Object>, Status> {
+        let certs = peer_certs(&request);
         let (metadata, _, req) = request.into_parts();
         let info = CallInfo {
             method: "Get",
@@ -123,8 +155,15 @@ impl Api {
             field_selector: "",
         };
         let call = async {
+            let caller = self
+                .auth
+                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
             let s = self.served(&req.resource)?;
-            let query = GetQuery::parse(&req, &s.cache.resource)?;
+            let resource = &s.cache.resource;
+            let scope = self
+                .auth
+                .authorize(&caller, Verb::Get, resource, &req.namespace)?;
+            let query = GetQuery::parse(&req, resource, &scope)?;
             self.get_object(s, query).await
         };
         self.answer(&metadata, info, call).await
@@ -139,6 +178,7 @@ impl Api {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
+        let certs = peer_certs(&request);
         let (metadata, extensions, req) = request.into_parts();
         let inbox = extensions
             .get::<Arc<Inbox>>()
@@ -151,8 +191,15 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
+            let caller = self
+                .auth
+                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
             let s = self.served(&req.resource)?;
-            let query = WatchQuery::parse(&req, &s.cache.resource)?;
+            let resource = &s.cache.resource;
+            let scope = self
+                .auth
+                .authorize(&caller, Verb::Watch, resource, &req.namespace)?;
+            let query = WatchQuery::parse(&req, resource, &scope)?;
             self.start_watch(s, query, inbox).await
         };
         self.answer(&metadata, info, call).await

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::auth::Scope;
 use super::continue_token::ContinueToken;
 use super::error::ApiError;
 use crate::object::{RequestedVersion, Resource, Revision};
@@ -21,22 +22,65 @@ pub enum ListAt {
     Continue(ContinueToken),
 }
 
+/// The request's own predicate, narrowed to what the caller may see.
+fn scoped(
+    resource: &Resource,
+    namespace: &str,
+    name: &str,
+    labels: &str,
+    fields: &str,
+    scope: &Scope,
+) -> Result<Predicate, ApiError> {
+    // Parsed alone first, so that its errors are the request's.
+    let own = Predicate::new(resource, namespace, name, labels, fields)?;
+    let join = |a: &str, b: &str| match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_owned(),
+        (_, true) => a.to_owned(),
+        _ => format!("{a},{b}"),
+    };
+    Ok(match &scope.alternatives[..] {
+        [] => own,
+        // One rule's selectors join the request's, so that a pinned field
+        // still finds the watcher through the trigger index.
+        [(l, f)] => Predicate::new(
+            resource,
+            namespace,
+            name,
+            &join(labels, l),
+            &join(fields, f),
+        )?,
+        many => own.within(
+            many.iter()
+                .map(|(l, f)| Predicate::new(resource, "", "", l, f))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
 #[derive(Debug)]
 pub struct ListQuery {
     pub predicate: Predicate,
     pub at: ListAt,
     /// Objects per page; `usize::MAX` for all of them.
     pub limit: usize,
+    /// What the list's continue tokens are bound to.
+    pub token_scope: u64,
 }
 
 impl ListQuery {
-    pub fn parse(req: &pb::ListRequest, resource: &Resource) -> Result<Self, ApiError> {
-        let predicate = Predicate::new(
+    pub fn parse(
+        req: &pb::ListRequest,
+        resource: &Resource,
+        scope: &Scope,
+        token_scope: u64,
+    ) -> Result<Self, ApiError> {
+        let predicate = scoped(
             resource,
             &req.namespace,
             "",
             &req.label_selector,
             &req.field_selector,
+            scope,
         )?;
         let version = RequestedVersion::parse(&req.resource_version)?;
         let exact = match pb::ResourceVersionMatch::try_from(req.resource_version_match) {
@@ -63,7 +107,11 @@ impl ListQuery {
                     "resource_version must be unset when continue_token is set",
                 ));
             }
-            ListAt::Continue(ContinueToken::decode(&req.continue_token, resource)?)
+            ListAt::Continue(ContinueToken::decode(
+                &req.continue_token,
+                resource,
+                token_scope,
+            )?)
         } else if exact {
             let RequestedVersion::At(n) = version else {
                 return Err(ApiError::invalid(
@@ -79,6 +127,7 @@ impl ListQuery {
             predicate,
             at,
             limit,
+            token_scope,
         })
     }
 }
@@ -86,13 +135,17 @@ impl ListQuery {
 #[derive(Debug)]
 pub struct GetQuery {
     pub key: String,
-    /// Selects the one object, for a read that falls back to etcd.
+    /// Selects the one object, as the caller may see it.
     pub predicate: Predicate,
     pub version: RequestedVersion,
 }
 
 impl GetQuery {
-    pub fn parse(req: &pb::GetRequest, resource: &Resource) -> Result<Self, ApiError> {
+    pub fn parse(
+        req: &pb::GetRequest,
+        resource: &Resource,
+        scope: &Scope,
+    ) -> Result<Self, ApiError> {
         if req.name.is_empty() {
             return Err(ApiError::invalid(
                 "name",
@@ -110,7 +163,7 @@ impl GetQuery {
         }
         Ok(Self {
             key: resource.key(&req.namespace, &req.name),
-            predicate: Predicate::new(resource, &req.namespace, &req.name, "", "")?,
+            predicate: scoped(resource, &req.namespace, &req.name, "", "", scope)?,
             version: RequestedVersion::parse(&req.resource_version)?,
         })
     }
@@ -129,13 +182,18 @@ pub struct WatchQuery {
 }
 
 impl WatchQuery {
-    pub fn parse(req: &pb::WatchRequest, resource: &Resource) -> Result<Self, ApiError> {
-        let predicate = Predicate::new(
+    pub fn parse(
+        req: &pb::WatchRequest,
+        resource: &Resource,
+        scope: &Scope,
+    ) -> Result<Self, ApiError> {
+        let predicate = scoped(
             resource,
             &req.namespace,
             &req.name,
             &req.label_selector,
             &req.field_selector,
+            scope,
         )?;
         let timeout = match req.timeout_seconds {
             t if t < 0 => {
@@ -177,7 +235,7 @@ mod tests {
                 ..Default::default()
             };
             f(&mut req);
-            ListQuery::parse(&req, &r)
+            ListQuery::parse(&req, &r, &Scope::unrestricted(), 0)
         };
         type Spoil = fn(&mut pb::ListRequest);
         let cases: [(Spoil, &str); 7] = [
@@ -225,6 +283,7 @@ mod tests {
                     resource_version: String::new(),
                 },
                 &r,
+                &Scope::unrestricted(),
             )
         };
         assert_eq!(field_of(get("ns", "").unwrap_err()), "name");
@@ -235,14 +294,14 @@ mod tests {
             timeout_seconds: -1,
             ..Default::default()
         };
-        let err = WatchQuery::parse(&watch, &r).unwrap_err();
+        let err = WatchQuery::parse(&watch, &r, &Scope::unrestricted()).unwrap_err();
         assert_eq!(field_of(err), "timeout_seconds");
         let watch = pb::WatchRequest {
             timeout_seconds: 30,
             resource_version: "12".into(),
             ..Default::default()
         };
-        let q = WatchQuery::parse(&watch, &r).unwrap();
+        let q = WatchQuery::parse(&watch, &r, &Scope::unrestricted()).unwrap();
         assert_eq!(q.timeout, Some(Duration::from_secs(30)));
         assert_eq!(q.version, RequestedVersion::At(12));
     }

@@ -4,7 +4,6 @@
 //! the keys they agreed. A file that cannot be used is logged and counted,
 //! and the files in use stay in use.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +19,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::reload::spawn_reloader;
 use crate::config::{ClientAuth, TlsConfig};
 use crate::telemetry::{Metrics, TlsOutcome};
-
-/// How often the files are read again. Files are replaced by rename
-/// (cert-manager, projected volumes), so their contents are compared, not
-/// watched; a change is in use within this time.
-const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
 /// How long a client may take to complete its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,16 +29,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Tls {
     files: TlsConfig,
     current: RwLock<Arc<ServerConfig>>,
-    /// The contents the last reload attempt read, so that a bad file is
-    /// reported once, not at every look.
-    seen: parking_lot::Mutex<Vec<Option<Vec<u8>>>>,
     metrics: Metrics,
 }
 
 impl Tls {
     /// Reads the files; an error names the file and what is wrong with it.
     pub fn load(files: &TlsConfig, metrics: Metrics) -> anyhow::Result<Arc<Self>> {
-        let contents = read_all(files);
         let config = server_config(files)?;
         info!(
             cert = %files.cert_file.display(),
@@ -53,7 +44,6 @@ impl Tls {
         Ok(Arc::new(Self {
             files: files.clone(),
             current: RwLock::new(Arc::new(config)),
-            seen: parking_lot::Mutex::new(contents),
             metrics,
         }))
     }
@@ -76,16 +66,8 @@ impl Tls {
         accepted
     }
 
-    /// Reads the files again if any changed.
+    /// Reads the files again, after one of them changed.
     fn reload(&self) {
-        let contents = read_all(&self.files);
-        {
-            let mut seen = self.seen.lock();
-            if *seen == contents {
-                return;
-            }
-            *seen = contents;
-        }
         match server_config(&self.files) {
             Ok(config) => {
                 *self.current.write() = Arc::new(config);
@@ -102,43 +84,22 @@ impl Tls {
         }
     }
 
-    /// Looks for changed files until `shutdown`.
+    /// Reads the files again whenever they change, until `shutdown`.
     pub fn spawn_reload(
         self: Arc<Self>,
         shutdown: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RELOAD_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                let tls = self.clone();
-                // File reads block: off the workers that serve calls.
-                let _ = tokio::task::spawn_blocking(move || tls.reload()).await;
-            }
-        })
-    }
-}
-
-fn paths(files: &TlsConfig) -> Vec<&PathBuf> {
-    [
-        Some(&files.cert_file),
-        Some(&files.key_file),
-        files.client_ca_file.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
-}
-
-fn read_all(files: &TlsConfig) -> Vec<Option<Vec<u8>>> {
-    paths(files)
+        let paths = [
+            Some(&self.files.cert_file),
+            Some(&self.files.key_file),
+            self.files.client_ca_file.as_ref(),
+        ]
         .into_iter()
-        .map(|p| std::fs::read(p).ok())
-        .collect()
+        .flatten()
+        .cloned()
+        .collect();
+        spawn_reloader(paths, shutdown, move || self.reload())
+    }
 }
 
 /// TLS 1.2 and 1.3 with rustls' safe defaults (rustls never renegotiates),

@@ -26,6 +26,13 @@ pub struct Config {
     /// so at start.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// Who callers are: certificates (with `tls.client_ca_file`), bearer
+    /// tokens, or nobody.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// What each caller may read; without it every caller reads everything.
+    #[serde(default)]
+    pub authorization: Option<AuthorizationConfig>,
     #[serde(default)]
     pub watch: WatchConfig,
     #[serde(default)]
@@ -61,6 +68,67 @@ pub struct TlsConfig {
 pub enum ClientAuth {
     Required,
     Optional,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// YAML: a list of `{token, user, groups}`; read again when it changes.
+    #[serde(default)]
+    pub tokens_file: Option<std::path::PathBuf>,
+    /// Whether a caller without an identity is served (as `system:anonymous`
+    /// in `system:unauthenticated`); by default only when no authenticator
+    /// (client CA or tokens) is configured.
+    #[serde(default)]
+    pub anonymous: Option<bool>,
+    /// Bearer tokens are accepted over plain text only with this (a sidecar
+    /// on loopback, say).
+    #[serde(default)]
+    pub allow_plaintext_tokens: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizationConfig {
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One rule: these subjects may use these verbs on these resources in
+/// these namespaces, seeing only what the selectors select.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// `user:<name>`, `group:<name>`, or `*` for every caller.
+    pub subjects: Vec<String>,
+    /// Resource names, or `*`.
+    pub resources: Vec<String>,
+    /// Namespaces, or `*` for all, cluster-wide requests included.
+    pub namespaces: Vec<String>,
+    pub verbs: Vec<Verb>,
+    /// ANDed into every request this rule allows; `{user}` is the caller's
+    /// user name.
+    #[serde(default)]
+    pub label_selector: String,
+    #[serde(default)]
+    pub field_selector: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    List,
+    Get,
+    Watch,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::List => "list",
+            Verb::Get => "get",
+            Verb::Watch => "watch",
+        }
+    }
 }
 
 /// Limits that protect the service from its clients.

@@ -69,6 +69,52 @@ impl Config {
                 ));
             }
         }
+        if self.auth.tokens_file.is_some()
+            && self.tls.is_none()
+            && !self.auth.allow_plaintext_tokens
+        {
+            return Err(invalid(
+                "auth.tokens_file",
+                "bearer tokens travel only over TLS: add a tls section, or set auth.allow_plaintext_tokens for a listener only loopback reaches",
+            ));
+        }
+        if let Some(authz) = &self.authorization {
+            for (i, rule) in authz.rules.iter().enumerate() {
+                let field = |f: &str| format!("authorization.rules[{i}].{f}");
+                for (name, list) in [
+                    ("subjects", &rule.subjects),
+                    ("resources", &rule.resources),
+                    ("namespaces", &rule.namespaces),
+                ] {
+                    if list.is_empty() {
+                        return Err(invalid(field(name), "must name at least one"));
+                    }
+                }
+                if rule.verbs.is_empty() {
+                    return Err(invalid(field("verbs"), "must name at least one"));
+                }
+                for s in &rule.subjects {
+                    let named = s
+                        .strip_prefix("user:")
+                        .or_else(|| s.strip_prefix("group:"))
+                        .is_some_and(|n| !n.is_empty());
+                    if s != "*" && !named {
+                        return Err(invalid(
+                            field("subjects"),
+                            format!("{s:?} is not user:<name>, group:<name> or *"),
+                        ));
+                    }
+                }
+                for r in &rule.resources {
+                    if r != "*" && !self.resources.iter().any(|c| &c.name == r) {
+                        return Err(invalid(
+                            field("resources"),
+                            format!("{r:?} is not a configured resource"),
+                        ));
+                    }
+                }
+            }
+        }
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));
         }

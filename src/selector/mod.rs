@@ -29,6 +29,9 @@ pub struct Predicate {
     name: Option<String>,
     labels: Vec<LabelRequirement>,
     fields: Vec<FieldRequirement>,
+    /// What the caller is allowed to see, when authorization rules allow
+    /// it through several selectors: an object must match one of them too.
+    any_of: Vec<Predicate>,
 }
 
 impl Predicate {
@@ -45,7 +48,15 @@ impl Predicate {
             name: (!name.is_empty()).then(|| name.to_owned()),
             labels: label::parse(label_selector)?,
             fields: field::parse(field_selector, resource)?,
+            any_of: Vec::new(),
         })
+    }
+
+    /// This predicate, narrowed to objects that also match one of
+    /// `alternatives` (none: no narrowing).
+    pub fn within(mut self, alternatives: Vec<Predicate>) -> Self {
+        self.any_of = alternatives;
+        self
     }
 
     pub fn namespace(&self) -> Option<&str> {
@@ -58,7 +69,7 @@ impl Predicate {
 
     /// Whether the predicate filters by anything beyond namespace and name.
     pub fn has_selectors(&self) -> bool {
-        !self.labels.is_empty() || !self.fields.is_empty()
+        !self.labels.is_empty() || !self.fields.is_empty() || !self.any_of.is_empty()
     }
 
     /// The selectable fields this predicate pins to one value by equality:
@@ -77,13 +88,14 @@ impl Predicate {
         self.namespace.is_none()
             && self.name.is_none()
             && self.labels.is_empty()
+            && self.any_of.is_empty()
             && matches!(&self.fields[..], [r] if r.equals && r.field == FieldRef::Selectable(field))
     }
 
     /// Whether the predicate is only a name (and namespace), so an object's
     /// key decides alone.
     pub fn is_only_name(&self) -> bool {
-        self.name.is_some() && self.labels.is_empty() && self.fields.is_empty()
+        self.name.is_some() && !self.has_selectors()
     }
 
     pub fn matches(&self, o: &Object) -> bool {
@@ -98,6 +110,7 @@ impl Predicate {
                 };
                 (v == r.value) == r.equals
             })
+            && (self.any_of.is_empty() || self.any_of.iter().any(|p| p.matches(o)))
     }
 }
 

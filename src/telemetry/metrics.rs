@@ -81,6 +81,17 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeniedLabels {
+    resource: String,
+    verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EtcdLabels {
     resource: String,
     request: EtcdRequest,
@@ -111,6 +122,8 @@ pub struct Metrics {
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
     tls_reloads: Family<OutcomeLabels, Counter>,
     tls_handshakes: Family<OutcomeLabels, Counter>,
+    auth_failures: Family<ReasonLabels, Counter>,
+    authz_denied: Family<DeniedLabels, Counter>,
 }
 
 fn call_histogram() -> Histogram {
@@ -125,6 +138,8 @@ impl Default for Metrics {
             registry: Arc::default(),
             tls_reloads: Family::default(),
             tls_handshakes: Family::default(),
+            auth_failures: Family::default(),
+            authz_denied: Family::default(),
             events_received: Family::default(),
             deliveries: Family::default(),
             encodings: Family::default(),
@@ -241,6 +256,16 @@ impl Default for Metrics {
             "TLS handshakes with clients, by result",
             m.tls_handshakes.clone(),
         );
+        r.register(
+            "auth_failures",
+            "Calls refused as unauthenticated, by reason",
+            m.auth_failures.clone(),
+        );
+        r.register(
+            "authz_denied",
+            "Calls the authorization rules denied, by resource and verb",
+            m.authz_denied.clone(),
+        );
         Self {
             registry: Arc::new(r),
             ..m
@@ -279,6 +304,20 @@ impl Metrics {
         self.tls_reloads
             .get_or_create(&OutcomeLabels { result })
             .inc();
+    }
+
+    pub fn auth_failure(&self, reason: &'static str) {
+        self.auth_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn authz_denied(&self, resource: &str, verb: &'static str) {
+        let labels = DeniedLabels {
+            resource: resource.to_owned(),
+            verb,
+        };
+        self.authz_denied.get_or_create(&labels).inc();
     }
 
     pub fn tls_handshake(&self, result: TlsOutcome) {

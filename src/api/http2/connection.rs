@@ -27,6 +27,7 @@ use super::socket::{self, Flusher, Socket};
 use super::stream::{start_watch, LiveWatch};
 use super::watches::Watches;
 use super::Settings;
+use crate::api::auth::PeerCerts;
 use crate::api::service::WATCH_PATH;
 use crate::api::Api;
 
@@ -37,6 +38,7 @@ const RECEIVE_WINDOW: u32 = 1024 * 1024;
 /// `stop`: then GOAWAY, and the connection ends once its calls have.
 pub(super) async fn serve<S>(
     (socket, flusher): (Socket, Flusher),
+    peer: Option<PeerCerts>,
     api: Api,
     routes: S,
     settings: Settings,
@@ -62,6 +64,7 @@ pub(super) async fn serve<S>(
             .handshake::<_, Bytes>(socket)
             .await?;
         let mut driver = Driver::new(conn, api, routes, settings, stop);
+        driver.peer = peer;
         poll_fn(|cx| driver.poll(cx)).await
     };
     if let Err(e) = Repoll::new(socket::Gathered::new(served, flusher)).await {
@@ -75,6 +78,8 @@ type Start = futures::future::BoxFuture<'static, Option<LiveWatch>>;
 /// live ones, and keeps the connection alive.
 struct Driver<S> {
     conn: Connection<Socket, Bytes>,
+    /// The client's certificates, given to each of its calls.
+    peer: Option<PeerCerts>,
     api: Api,
     routes: S,
     settings: Settings,
@@ -118,6 +123,7 @@ where
         });
         Self {
             conn,
+            peer: None,
             api,
             routes,
             settings,
@@ -183,7 +189,10 @@ where
         Poll::Pending
     }
 
-    fn accept(&mut self, request: Request<RecvStream>, respond: SendResponse<Bytes>) {
+    fn accept(&mut self, mut request: Request<RecvStream>, respond: SendResponse<Bytes>) {
+        if let Some(peer) = &self.peer {
+            request.extensions_mut().insert(peer.clone());
+        }
         if is_plain_watch(&request) {
             let start = start_watch(
                 self.api.clone(),

@@ -48,6 +48,7 @@ use tonic::body::Body;
 use tower::Service;
 use tracing::warn;
 
+use super::auth::PeerCerts;
 use super::server::tune;
 use super::tls::Tls;
 use super::Api;
@@ -105,14 +106,20 @@ pub async fn serve<S>(
         // The handshake runs in the connection's task: a slow client does
         // not hold up the others.
         connections.spawn(async move {
-            let socket = match tls {
-                None => socket::split(tcp),
+            let (socket, peer) = match tls {
+                None => (socket::split(tcp), None),
                 Some(tls) => match tls.accept(tcp).await {
-                    Ok(stream) => socket::split_io(stream),
+                    Ok(stream) => {
+                        let certs = stream.get_ref().1.peer_certificates();
+                        let peer = certs.map(|c| {
+                            PeerCerts(Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()))
+                        });
+                        (socket::split_io(stream), peer)
+                    }
                     Err(_) => return,
                 },
             };
-            connection::serve(socket, api, routes, settings, stop).await
+            connection::serve(socket, peer, api, routes, settings, stop).await
         });
     }
     // Stop accepting at once; the open connections drain.

@@ -1,0 +1,138 @@
+//! Bearer tokens from a YAML file (`auth.tokens_file`): a list of
+//! `{token, user, groups}`, read again when it changes, compared in
+//! constant time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use parking_lot::RwLock;
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+use tracing::{info, warn};
+
+use super::Caller;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    token: String,
+    user: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+pub struct Tokens {
+    path: PathBuf,
+    entries: RwLock<Arc<Vec<Entry>>>,
+}
+
+impl Tokens {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self {
+            path: path.to_owned(),
+            entries: RwLock::new(Arc::new(read(path)?)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file again; a file that cannot be used is logged (never
+    /// its contents) and the tokens in use stay.
+    pub fn reload(&self) {
+        match read(&self.path) {
+            Ok(entries) => {
+                info!(tokens = entries.len(), "token file changed; using it");
+                *self.entries.write() = Arc::new(entries);
+            }
+            Err(e) => warn!(
+                error = format!("{e:#}"),
+                "token file changed but cannot be used; keeping the tokens in use"
+            ),
+        }
+    }
+
+    /// The caller a token names. Every entry is compared, so the time taken
+    /// does not say how close a guess came.
+    pub fn caller(&self, token: &str) -> Option<Caller> {
+        let entries = self.entries.read().clone();
+        let mut found = None;
+        for e in entries.iter() {
+            if bool::from(e.token.as_bytes().ct_eq(token.as_bytes())) && found.is_none() {
+                found = Some(Caller {
+                    user: e.user.clone(),
+                    groups: e.groups.clone(),
+                });
+            }
+        }
+        found
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the token file {}", path.display()))?;
+    // serde_yaml's messages can quote the document: say where, not what.
+    let entries: Vec<Entry> = serde_yaml_ng::from_str(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" at line {}", l.line()))
+            .unwrap_or_default();
+        anyhow::anyhow!(
+            "{} is not a list of {{token, user, groups}}{at}",
+            path.display()
+        )
+    })?;
+    for (i, e) in entries.iter().enumerate() {
+        anyhow::ensure!(
+            !e.token.is_empty() && !e.user.is_empty(),
+            "{}: entry {i} needs a token and a user",
+            path.display()
+        );
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_names_its_caller_and_a_bad_file_keeps_the_tokens_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.yaml");
+        std::fs::write(
+            &path,
+            "- {token: s3cret, user: alice, groups: [tenant-a]}\n",
+        )
+        .unwrap();
+        let tokens = Tokens::load(&path).unwrap();
+        assert_eq!(
+            tokens.caller("s3cret"),
+            Some(Caller {
+                user: "alice".into(),
+                groups: vec!["tenant-a".into()]
+            })
+        );
+        assert_eq!(tokens.caller("s3cre"), None);
+        assert_eq!(tokens.caller(""), None);
+        std::fs::write(&path, "token: [unclosed").unwrap();
+        tokens.reload();
+        assert!(tokens.caller("s3cret").is_some(), "the old tokens stay");
+        std::fs::write(&path, "- {token: other, user: bob}\n").unwrap();
+        tokens.reload();
+        assert_eq!(tokens.caller("s3cret"), None);
+        assert_eq!(tokens.caller("other").unwrap().user, "bob");
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_without_quoting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.yaml");
+        std::fs::write(&path, "- {token: hunter2, user: alice, extra: 1}\n").unwrap();
+        let err = format!("{:#}", Tokens::load(&path).err().unwrap());
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}

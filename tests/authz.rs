@@ -1,0 +1,228 @@
+//! Identities and authorization rules end to end: bearer tokens name
+//! callers, rules allow verbs on resources in namespaces through
+//! selectors, and nothing a caller may not see reaches it.
+
+mod common;
+
+use common::*;
+use tonic::metadata::MetadataValue;
+use tonic::{Code, Request};
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use watchproxy::config::Config;
+use watchproxy::pb::{self, EventType};
+
+const TOKENS: &str = "
+- {token: alice-token, user: alice, groups: [tenant-a]}
+- {token: node-token, user: node-7}
+- {token: bob-token, user: bob}
+";
+
+const RULES: &str = r#"
+auth:
+  tokens_file: TOKENS
+  allow_plaintext_tokens: true
+authorization:
+  rules:
+    - subjects: ["group:tenant-a"]
+      resources: ["pods"]
+      namespaces: ["tenant-a"]
+      verbs: ["list", "get", "watch"]
+    - subjects: ["user:node-7"]
+      resources: ["pods"]
+      namespaces: ["*"]
+      verbs: ["list", "get", "watch"]
+      field_selector: "spec.nodeName={user}"
+"#;
+
+fn as_caller<T>(token: &str, message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+    req.metadata_mut().insert("authorization", value);
+    req
+}
+
+fn list(namespace: &str) -> pb::ListRequest {
+    pb::ListRequest {
+        resource: "pods".into(),
+        namespace: namespace.into(),
+        ..Default::default()
+    }
+}
+
+fn names(items: &[pb::Object]) -> Vec<String> {
+    items
+        .iter()
+        .map(|o| format!("{}/{}", o.namespace, o.name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_read_only_what_the_rules_allow() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "tenant-a", "p1", &[], "node-1").await;
+    put_pod(&mut ec, "tenant-b", "p2", &[], "node-7").await;
+    put_pod(&mut ec, "tenant-a", "p3", &[], "node-7").await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        + &RULES.replace("TOKENS", &tokens.display().to_string());
+    let config = Config::from_yaml(&yaml).unwrap();
+    config.validate().unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let mut client = proxy.client().await;
+    let mut ready = false;
+    for _ in 0..100 {
+        if client
+            .list(as_caller("alice-token", list("tenant-a")))
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready, "pods did not become ready");
+
+    // Without an identity, or with a token nobody has: UNAUTHENTICATED,
+    // and the token is never echoed. Health stays reachable for probes.
+    let err = client.list(list("tenant-a")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    let err = client
+        .list(as_caller("guess-1234", list("tenant-a")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    assert!(!err.message().contains("guess-1234"), "{}", err.message());
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", proxy.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    assert!(health.is_ok(), "{health:?}");
+
+    // A tenant reads its namespace, and nothing wider or elsewhere.
+    let own = client
+        .list(as_caller("alice-token", list("tenant-a")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(names(&own.items), ["tenant-a/p1", "tenant-a/p3"]);
+    for (what, ns) in [("all namespaces", ""), ("another namespace", "tenant-b")] {
+        let err = client
+            .list(as_caller("alice-token", list(ns)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{what}: {err:?}");
+    }
+    let get = |ns: &str, name: &str| pb::GetRequest {
+        resource: "pods".into(),
+        namespace: ns.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let err = client
+        .get(as_caller("alice-token", get("tenant-b", "p2")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    let err = client
+        .list(as_caller("bob-token", list("tenant-a")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "no rule names bob");
+
+    // A node reads exactly its own pods, in every namespace; no count of
+    // the others, and a Get of another node's pod finds nothing.
+    let page = client
+        .list(as_caller(
+            "node-token",
+            pb::ListRequest {
+                limit: 1,
+                ..list("")
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(names(&page.items), ["tenant-a/p3"]);
+    assert_eq!(page.remaining_item_count, None);
+    let rest = client
+        .list(as_caller(
+            "node-token",
+            pb::ListRequest {
+                continue_token: page.continue_token.clone(),
+                ..list("")
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(names(&rest.items), ["tenant-b/p2"]);
+    let err = client
+        .list(as_caller(
+            "alice-token",
+            pb::ListRequest {
+                continue_token: page.continue_token,
+                ..list("tenant-a")
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "another caller's token");
+    let err = client
+        .get(as_caller("node-token", get("tenant-a", "p1")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let p3 = client
+        .get(as_caller("node-token", get("tenant-a", "p3")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p3.name, "p3");
+
+    // Its watch turns pods moving on and off the node into ADDED and
+    // DELETED, and shows nothing of the rest.
+    let mut watch = client
+        .watch(as_caller("node-token", watch_req("pods", "")))
+        .await
+        .unwrap()
+        .into_inner();
+    let initial = take_events(&mut watch, 2).await;
+    let initial: Vec<_> = initial.iter().map(|e| summary(e).1).collect();
+    assert_eq!(initial, ["tenant-a/p3", "tenant-b/p2"]);
+    put_pod(&mut ec, "tenant-a", "other", &[], "node-1").await;
+    let on = put_pod(&mut ec, "tenant-a", "p1", &[], "node-7").await;
+    let off = put_pod(&mut ec, "tenant-a", "p3", &[], "node-2").await;
+    let events: Vec<_> = take_events(&mut watch, 2)
+        .await
+        .iter()
+        .map(summary)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (EventType::Added, "tenant-a/p1".into(), on),
+            (EventType::Deleted, "tenant-a/p3".into(), off),
+        ]
+    );
+
+    let denied = |verb: &str| {
+        let labels = format!("resource=\"pods\",verb=\"{verb}\"");
+        proxy.metric("watchproxy_authz_denied_total", &labels)
+    };
+    assert_eq!((denied("list"), denied("get")), (3.0, 1.0));
+    assert!(proxy.metric("watchproxy_auth_failures_total", "reason=\"unknown_token\"") >= 1.0);
+    assert!(proxy.metric("watchproxy_auth_failures_total", "reason=\"no_identity\"") >= 1.0);
+}
