@@ -153,7 +153,8 @@ pub async fn run(
         metrics.clone(),
         shutdown.clone(),
     )
-    .with_auth(auth);
+    .with_auth(auth)
+    .with_user_limits(api::user_limits::UserLimits::new(&config.limits));
     info!(
         addr = %listeners.grpc.local_addr()?,
         resources = config.resources.len(),

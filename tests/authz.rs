@@ -226,3 +226,88 @@ async fn callers_read_only_what_the_rules_allow() {
     assert!(proxy.metric("watchproxy_auth_failures_total", "reason=\"unknown_token\"") >= 1.0);
     assert!(proxy.metric("watchproxy_auth_failures_total", "reason=\"no_identity\"") >= 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_user_cannot_take_another_users_share() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        + &RULES.replace("TOKENS", &tokens.display().to_string());
+    let mut config = Config::from_yaml(&yaml).unwrap();
+    config.limits.max_watchers_per_user = Some(1);
+    config.limits.unary_per_user_per_second = Some(0.5);
+    config.limits.unary_burst_per_user = 2;
+    config.validate().unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let mut client = proxy.client().await;
+    let watch = |token| {
+        let mut client = client.clone();
+        async move {
+            client
+                .watch(as_caller(
+                    token,
+                    pb::WatchRequest {
+                        namespace: "tenant-a".into(),
+                        ..watch_req("pods", "")
+                    },
+                ))
+                .await
+        }
+    };
+    let mut first = None;
+    for _ in 0..100 {
+        if let Ok(w) = watch("alice-token").await {
+            first = Some(w);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(first.is_some(), "pods did not become ready");
+    let err = watch("alice-token").await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("alice is over its limit"), "{err:?}");
+    assert!(
+        watch("node-token").await.is_ok(),
+        "another user keeps its place"
+    );
+    drop(first);
+    let mut again = false;
+    for _ in 0..50 {
+        if watch("alice-token").await.is_ok() {
+            again = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(again, "a closed watch gives its place back");
+
+    // Two calls at once, then one each two seconds; the refusal says when.
+    for _ in 0..2 {
+        client
+            .list(as_caller("node-token", list("")))
+            .await
+            .unwrap();
+    }
+    let err = client
+        .list(as_caller("node-token", list("")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("retry in"), "{err:?}");
+    use tonic_types::StatusExt;
+    let retry = err.get_details_retry_info().expect("retry advice");
+    assert!(retry
+        .retry_delay
+        .is_some_and(|d| d <= std::time::Duration::from_secs(2)));
+    assert!(
+        client
+            .list(as_caller("alice-token", list("tenant-a")))
+            .await
+            .is_ok(),
+        "another user's calls go on"
+    );
+}

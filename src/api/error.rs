@@ -52,6 +52,15 @@ pub enum ApiError {
     ContinueExpired { revision: Revision },
     #[error("too many watches {scope}; retry later or on another replica")]
     TooManyWatchers { scope: String },
+    #[error("{user} is over its limit of {what}; {}", match .retry_after {
+        Some(d) => format!("retry in {} ms", d.as_millis().max(1)),
+        None => "close a watch or retry later".to_owned(),
+    })]
+    UserLimit {
+        user: String,
+        what: String,
+        retry_after: Option<std::time::Duration>,
+    },
     #[error("{reason}: too many List/Get calls in progress; retry with backoff")]
     Overloaded { reason: String },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
@@ -102,6 +111,7 @@ impl ApiError {
             | ApiError::Compacted { .. }
             | ApiError::ContinueExpired { .. } => Code::OutOfRange,
             ApiError::TooManyWatchers { .. }
+            | ApiError::UserLimit { .. }
             | ApiError::Overloaded { .. }
             | ApiError::RequestTooLarge { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
@@ -174,6 +184,15 @@ impl From<ApiError> for Status {
                     metadata,
                 )
             }
+            ApiError::UserLimit {
+                retry_after: Some(after),
+                ..
+            } => Status::with_error_details_and_metadata(
+                code,
+                message,
+                ErrorDetails::with_retry_info(Some(after)),
+                metadata,
+            ),
             _ => Status::with_metadata(code, message, metadata),
         }
     }

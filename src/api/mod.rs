@@ -20,6 +20,7 @@ mod reload;
 pub mod server;
 pub mod service;
 pub mod tls;
+pub mod user_limits;
 mod watch;
 pub mod wire;
 
@@ -41,6 +42,7 @@ use auth::{Auth, PeerCerts};
 use call::CallInfo;
 use error::ApiError;
 use query::{GetQuery, ListQuery, WatchQuery};
+use user_limits::UserLimits;
 pub use watch::WatchStream;
 
 /// One served resource: its cache, its revision checks and its metrics.
@@ -65,6 +67,7 @@ pub struct Api {
     metrics: Metrics,
     /// Who may read what.
     auth: Arc<Auth>,
+    user_limits: Arc<UserLimits>,
     shutdown: CancellationToken,
 }
 
@@ -92,9 +95,16 @@ impl Api {
             freshness_wait,
             watch_slots: Arc::new(Semaphore::new(max_watchers)),
             auth: Arc::new(Auth::open(metrics.clone())),
+            user_limits: Arc::new(UserLimits::new(&Default::default())),
             metrics,
             shutdown,
         }
+    }
+
+    /// Each user's calls bounded by `limits`.
+    pub fn with_user_limits(mut self, limits: UserLimits) -> Self {
+        self.user_limits = Arc::new(limits);
+        self
     }
 
     /// Calls authenticated and authorized by `auth`.
@@ -130,6 +140,7 @@ impl Api {
             let caller = self
                 .auth
                 .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            self.user_limits.unary(&caller)?;
             let s = self.served(&req.resource)?;
             let resource = &s.cache.resource;
             let scope = self
@@ -158,6 +169,7 @@ impl Api {
             let caller = self
                 .auth
                 .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            self.user_limits.unary(&caller)?;
             let s = self.served(&req.resource)?;
             let resource = &s.cache.resource;
             let scope = self
@@ -194,13 +206,14 @@ impl Api {
             let caller = self
                 .auth
                 .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            let place = self.user_limits.watch(&caller)?;
             let s = self.served(&req.resource)?;
             let resource = &s.cache.resource;
             let scope = self
                 .auth
                 .authorize(&caller, Verb::Watch, resource, &req.namespace)?;
             let query = WatchQuery::parse(&req, resource, &scope)?;
-            self.start_watch(s, query, inbox).await
+            self.start_watch(s, query, inbox, place).await
         };
         self.answer(&metadata, info, call).await
     }

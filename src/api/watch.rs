@@ -12,6 +12,7 @@ use tonic::Status;
 
 use super::error::ApiError;
 use super::query::WatchQuery;
+use super::user_limits::WatchPlace;
 use super::wire::{encode_bookmark, encode_event, WatchMessage};
 use super::{Api, Served};
 use crate::cache::{WatchCache, WatchFrom, WatchStart};
@@ -26,12 +27,14 @@ impl Api {
         s: &Served,
         q: WatchQuery,
         inbox: Arc<Inbox>,
+        place: WatchPlace,
     ) -> Result<WatchStream, ApiError> {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown { last: None });
         }
         let resource = &s.cache.resource;
         let slots = (
+            place,
             self.watch_slots.clone().try_acquire_owned().map_err(|_| {
                 ApiError::TooManyWatchers {
                     scope: "in total".into(),
@@ -99,7 +102,7 @@ impl Api {
 /// is polled once per delivery, for every watcher.
 pub struct WatchStream {
     /// Held while the watch is open: its places in the watcher limits.
-    _slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    _slots: (WatchPlace, OwnedSemaphorePermit, OwnedSemaphorePermit),
     cache: Arc<WatchCache>,
     watcher: Watcher,
     initial: std::vec::IntoIter<Arc<Object>>,

@@ -158,6 +158,22 @@ pub struct LimitsConfig {
     pub keepalive_interval: Duration,
     #[serde(default = "default_keepalive_timeout", with = "humantime_serde")]
     pub keepalive_timeout: Duration,
+    /// Open watches of one user (an identity's user name); none: no bound.
+    /// One noisy tenant cannot take another's places.
+    #[serde(default)]
+    pub max_watchers_per_user: Option<usize>,
+    /// List and Get calls one user may make per second, on average;
+    /// none: no bound.
+    #[serde(default)]
+    pub unary_per_user_per_second: Option<f64>,
+    /// How many List and Get calls one user may make at once before the
+    /// rate applies.
+    #[serde(default = "default_unary_burst_per_user")]
+    pub unary_burst_per_user: u32,
+}
+
+fn default_unary_burst_per_user() -> u32 {
+    20
 }
 
 impl Default for LimitsConfig {
@@ -170,6 +186,9 @@ impl Default for LimitsConfig {
             max_message_bytes: default_max_message_bytes(),
             keepalive_interval: default_keepalive_interval(),
             keepalive_timeout: default_keepalive_timeout(),
+            max_watchers_per_user: None,
+            unary_per_user_per_second: None,
+            unary_burst_per_user: default_unary_burst_per_user(),
         }
     }
 }

@@ -142,6 +142,20 @@ impl Config {
                 return Err(invalid(field, "must be positive"));
             }
         }
+        if l.max_watchers_per_user == Some(0) {
+            return Err(invalid("limits.max_watchers_per_user", "must be positive"));
+        }
+        if l.unary_per_user_per_second
+            .is_some_and(|r| !r.is_finite() || r <= 0.0)
+        {
+            return Err(invalid(
+                "limits.unary_per_user_per_second",
+                "must be a positive number",
+            ));
+        }
+        if l.unary_burst_per_user == 0 {
+            return Err(invalid("limits.unary_burst_per_user", "must be positive"));
+        }
         if self.resources.is_empty() {
             return Err(invalid("resources", "at least one resource is required"));
         }
