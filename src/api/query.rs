@@ -23,7 +23,7 @@ pub enum ListAt {
 }
 
 /// The request's own predicate, narrowed to what the caller may see.
-fn scoped(
+pub(super) fn scoped(
     resource: &Resource,
     namespace: &str,
     name: &str,

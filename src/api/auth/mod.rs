@@ -4,6 +4,8 @@
 //! allowed. The authorization rules then say whether the call is allowed
 //! and through which selectors.
 
+#[cfg(test)]
+mod model_tests;
 mod rules;
 mod tokens;
 

@@ -250,6 +250,31 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_rules_text_is_compiled_or_refused_without_a_panic(
+            text in "[\\[\\]{}:,\"a-z*= !()\n-]{0,160}",
+            selector in "[ -~]{0,40}",
+        ) {
+            let resources = [Resource::for_tests(&["spec.nodeName"])];
+            if let Ok(rules) = serde_yaml_ng::from_str::<Vec<RuleConfig>>(&text) {
+                let _ = Rules::new(&rules, &resources);
+            }
+            let rule = RuleConfig {
+                subjects: vec!["*".into()],
+                resources: vec!["*".into()],
+                namespaces: vec!["*".into()],
+                verbs: vec![Verb::List],
+                label_selector: selector.clone(),
+                field_selector: selector,
+            };
+            if let Ok(rules) = Rules::new(&[rule], &resources) {
+                let caller = Caller { user: "u".into(), groups: vec![] };
+                let _ = rules.authorize(&caller, Verb::List, &resources[0], "");
+            }
+        }
+    }
+
     #[test]
     fn a_rule_whose_selector_does_not_parse_is_refused_at_start() {
         let rules: Vec<RuleConfig> = serde_yaml_ng::from_str(

@@ -74,8 +74,12 @@ impl Tokens {
 fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the token file {}", path.display()))?;
+    parse(path, &text)
+}
+
+fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Entry>> {
     // serde_yaml's messages can quote the document: say where, not what.
-    let entries: Vec<Entry> = serde_yaml_ng::from_str(&text).map_err(|e| {
+    let entries: Vec<Entry> = serde_yaml_ng::from_str(text).map_err(|e| {
         let at = e
             .location()
             .map(|l| format!(" at line {}", l.line()))
@@ -125,6 +129,23 @@ mod tests {
         tokens.reload();
         assert_eq!(tokens.caller("s3cret"), None);
         assert_eq!(tokens.caller("other").unwrap().user, "bob");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_file_is_read_or_refused_without_a_panic(text in ".{0,200}") {
+            let _ = parse(Path::new("tokens.yaml"), &text);
+        }
+
+        #[test]
+        fn any_token_file_shaped_text_is_read_or_refused(
+            token in "[ -~]{0,12}",
+            user in "[ -~]{0,12}",
+            groups in proptest::collection::vec("[ -~]{0,6}", 0..3),
+        ) {
+            let text = format!("- {{token: {token}, user: {user}, groups: {groups:?}}}");
+            let _ = parse(Path::new("tokens.yaml"), &text);
+        }
     }
 
     #[test]
