@@ -38,6 +38,12 @@ enum Target {
     WatchproxyTonic,
     /// Another watchproxy build (`--baseline-bin`), e.g. an earlier commit.
     WatchproxyBaseline,
+    /// watchproxy serving mutual TLS, with certificates made for the run.
+    WatchproxyTls,
+    /// Node mode over (server) TLS, each watcher calling as the user of its node (a
+    /// bearer token) and asking for every pod: an authorization rule
+    /// (`spec.nodeName={user}`) gives it its node's.
+    WatchproxyTlsNodes,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection
@@ -49,7 +55,11 @@ impl Target {
     fn is_watchproxy(self) -> bool {
         matches!(
             self,
-            Target::Watchproxy | Target::WatchproxyTonic | Target::WatchproxyBaseline
+            Target::Watchproxy
+                | Target::WatchproxyTonic
+                | Target::WatchproxyBaseline
+                | Target::WatchproxyTls
+                | Target::WatchproxyTlsNodes
         )
     }
 }
@@ -140,6 +150,7 @@ struct Args {
     /// The floor has no flow control and runs without them.
     #[arg(long, default_value_t = 0)]
     stalled: usize,
+
     /// Serve as the floor target on this address (the run starts it).
     #[arg(long, hide = true)]
     floor_listen: Option<std::net::SocketAddr>,
@@ -332,6 +343,15 @@ impl Seen {
 }
 
 async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
+    let identities = target == Target::WatchproxyTlsNodes;
+    if identities && args.mode != Mode::Node {
+        bail!("watchproxy-tls-nodes needs --mode node");
+    }
+    // The nodes call with tokens: a client certificate would name them
+    // instead.
+    let tls = matches!(target, Target::WatchproxyTls | Target::WatchproxyTlsNodes)
+        .then(|| RunTls::new(target == Target::WatchproxyTls))
+        .transpose()?;
     let nodes = args.nodes();
     // etcd's data on tmpfs where there is one: the disk's fsync latency is
     // not what is measured, and it is the same for every target.
@@ -400,15 +420,23 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             wait_port(&mut p, "floor", port).await?;
             (Some(p), format!("127.0.0.1:{port}"))
         }
-        Target::Watchproxy | Target::WatchproxyTonic | Target::WatchproxyBaseline => {
+        Target::Watchproxy
+        | Target::WatchproxyTonic
+        | Target::WatchproxyBaseline
+        | Target::WatchproxyTls
+        | Target::WatchproxyTlsNodes => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
-            std::fs::write(
-                &config,
-                format!(
-                    "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
-                ),
-            )?;
+            let mut yaml = format!(
+                "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
+            );
+            if let Some(tls) = &tls {
+                yaml += &tls.config(etcd.dir())?;
+            }
+            if identities {
+                yaml += &node_identities(etcd.dir(), nodes)?;
+            }
+            std::fs::write(&config, yaml)?;
             let bin = match (target, &args.watchproxy_bin) {
                 (Target::WatchproxyBaseline, _) => args
                     .baseline_bin
@@ -430,7 +458,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .with_context(|| format!("starting {}", bin.display()))?;
             let mut p = Proc(child);
             wait_port(&mut p, "watchproxy", port).await?;
-            (Some(p), format!("http://127.0.0.1:{port}"))
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            (Some(p), format!("{scheme}://127.0.0.1:{port}"))
         }
     };
 
@@ -445,7 +474,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     for _ in 0..args.connections.max(1) {
         match target {
             t if t.is_watchproxy() => {
-                wp_channels.push(Channel::from_shared(endpoint.clone())?.connect().await?)
+                let mut channel = Channel::from_shared(endpoint.clone())?;
+                if let Some(tls) = &tls {
+                    channel = channel.tls_config(tls.client())?;
+                }
+                wp_channels.push(channel.connect().await?)
             }
             Target::Floor => {}
             _ => etcd_clients.push(Client::connect([&endpoint], None).await?),
@@ -530,7 +563,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 );
                 let req = WatchRequest {
                     resource: "pods".into(),
-                    field_selector: if wanted.is_some() {
+                    field_selector: if wanted.is_some() && !identities {
                         format!("spec.nodeName={node}")
                     } else {
                         String::new()
@@ -538,6 +571,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                     resource_version: start_rev.to_string(),
                     ..Default::default()
                 };
+                let mut req = tonic::Request::new(req);
+                if identities {
+                    let token = format!("Bearer token-{node}").parse()?;
+                    req.metadata_mut().insert("authorization", token);
+                }
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
                     let mut stream = client.watch(req).await?.into_inner();
@@ -867,6 +905,87 @@ fn median(rounds: &[Report]) -> Report {
         front_peak_rss_mib: worst(|r| r.front_peak_rss_mib),
         front_rss_end_mib: worst(|r| r.front_rss_end_mib),
     }
+}
+
+/// A CA, a server certificate and, for mutual TLS, a client certificate
+/// made for one run.
+struct RunTls {
+    mutual: bool,
+    ca: String,
+    cert: String,
+    key: String,
+    client_cert: String,
+    client_key: String,
+}
+
+impl RunTls {
+    fn new(mutual: bool) -> anyhow::Result<Self> {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        let key = KeyPair::generate()?;
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&key, &ca)?;
+        let client_key = KeyPair::generate()?;
+        let mut client = CertificateParams::new(Vec::<String>::new())?;
+        client
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "watchproxy-bench");
+        let client_cert = client.signed_by(&client_key, &ca)?;
+        Ok(Self {
+            mutual,
+            ca: ca.pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            client_cert: client_cert.pem(),
+            client_key: client_key.serialize_pem(),
+        })
+    }
+
+    /// The `tls` section of watchproxy's configuration, its files in `dir`.
+    fn config(&self, dir: &std::path::Path) -> anyhow::Result<String> {
+        let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+        std::fs::write(&cert, &self.cert)?;
+        std::fs::write(&key, &self.key)?;
+        std::fs::write(&ca, &self.ca)?;
+        let client_ca = match self.mutual {
+            true => format!(", client_ca_file: {}", ca.display()),
+            false => String::new(),
+        };
+        Ok(format!(
+            "tls: {{cert_file: {}, key_file: {}{client_ca}}}\n",
+            cert.display(),
+            key.display(),
+        ))
+    }
+
+    fn client(&self) -> tonic::transport::ClientTlsConfig {
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca))
+            .domain_name("localhost");
+        match self.mutual {
+            true => tls.identity(tonic::transport::Identity::from_pem(
+                &self.client_cert,
+                &self.client_key,
+            )),
+            false => tls,
+        }
+    }
+}
+
+/// A token per node (`token-node-K` names user `node-K`), and the rule that
+/// lets each node watch its own pods.
+fn node_identities(dir: &std::path::Path, nodes: usize) -> anyhow::Result<String> {
+    let tokens = dir.join("tokens.yaml");
+    let mut text = String::new();
+    for k in 0..nodes {
+        writeln!(text, "- {{token: token-node-{k}, user: node-{k}}}")?;
+    }
+    std::fs::write(&tokens, text)?;
+    Ok(format!(
+        "auth: {{tokens_file: {}, allow_plaintext_tokens: true}}\nauthorization:\n  rules:\n    - {{subjects: [\"*\"], resources: [pods], namespaces: [\"*\"], verbs: [watch], field_selector: \"spec.nodeName={{user}}\"}}\n",
+        tokens.display()
+    ))
 }
 
 #[cfg(test)]
