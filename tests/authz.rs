@@ -311,3 +311,78 @@ async fn one_user_cannot_take_another_users_share() {
         "another user's calls go on"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_jwt_names_its_caller() {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pair = rcgen::KeyPair::generate().unwrap();
+    let raw = pair.public_key_raw();
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        format!(
+            r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"k1","x":"{}","y":"{}"}}]}}"#,
+            URL_SAFE_NO_PAD.encode(&raw[1..33]),
+            URL_SAFE_NO_PAD.encode(&raw[33..65])
+        ),
+    )
+    .unwrap();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        + &format!(
+            r#"
+auth:
+  allow_plaintext_tokens: true
+  jwt: {{jwks_file: {}, issuer: "https://kubernetes.default.svc", audiences: [watchproxy]}}
+authorization:
+  rules:
+    - {{subjects: ["group:system:serviceaccounts:ns"], resources: [pods], namespaces: [ns], verbs: [list]}}
+"#,
+            jwks.display()
+        );
+    let config = Config::from_yaml(&yaml).unwrap();
+    config.validate().unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let mut client = proxy.client().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let key = EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap();
+    let sign = |exp: u64| {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some("k1".into());
+        let claims = serde_json::json!({
+            "sub": "system:serviceaccount:ns:reader",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:ns"],
+            "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"], "exp": exp,
+        });
+        encode(&header, &claims, &key).unwrap()
+    };
+    let good = sign(now + 600);
+    let mut listed = None;
+    for _ in 0..100 {
+        if let Ok(r) = client.list(as_caller(&good, list("ns"))).await {
+            listed = Some(r.into_inner());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(names(&listed.expect("listed").items), ["ns/a"]);
+    let err = client
+        .list(as_caller(&sign(now - 3600), list("ns")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    assert!(err.message().contains("expired"), "{err:?}");
+    let err = client.list(as_caller(&good, list(""))).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+}

@@ -85,6 +85,33 @@ pub struct AuthConfig {
     /// on loopback, say).
     #[serde(default)]
     pub allow_plaintext_tokens: bool,
+    /// JWTs verified offline, as Kubernetes projected service-account
+    /// tokens are.
+    #[serde(default)]
+    pub jwt: Option<JwtConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The signing keys (JSON Web Key Set); read again when it changes.
+    pub jwks_file: std::path::PathBuf,
+    /// The `iss` a token must carry.
+    pub issuer: String,
+    /// A token's `aud` must name one of these.
+    pub audiences: Vec<String>,
+    #[serde(default = "default_username_claim")]
+    pub username_claim: String,
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+}
+
+fn default_username_claim() -> String {
+    "sub".into()
+}
+
+fn default_groups_claim() -> String {
+    "groups".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -69,7 +69,12 @@ impl Config {
                 ));
             }
         }
-        if self.auth.tokens_file.is_some()
+        if let Some(jwt) = &self.auth.jwt {
+            if jwt.audiences.is_empty() {
+                return Err(invalid("auth.jwt.audiences", "must name at least one"));
+            }
+        }
+        if (self.auth.tokens_file.is_some() || self.auth.jwt.is_some())
             && self.tls.is_none()
             && !self.auth.allow_plaintext_tokens
         {

@@ -4,6 +4,7 @@
 //! allowed. The authorization rules then say whether the call is allowed
 //! and through which selectors.
 
+mod jwt;
 #[cfg(test)]
 mod model_tests;
 mod rules;
@@ -21,6 +22,7 @@ use super::reload::spawn_reloader;
 use crate::config::{Config, Verb};
 use crate::object::Resource;
 use crate::telemetry::Metrics;
+use jwt::Jwt;
 pub use rules::Scope;
 use rules::{Denial, Rules};
 use tokens::Tokens;
@@ -48,6 +50,7 @@ pub struct PeerCerts(pub Arc<Vec<CertificateDer<'static>>>);
 
 pub struct Auth {
     tokens: Option<Arc<Tokens>>,
+    jwt: Option<Arc<Jwt>>,
     /// Whether a caller without an identity is served.
     anonymous: bool,
     /// Whether anything authenticates callers: a client CA or tokens.
@@ -61,6 +64,7 @@ impl Auth {
     pub fn open(metrics: Metrics) -> Self {
         Self {
             tokens: None,
+            jwt: None,
             anonymous: true,
             authenticating: false,
             rules: None,
@@ -75,16 +79,21 @@ impl Auth {
             .map(Tokens::load)
             .transpose()?
             .map(Arc::new);
+        let jwt = (config.auth.jwt.as_ref())
+            .map(Jwt::load)
+            .transpose()?
+            .map(Arc::new);
         let client_ca = config
             .tls
             .as_ref()
             .is_some_and(|t| t.client_ca_file.is_some());
-        let authenticating = client_ca || tokens.is_some();
+        let authenticating = client_ca || tokens.is_some() || jwt.is_some();
         let rules = (config.authorization.as_ref())
             .map(|a| Rules::new(&a.rules, resources))
             .transpose()?;
         Ok(Self {
             tokens,
+            jwt,
             anonymous: config.auth.anonymous.unwrap_or(!authenticating),
             authenticating,
             rules,
@@ -92,11 +101,21 @@ impl Auth {
         })
     }
 
-    /// Reads the token file again whenever it changes, until `shutdown`.
-    pub fn spawn_reload(&self, shutdown: CancellationToken) -> Option<tokio::task::JoinHandle<()>> {
-        let tokens = self.tokens.clone()?;
-        let paths = vec![tokens.path().to_owned()];
-        Some(spawn_reloader(paths, shutdown, move || tokens.reload()))
+    /// Reads the token and JWKS files again whenever they change, until
+    /// `shutdown`.
+    pub fn spawn_reload(&self, shutdown: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some(tokens) = self.tokens.clone() {
+            let paths = vec![tokens.path().to_owned()];
+            tasks.push(spawn_reloader(paths, shutdown.clone(), move || {
+                tokens.reload()
+            }));
+        }
+        if let Some(jwt) = self.jwt.clone() {
+            let paths = vec![jwt.path().to_owned()];
+            tasks.push(spawn_reloader(paths, shutdown, move || jwt.reload()));
+        }
+        tasks
     }
 
     /// Who is calling: the client certificate's subject, else the bearer
@@ -122,23 +141,29 @@ impl Auth {
             };
         }
         if let Some(header) = metadata.get("authorization") {
-            let Some(tokens) = &self.tokens else {
+            if self.tokens.is_none() && self.jwt.is_none() {
                 if !self.authenticating {
                     return Ok(Caller::anonymous());
                 }
                 return refuse("tokens_not_accepted", "bearer tokens are not accepted here");
-            };
+            }
             let token = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer "));
-            let Some(token) = token else {
+            let Some(token) = token.map(str::trim) else {
                 return refuse(
                     "malformed_authorization",
                     "the authorization metadata is not \"Bearer <token>\"",
                 );
             };
-            return match tokens.caller(token.trim()) {
-                Some(caller) => Ok(caller),
-                None => refuse("unknown_token", "unknown bearer token"),
-            };
+            if let Some(caller) = self.tokens.as_ref().and_then(|t| t.caller(token)) {
+                return Ok(caller);
+            }
+            if let Some(jwt) = self.jwt.as_ref().filter(|_| Jwt::looks_like(token)) {
+                return match jwt.caller(token) {
+                    Ok(caller) => Ok(caller),
+                    Err(reason) => refuse("invalid_jwt", reason),
+                };
+            }
+            return refuse("unknown_token", "unknown bearer token");
         }
         if self.anonymous {
             return Ok(Caller::anonymous());

@@ -1,0 +1,229 @@
+//! JSON Web Tokens verified offline against a JWKS file, in the shape of
+//! Kubernetes projected service-account tokens: issuer, audiences and
+//! expiry checked, the user and groups read from configured claims. Only
+//! asymmetric keys are accepted, so a public key can never sign.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{decode, decode_header, DecodingKey, Validation};
+use parking_lot::RwLock;
+use tracing::{info, warn};
+
+use super::Caller;
+use crate::config::JwtConfig;
+
+pub struct Jwt {
+    config: JwtConfig,
+    keys: RwLock<Arc<JwkSet>>,
+}
+
+/// Why a token was refused; never the token or its claims.
+pub type Refusal = &'static str;
+
+impl Jwt {
+    pub fn load(config: &JwtConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            keys: RwLock::new(Arc::new(read(&config.jwks_file)?)),
+            config: config.clone(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.config.jwks_file
+    }
+
+    /// Reads the key set again; one that cannot be used is logged and the
+    /// keys in use stay.
+    pub fn reload(&self) {
+        match read(&self.config.jwks_file) {
+            Ok(keys) => {
+                info!(keys = keys.keys.len(), "JWKS file changed; using it");
+                *self.keys.write() = Arc::new(keys);
+            }
+            Err(e) => warn!(
+                error = format!("{e:#}"),
+                "JWKS file changed but cannot be used; keeping the keys in use"
+            ),
+        }
+    }
+
+    /// Whether `token` has a JWT's shape (three dot-separated parts).
+    pub fn looks_like(token: &str) -> bool {
+        token.split('.').count() == 3
+    }
+
+    /// The caller a valid token names.
+    pub fn caller(&self, token: &str) -> Result<Caller, Refusal> {
+        let header = decode_header(token).map_err(|_| "the JWT header cannot be read")?;
+        let keys = self.keys.read().clone();
+        let jwk = match &header.kid {
+            Some(kid) => keys.find(kid),
+            None if keys.keys.len() == 1 => keys.keys.first(),
+            None => None,
+        }
+        .ok_or("no key in the JWKS file verifies this JWT")?;
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err("symmetric keys are not accepted");
+        }
+        let key = DecodingKey::from_jwk(jwk).map_err(|_| "a JWKS key cannot be used")?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&self.config.audiences);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let claims = decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
+            .map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind as K;
+                match e.kind() {
+                    K::ExpiredSignature => "the JWT has expired",
+                    K::InvalidIssuer => "the JWT's issuer is not the configured one",
+                    K::InvalidAudience => "the JWT is not for this audience",
+                    K::InvalidSignature => "the JWT's signature does not verify",
+                    K::InvalidAlgorithm => "the JWT's algorithm does not match its key",
+                    K::MissingRequiredClaim(_) => "the JWT lacks exp, iss or aud",
+                    _ => "the JWT is not valid",
+                }
+            })?
+            .claims;
+        let user = claims
+            .get(&self.config.username_claim)
+            .and_then(|v| v.as_str())
+            .filter(|u| !u.is_empty())
+            .ok_or("the JWT has no user name claim")?
+            .to_owned();
+        let groups = match claims.get(&self.config.groups_claim) {
+            None => Vec::new(),
+            Some(v) => v
+                .as_array()
+                .and_then(|a| a.iter().map(|g| g.as_str().map(str::to_owned)).collect())
+                .ok_or("the JWT's groups claim is not a list of strings")?,
+        };
+        Ok(Caller { user, groups })
+    }
+}
+
+fn read(path: &PathBuf) -> anyhow::Result<JwkSet> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the JWKS file {}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not a JWKS document: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+
+    use super::*;
+
+    struct Issuer {
+        key: EncodingKey,
+        jwks: String,
+    }
+
+    fn issuer() -> Issuer {
+        let pair = rcgen::KeyPair::generate().unwrap();
+        let raw = pair.public_key_raw();
+        let (x, y) = (&raw[1..33], &raw[33..65]);
+        let jwks = format!(
+            r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"k1","use":"sig","alg":"ES256","x":"{}","y":"{}"}}]}}"#,
+            URL_SAFE_NO_PAD.encode(x),
+            URL_SAFE_NO_PAD.encode(y)
+        );
+        Issuer {
+            key: EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap(),
+            jwks,
+        }
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn token(issuer: &Issuer, claims: serde_json::Value) -> String {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some("k1".into());
+        encode(&header, &claims, &issuer.key).unwrap()
+    }
+
+    fn verifier(jwks: &str) -> (Jwt, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        std::fs::write(&path, jwks).unwrap();
+        let config = JwtConfig {
+            jwks_file: path,
+            issuer: "https://kubernetes.default.svc".into(),
+            audiences: vec!["watchproxy".into()],
+            username_claim: "sub".into(),
+            groups_claim: "groups".into(),
+        };
+        (Jwt::load(&config).unwrap(), dir)
+    }
+
+    #[test]
+    fn a_service_account_token_names_its_caller_and_a_bad_one_is_refused() {
+        let iss = issuer();
+        let (jwt, _dir) = verifier(&iss.jwks);
+        let claims = |exp: u64, aud: &str, iss_: &str| {
+            serde_json::json!({
+                "sub": "system:serviceaccount:ns:reader",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:ns"],
+                "iss": iss_, "aud": [aud], "exp": exp,
+            })
+        };
+        let good = token(
+            &iss,
+            claims(now() + 600, "watchproxy", "https://kubernetes.default.svc"),
+        );
+        assert!(Jwt::looks_like(&good));
+        let caller = jwt.caller(&good).unwrap();
+        assert_eq!(caller.user, "system:serviceaccount:ns:reader");
+        assert_eq!(caller.groups.len(), 2);
+
+        let expired = token(
+            &iss,
+            claims(now() - 3600, "watchproxy", "https://kubernetes.default.svc"),
+        );
+        assert_eq!(jwt.caller(&expired).unwrap_err(), "the JWT has expired");
+        let other_aud = token(
+            &iss,
+            claims(now() + 600, "other", "https://kubernetes.default.svc"),
+        );
+        assert_eq!(
+            jwt.caller(&other_aud).unwrap_err(),
+            "the JWT is not for this audience"
+        );
+        let other_iss = token(&iss, claims(now() + 600, "watchproxy", "https://evil"));
+        assert!(jwt.caller(&other_iss).is_err());
+        let forged = token(
+            &issuer(),
+            claims(now() + 600, "watchproxy", "https://kubernetes.default.svc"),
+        );
+        assert_eq!(
+            jwt.caller(&forged).unwrap_err(),
+            "the JWT's signature does not verify"
+        );
+        // A token signed with the public key as an HMAC secret.
+        let mut parts: Vec<&str> = good.split('.').collect();
+        let hs = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","kid":"k1"}"#);
+        parts[0] = &hs;
+        assert!(jwt.caller(&parts.join(".")).is_err());
+        assert!(jwt.caller("not.a.jwt").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_token_is_verified_or_refused_without_a_panic(t in "[A-Za-z0-9_.=-]{0,120}") {
+            let (jwt, _dir) = verifier(r#"{"keys":[]}"#);
+            let _ = jwt.caller(&t);
+        }
+    }
+}
