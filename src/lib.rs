@@ -55,6 +55,8 @@ pub struct Listeners {
     pub grpc: TcpListener,
     /// Serves `/metrics`.
     pub metrics: Option<TcpListener>,
+    /// Serves only `grpc.health.v1`, in plain text.
+    pub health: Option<TcpListener>,
 }
 
 /// How often the dispatchers look for due bookmarks.
@@ -132,6 +134,14 @@ pub async fn run(
     }
 
     let (health, health_service) = tonic_health::server::health_reporter();
+    if let Some(listener) = listeners.health {
+        info!(addr = %listener.local_addr()?, "serving health checks in plain text");
+        tasks.push(api::server::spawn_health_only(
+            listener,
+            health_service.clone(),
+            shutdown.clone(),
+        ));
+    }
     let caches = served.values().map(|s| s.cache.clone()).collect();
     tasks.push(api::health::spawn_health(health, caches, shutdown.clone()));
     let reflection_v1 = tonic_reflection::server::Builder::configure()

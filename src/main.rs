@@ -170,14 +170,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let grpc = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let metrics = match config.metrics_listen {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("binding {a}"))?,
-        ),
-        None => None,
-    };
+    let metrics = bind(config.metrics_listen).await?;
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -185,7 +178,25 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         signal.cancel();
     });
-    run(config, Listeners { grpc, metrics }, shutdown).await
+    let health = bind(config.health_listen).await?;
+    let listeners = Listeners {
+        grpc,
+        metrics,
+        health,
+    };
+    run(config, listeners, shutdown).await
+}
+
+/// A listener on `addr`, when one is configured.
+async fn bind(addr: Option<SocketAddr>) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    match addr {
+        Some(a) => Ok(Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding {a}"))?,
+        )),
+        None => Ok(None),
+    }
 }
 
 async fn wait_for_signal() {

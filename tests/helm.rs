@@ -82,7 +82,11 @@ fn the_chart_lints_strictly() {
         None,
     );
     assert!(ok, "{out}");
-    for values in ["default-values.yaml", "sidecar-values.yaml"] {
+    for values in [
+        "default-values.yaml",
+        "sidecar-values.yaml",
+        "secure-values.yaml",
+    ] {
         let file = format!("{CHART}/ci/{values}");
         let (ok, out) = run(
             Command::new(tool("helm")).args(["lint", "--strict", CHART, "-f", &file]),
@@ -94,7 +98,11 @@ fn the_chart_lints_strictly() {
 
 #[test]
 fn both_modes_render_manifests_that_validate() {
-    for values in ["default-values.yaml", "sidecar-values.yaml"] {
+    for values in [
+        "default-values.yaml",
+        "sidecar-values.yaml",
+        "secure-values.yaml",
+    ] {
         let manifests = render(values);
         let (ok, out) = run(
             Command::new(tool("kubernetes-validate")).args(["--strict", "-"]),
@@ -165,11 +173,66 @@ fn sidecar_mode_puts_watchproxy_next_to_the_app_with_etcd_client_certificates() 
 }
 
 #[test]
+fn secure_values_mount_the_secrets_probe_the_health_port_and_fence_the_api() {
+    let docs = documents(&render("secure-values.yaml"));
+    let kinds = kinds(&docs);
+    for kind in ["Certificate", "NetworkPolicy", "Deployment", "Service"] {
+        assert!(kinds.contains(&kind.to_owned()), "{kind} in {kinds:?}");
+    }
+    let config = rendered_config(&docs);
+    config.validate().expect("a valid configuration");
+    let tls = config.tls.expect("TLS for clients");
+    assert_eq!(tls.cert_file.to_str(), Some("/etc/watchproxy/tls/tls.crt"));
+    assert_eq!(
+        tls.client_ca_file.as_deref().and_then(|p| p.to_str()),
+        Some("/etc/watchproxy/tls/ca.crt")
+    );
+    assert_eq!(
+        config.auth.tokens_file.as_deref().and_then(|p| p.to_str()),
+        Some("/etc/watchproxy/tokens/tokens.yaml")
+    );
+    let jwt = config.auth.jwt.expect("JWT verification");
+    assert_eq!(
+        jwt.jwks_file.to_str(),
+        Some("/etc/watchproxy/jwks/jwks.json")
+    );
+    assert_eq!(jwt.audiences, ["watchproxy"]);
+    assert_eq!(config.authorization.expect("rules").rules.len(), 1);
+    let health = config.health_listen.expect("a health port");
+
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        assert_eq!(
+            container[probe]["grpc"]["port"].as_u64(),
+            Some(u64::from(health.port())),
+            "{probe} uses the plain-text health port, which needs no client certificate"
+        );
+    }
+    let secrets: Vec<&str> = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["secret"]["secretName"].as_str())
+        .collect();
+    assert_eq!(
+        secrets,
+        ["watchproxy-tls", "watchproxy-tokens", "cluster-jwks"]
+    );
+    let policy = docs.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
+    let from = &policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+    assert_eq!(from["watchproxy-client"].as_str(), Some("true"));
+}
+
+#[test]
 fn values_that_break_the_schema_fail() {
     for set in [
         "replicaCount=two",
         "config.etcd.endpoints[0]=etcd:2379",
         "logFormat=xml",
+        "tls.clientAuth=sometimes",
+        "config.authorization.rules[0].subjects[0]=alice",
     ] {
         let (ok, out) = run(
             Command::new(tool("helm")).args(["lint", "--strict", CHART, "--set", set]),

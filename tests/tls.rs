@@ -10,6 +10,9 @@ use std::time::Duration;
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 use watchproxy::config::{ClientAuth, Config, ServePath, TlsConfig};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, EventType};
@@ -157,6 +160,30 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
         denied.message().starts_with("bob may not list pods"),
         "{denied:?}"
     );
+    // Probes that cannot present a certificate use the plain-text health
+    // port, which serves nothing else.
+    let channel = Channel::from_shared(format!("http://{}", proxy.health_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let check = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "liveness".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(check.status(), ServingStatus::Serving);
+    let mut other = WatchProxyClient::new(channel);
+    let refused = other
+        .list(pb::ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented);
     let plain = WatchProxyClient::connect(format!("http://{}", proxy.addr)).await;
     assert!(!lists(plain).await, "plain text on the TLS port");
     assert!(

@@ -131,3 +131,35 @@ async fn accept_tls(
         }
     }
 }
+
+/// Serves only `grpc.health.v1` on `listener`, in plain text, until
+/// `shutdown`: for probes (a kubelet's gRPC probe) that cannot present a
+/// client certificate when the API port asks for one.
+pub fn spawn_health_only<S>(
+    listener: TcpListener,
+    health: S,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    tokio::spawn(async move {
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let served = tonic::transport::Server::builder()
+            .add_service(health)
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+            .await;
+        if let Err(e) = served {
+            warn!(error = %e, "the health server failed");
+        }
+    })
+}

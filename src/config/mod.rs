@@ -22,6 +22,10 @@ pub struct Config {
     /// Address of the HTTP listener serving `/metrics`; none disables it.
     #[serde(default)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of a plain-text listener serving only `grpc.health.v1`, for
+    /// probes that cannot present a client certificate; none disables it.
+    #[serde(default)]
+    pub health_listen: Option<SocketAddr>,
     /// TLS for clients; without it the service speaks plain text, and says
     /// so at start.
     #[serde(default)]

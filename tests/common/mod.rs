@@ -115,6 +115,8 @@ resources:
 pub struct Proxy {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// Plain-text `grpc.health.v1` only.
+    pub health_addr: SocketAddr,
     pub shutdown: CancellationToken,
     pub task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -143,19 +145,23 @@ impl Proxy {
             watchproxy::telemetry::init_logging(false);
         }
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
+        let health_addr = health.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(watchproxy::run(
             config,
             Listeners {
                 grpc,
                 metrics: Some(metrics),
+                health: Some(health),
             },
             shutdown.clone(),
         ));
         Proxy {
             addr,
             metrics_addr,
+            health_addr,
             shutdown,
             task: Some(task),
         }

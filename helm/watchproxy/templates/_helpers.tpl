@@ -35,6 +35,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $config := deepCopy .Values.config }}
 {{- $_ := set $config "listen" (printf "0.0.0.0:%v" .Values.ports.grpc) }}
 {{- $_ := set $config "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
+{{- $_ := set $config "health_listen" (printf "0.0.0.0:%v" .Values.ports.health) }}
+{{- if .Values.tls.enabled }}
+{{- $tls := dict "cert_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.certKey) "key_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.keyKey) }}
+{{- if .Values.tls.clientAuth }}
+{{- $_ := set $tls "client_ca_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.caKey) }}
+{{- $_ := set $tls "client_auth" .Values.tls.clientAuth }}
+{{- end }}
+{{- $_ := set $config "tls" $tls }}
+{{- end }}
+{{- if or .Values.auth.tokensSecret.name .Values.auth.jwksSecret.name }}
+{{- $auth := deepCopy (default (dict) $config.auth) }}
+{{- if .Values.auth.tokensSecret.name }}
+{{- $_ := set $auth "tokens_file" (printf "/etc/watchproxy/tokens/%s" .Values.auth.tokensSecret.key) }}
+{{- end }}
+{{- if .Values.auth.jwksSecret.name }}
+{{- $jwt := deepCopy (required "config.auth.jwt (issuer, audiences) is required with auth.jwksSecret" $auth.jwt) }}
+{{- $_ := set $jwt "jwks_file" (printf "/etc/watchproxy/jwks/%s" .Values.auth.jwksSecret.key) }}
+{{- $_ := set $auth "jwt" $jwt }}
+{{- end }}
+{{- $_ := set $config "auth" $auth }}
+{{- end }}
 {{- if .Values.etcdTLS.enabled }}
 {{- $tls := dict "ca_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.caKey) "cert_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.certKey) "key_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.keyKey) }}
 {{- if .Values.etcdTLS.serverName }}
@@ -73,23 +94,26 @@ The application then dials 127.0.0.1:<ports.grpc>.
     - name: metrics
       containerPort: {{ .Values.ports.metrics }}
       protocol: TCP
+    - name: health
+      containerPort: {{ .Values.ports.health }}
+      protocol: TCP
   # Liveness asks only whether the process answers; readiness whether every
   # resource's cache is filled (NOT_SERVING also during shutdown).
   livenessProbe:
     grpc:
-      port: {{ .Values.ports.grpc }}
+      port: {{ .Values.ports.health }}
       service: liveness
     periodSeconds: 10
     failureThreshold: 3
   readinessProbe:
     grpc:
-      port: {{ .Values.ports.grpc }}
+      port: {{ .Values.ports.health }}
       service: watchproxy.v1.WatchProxy
     periodSeconds: 5
     failureThreshold: 2
   startupProbe:
     grpc:
-      port: {{ .Values.ports.grpc }}
+      port: {{ .Values.ports.health }}
       service: liveness
     periodSeconds: 2
     failureThreshold: 30
@@ -106,6 +130,21 @@ The application then dials 127.0.0.1:<ports.grpc>.
       mountPath: /etc/watchproxy/etcd-tls
       readOnly: true
     {{- end }}
+    {{- if .Values.tls.enabled }}
+    - name: watchproxy-tls
+      mountPath: /etc/watchproxy/tls
+      readOnly: true
+    {{- end }}
+    {{- if .Values.auth.tokensSecret.name }}
+    - name: watchproxy-tokens
+      mountPath: /etc/watchproxy/tokens
+      readOnly: true
+    {{- end }}
+    {{- if .Values.auth.jwksSecret.name }}
+    - name: watchproxy-jwks
+      mountPath: /etc/watchproxy/jwks
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{- define "watchproxy.sidecar.volumes" -}}
@@ -116,6 +155,24 @@ The application then dials 127.0.0.1:<ports.grpc>.
 - name: watchproxy-etcd-tls
   secret:
     secretName: {{ required "etcdTLS.secretName is required when etcdTLS.enabled" .Values.etcdTLS.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.tls.enabled }}
+- name: watchproxy-tls
+  secret:
+    secretName: {{ required "tls.secretName is required when tls.enabled" .Values.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.auth.tokensSecret.name }}
+- name: watchproxy-tokens
+  secret:
+    secretName: {{ .Values.auth.tokensSecret.name }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.auth.jwksSecret.name }}
+- name: watchproxy-jwks
+  secret:
+    secretName: {{ .Values.auth.jwksSecret.name }}
     defaultMode: 0440
 {{- end }}
 {{- end }}
