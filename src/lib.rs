@@ -79,6 +79,10 @@ pub async fn run(
     let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
     let auth = api::auth::Auth::new(&config, &resources, metrics.clone())?;
     let etcd = Etcd::from_config(&config.etcd).await?;
+    for r in &resources {
+        etcd.check_readable(&r.key_prefix(), &r.key_range_end())
+            .await?;
+    }
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();

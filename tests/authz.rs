@@ -35,6 +35,17 @@ authorization:
       field_selector: "spec.nodeName={user}"
 "#;
 
+/// The pods configuration with [`TOKENS`] (written in `dir`) and [`RULES`].
+fn with_rules(etcd: &Etcd, dir: &std::path::Path) -> Config {
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        + &RULES.replace("TOKENS", &tokens.display().to_string());
+    Config::from_yaml(&yaml).unwrap()
+}
+
 fn as_caller<T>(token: &str, message: T) -> Request<T> {
     let mut req = Request::new(message);
     let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
@@ -65,13 +76,7 @@ async fn callers_read_only_what_the_rules_allow() {
     put_pod(&mut ec, "tenant-b", "p2", &[], "node-7").await;
     put_pod(&mut ec, "tenant-a", "p3", &[], "node-7").await;
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, TOKENS).unwrap();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        + &RULES.replace("TOKENS", &tokens.display().to_string());
-    let config = Config::from_yaml(&yaml).unwrap();
+    let config = with_rules(&etcd, dir.path());
     config.validate().unwrap();
     let proxy = Proxy::start_config(config).await;
     let mut client = proxy.client().await;
@@ -231,13 +236,7 @@ async fn callers_read_only_what_the_rules_allow() {
 async fn one_user_cannot_take_another_users_share() {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, TOKENS).unwrap();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        + &RULES.replace("TOKENS", &tokens.display().to_string());
-    let mut config = Config::from_yaml(&yaml).unwrap();
+    let mut config = with_rules(&etcd, dir.path());
     config.limits.max_watchers_per_user = Some(1);
     config.limits.unary_per_user_per_second = Some(0.5);
     config.limits.unary_burst_per_user = 2;

@@ -361,6 +361,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         quota_backend_bytes: Some(8 << 30),
         tmpfs: true,
         binary: Some(args.etcd_bin.clone()),
+        extra_args: Vec::new(),
     })
     .await?;
     let etcd_url = etcd.client_url.clone();

@@ -264,6 +264,11 @@ pub struct EtcdConfig {
     /// certificate authentication, a certificate and key.
     #[serde(default)]
     pub tls: Option<EtcdTls>,
+    /// etcd's own authentication: a user, and a file holding its password.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// PEM files for TLS to etcd.
@@ -396,6 +401,8 @@ impl Default for EtcdConfig {
             list_page_size: default_list_page_size(),
             request_timeout: default_request_timeout(),
             tls: None,
+            username: None,
+            password_file: None,
         }
     }
 }

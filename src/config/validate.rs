@@ -120,6 +120,12 @@ impl Config {
                 }
             }
         }
+        if self.etcd.username.is_some() != self.etcd.password_file.is_some() {
+            return Err(invalid(
+                "etcd.username",
+                "etcd.username and etcd.password_file go together",
+            ));
+        }
         if self.etcd.list_page_size <= 0 {
             return Err(invalid("etcd.list_page_size", "must be positive"));
         }

@@ -83,15 +83,66 @@ impl Etcd {
     /// The client the configuration describes, TLS files read.
     pub async fn from_config(c: &EtcdConfig) -> anyhow::Result<Self> {
         let tls = c.tls.as_ref().map(tls_options).transpose()?;
-        Self::connect_with_tls(&c.endpoints, tls, c.request_timeout, c.list_page_size)
+        let user = match (&c.username, &c.password_file) {
+            (Some(name), Some(file)) => {
+                let password = std::fs::read_to_string(file)
+                    .with_context(|| format!("reading etcd's password from {}", file.display()))?;
+                Some((
+                    name.clone(),
+                    password.trim_end_matches(['\r', '\n']).to_owned(),
+                ))
+            }
+            _ => None,
+        };
+        let authenticated = user.is_some();
+        Self::connect_with(&c.endpoints, tls, user, c.request_timeout, c.list_page_size)
             .await
-            .context("configuring the etcd client")
+            .map_err(|e| match e {
+                EtcdError::Client(etcd_client::Error::GRpcStatus(s)) if authenticated => {
+                    anyhow::anyhow!(
+                        "etcd refused user {:?}: {}",
+                        c.username.as_deref().unwrap_or_default(),
+                        s.message()
+                    )
+                }
+                e => anyhow::Error::new(e).context("configuring the etcd client"),
+            })
+    }
+
+    /// Fails when etcd refuses to let this client read `prefix` (a role
+    /// without that prefix, say): a setting to fix, not a fault to retry.
+    /// Any other failure (etcd down) is left to the reflectors' retries.
+    pub async fn check_readable(&self, prefix: &str, end: &str) -> anyhow::Result<()> {
+        let options = GetOptions::new().with_range(end).with_count_only();
+        match self.get(prefix, options).await {
+            Err(EtcdError::Client(etcd_client::Error::GRpcStatus(s)))
+                if matches!(
+                    s.code(),
+                    tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+                ) =>
+            {
+                anyhow::bail!("etcd denies reading {prefix}: {}", s.message())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// As [`Etcd::connect`], with TLS settings for `https://` endpoints.
     pub async fn connect_with_tls(
         endpoints: &[String],
         tls: Option<TlsOptions>,
+        timeout: Duration,
+        page_size: i64,
+    ) -> Result<Self, EtcdError> {
+        Self::connect_with(endpoints, tls, None, timeout, page_size).await
+    }
+
+    /// As [`Etcd::connect_with_tls`], as an etcd user (name, password): the
+    /// user's token is taken at once, and again when etcd says it expired.
+    pub async fn connect_with(
+        endpoints: &[String],
+        tls: Option<TlsOptions>,
+        user: Option<(String, String)>,
         timeout: Duration,
         page_size: i64,
     ) -> Result<Self, EtcdError> {
@@ -102,6 +153,9 @@ impl Etcd {
             .with_require_leader(true);
         if let Some(tls) = tls {
             options = options.with_tls(tls);
+        }
+        if let Some((name, password)) = user {
+            options = options.with_user(name, password);
         }
         let client = Client::connect(endpoints, Some(options)).await?;
         Ok(Self {
@@ -123,7 +177,18 @@ impl Etcd {
 
     async fn get(&self, key: &str, options: GetOptions) -> Result<GetResponse, EtcdError> {
         let mut kv = self.client.kv_client();
-        self.deadline(kv.get(key, Some(options))).await
+        match self.deadline(kv.get(key, Some(options.clone()))).await {
+            Err(e) if token_expired(&e) => {
+                self.refresh_token().await?;
+                self.deadline(kv.get(key, Some(options))).await
+            }
+            r => r,
+        }
+    }
+
+    /// Takes a new auth token after etcd said the last one expired.
+    async fn refresh_token(&self) -> Result<(), EtcdError> {
+        self.deadline(self.client.refresh_token()).await
     }
 
     /// One page of `[start, end)` at `revision` (None: the latest).
@@ -328,12 +393,27 @@ impl Etcd {
         options: WatchOptions,
     ) -> Result<WatchStream, EtcdError> {
         let mut w = self.client.watch_client();
-        self.deadline(w.watch(key, Some(options))).await
+        match self
+            .deadline(w.watch(key.clone(), Some(options.clone())))
+            .await
+        {
+            Err(e) if token_expired(&e) => {
+                self.refresh_token().await?;
+                self.deadline(w.watch(key, Some(options))).await
+            }
+            r => r,
+        }
     }
 
     pub fn client(&self) -> &Client {
         &self.client
     }
+}
+
+/// Whether etcd refused a request because the client's auth token expired.
+fn token_expired(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::Client(etcd_client::Error::GRpcStatus(s))
+        if s.code() == tonic::Code::Unauthenticated && s.message().contains("invalid auth token"))
 }
 
 /// Reads the PEM files of the etcd TLS settings.

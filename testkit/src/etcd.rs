@@ -23,6 +23,8 @@ pub struct EtcdOptions {
     pub tmpfs: bool,
     /// The etcd to run; none: [`etcd_binary`].
     pub binary: Option<PathBuf>,
+    /// More flags, e.g. `--auth-token-ttl=3`.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for EtcdOptions {
@@ -35,6 +37,7 @@ impl Default for EtcdOptions {
             quota_backend_bytes: None,
             tmpfs: false,
             binary: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -126,6 +129,7 @@ impl Etcd {
         if let Some(bytes) = self.options.quota_backend_bytes {
             command.arg(format!("--quota-backend-bytes={bytes}"));
         }
+        command.args(&self.options.extra_args);
         let child = command
             .stdout(Stdio::null())
             .stderr(log)
