@@ -362,6 +362,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         tmpfs: true,
         binary: Some(args.etcd_bin.clone()),
         extra_args: Vec::new(),
+        client_tls: None,
     })
     .await?;
     let etcd_url = etcd.client_url.clone();

@@ -123,7 +123,11 @@ impl Etcd {
             {
                 anyhow::bail!("etcd denies reading {prefix}: {}", s.message())
             }
-            _ => Ok(()),
+            Err(e) => match tls_failure(&e) {
+                Some(why) => anyhow::bail!("TLS to etcd failed: {why}; check etcd.tls"),
+                None => Ok(()),
+            },
+            Ok(_) => Ok(()),
         }
     }
 
@@ -408,6 +412,29 @@ impl Etcd {
     pub fn client(&self) -> &Client {
         &self.client
     }
+}
+
+/// The TLS failure behind an etcd error, if there is one: a CA etcd's
+/// certificate is not from, or a client certificate etcd refuses. rustls'
+/// errors reach here as the text of I/O errors, so they are told by it.
+fn tls_failure(e: &EtcdError) -> Option<String> {
+    use std::error::Error as _;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = match e {
+        // etcd-client's error names no source: start from what it holds.
+        EtcdError::Client(etcd_client::Error::GRpcStatus(s)) => s.source(),
+        EtcdError::Client(etcd_client::Error::TransportError(t)) => Some(t),
+        _ => None,
+    };
+    while let Some(err) = at {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let text = io.to_string();
+            if text.contains("certificate") || text.contains("fatal alert") {
+                return Some(text);
+            }
+        }
+        at = err.source();
+    }
+    None
 }
 
 /// Whether etcd refused a request because the client's auth token expired.

@@ -25,6 +25,9 @@ pub struct EtcdOptions {
     pub binary: Option<PathBuf>,
     /// More flags, e.g. `--auth-token-ttl=3`.
     pub extra_args: Vec<String>,
+    /// Serve clients over TLS (`extra_args` then name the certificate
+    /// files); the test kit's own clients connect with these options.
+    pub client_tls: Option<etcd_client::TlsOptions>,
 }
 
 impl Default for EtcdOptions {
@@ -38,6 +41,7 @@ impl Default for EtcdOptions {
             tmpfs: false,
             binary: None,
             extra_args: Vec::new(),
+            client_tls: None,
         }
     }
 }
@@ -95,7 +99,11 @@ impl Etcd {
             child: None,
         };
         for _ in 0..5 {
-            etcd.client_url = format!("http://127.0.0.1:{}", free_port());
+            let scheme = match etcd.options.client_tls {
+                Some(_) => "https",
+                None => "http",
+            };
+            etcd.client_url = format!("{scheme}://127.0.0.1:{}", free_port());
             etcd.peer_url = format!("http://127.0.0.1:{}", free_port());
             match etcd.launch().await? {
                 Launch::Ready => return Ok(etcd),
@@ -137,7 +145,7 @@ impl Etcd {
             .with_context(|| format!("starting {}. {ETCD_INSTALL_HINT}", binary.display()))?;
         self.child = Some(child);
         for _ in 0..200 {
-            if let Ok(mut c) = Client::connect([&self.client_url], None).await {
+            if let Ok(mut c) = Client::connect([&self.client_url], self.connect_options()).await {
                 if let Ok(members) = c.member_list().await {
                     if members.members().iter().any(|m| m.name() == self.name) {
                         return Ok(Launch::Ready);
@@ -156,6 +164,11 @@ impl Etcd {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("etcd did not become healthy at {}", self.client_url)
+    }
+
+    fn connect_options(&self) -> Option<etcd_client::ConnectOptions> {
+        let tls = self.options.client_tls.clone()?;
+        Some(etcd_client::ConnectOptions::new().with_tls(tls))
     }
 
     fn log_path(&self) -> PathBuf {
@@ -190,7 +203,9 @@ impl Etcd {
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect([&self.client_url], None).await.unwrap()
+        Client::connect([&self.client_url], self.connect_options())
+            .await
+            .unwrap()
     }
 
     /// A number from etcd's own Prometheus metrics.

@@ -1,0 +1,118 @@
+//! TLS to etcd: watchproxy reads an etcd that asks for client
+//! certificates, and a CA or a client certificate etcd will not accept
+//! fails the start with a clear error instead of endless retries.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use watchproxy::config::Config;
+use watchproxy_testkit::EtcdOptions;
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, names: &[&str], expired: bool) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "watchproxy");
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The pods configuration for `etcd`, over TLS with these files.
+fn config(etcd: &Etcd, ca: &str, cert: &str, key: &str) -> Config {
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        .replace(
+            "  request_timeout: 2s",
+            &format!("  request_timeout: 2s\n  tls: {{ca_file: {ca}, cert_file: {cert}, key_file: {key}}}"),
+        );
+    let config = Config::from_yaml(&yaml).unwrap();
+    config.validate().unwrap();
+    config
+}
+
+async fn start_error(config: Config) -> String {
+    let mut proxy = Proxy::start_config(config).await;
+    let ended = tokio::time::timeout(Duration::from_secs(15), proxy.task.take().unwrap())
+        .await
+        .expect("the start fails within 15 s")
+        .unwrap();
+    format!("{:#}", ended.expect_err("the start fails"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchproxy_reads_an_etcd_that_asks_for_client_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (etcd_ca, other_ca) = (ca("etcd ca"), ca("other ca"));
+    let server = leaf(&etcd_ca, &["localhost", "127.0.0.1"], false);
+    let client = leaf(&etcd_ca, &[], false);
+    let files = |prefix: &str, (cert, key): &(String, String)| {
+        (
+            write(dir.path(), &format!("{prefix}.crt"), cert),
+            write(dir.path(), &format!("{prefix}.key"), key),
+        )
+    };
+    let (server_cert, server_key) = files("server", &server);
+    let (client_cert, client_key) = files("client", &client);
+    let ca_file = write(dir.path(), "ca.crt", &etcd_ca.pem());
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(etcd_ca.pem()))
+        .identity(etcd_client::Identity::from_pem(&client.0, &client.1));
+    let etcd = Etcd::start_with(EtcdOptions {
+        extra_args: vec![
+            format!("--cert-file={server_cert}"),
+            format!("--key-file={server_key}"),
+            format!("--trusted-ca-file={ca_file}"),
+            "--client-cert-auth".into(),
+        ],
+        client_tls: Some(tls),
+        ..EtcdOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "").await;
+
+    let proxy = Proxy::start_config(config(&etcd, &ca_file, &client_cert, &client_key)).await;
+    let mut wp = proxy.client().await;
+    wait_ready(&mut wp, "pods").await;
+    assert_eq!(list_items(&mut wp, "pods").await.len(), 1);
+    drop(proxy);
+
+    let other = write(dir.path(), "other.crt", &other_ca.pem());
+    let err = start_error(config(&etcd, &other, &client_cert, &client_key)).await;
+    assert!(
+        err.contains("TLS to etcd"),
+        "a CA etcd's certificate is not from: {err}"
+    );
+    let expired = leaf(&etcd_ca, &[], true);
+    let (old_cert, old_key) = files("expired", &expired);
+    let err = start_error(config(&etcd, &ca_file, &old_cert, &old_key)).await;
+    assert!(
+        err.contains("TLS to etcd"),
+        "an expired client certificate: {err}"
+    );
+}
