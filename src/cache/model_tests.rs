@@ -63,6 +63,9 @@ struct WatcherSpec {
     name: &'static str,
     labels: &'static str,
     fields: String,
+    /// What authorization rules narrow the watch to, as the union of
+    /// several selectors (none: no narrowing).
+    within: Vec<(&'static str, String)>,
     reads: Vec<usize>,
 }
 
@@ -81,8 +84,15 @@ fn watcher() -> impl Strategy<Value = WatcherSpec> {
     let scope = prop::sample::select(vec![("", ""), ("ns0", ""), ("ns1", "p1"), ("", "p0")]);
     let joins = (0..40usize, prop::option::weighted(0.3, 0..8u64));
     let reads = prop::collection::vec(0..4usize, 40);
-    (joins, scope, labels, node, phase, reads).prop_map(
-        |((joins_after, replays), (namespace, name), labels, node, phase, reads)| {
+    let within = prop::collection::vec(
+        (
+            prop::sample::select(vec!["", "app=web", "tier=a"]),
+            prop::option::of(0..NODES.len()),
+        ),
+        0..3,
+    );
+    (joins, scope, labels, node, phase, reads, within).prop_map(
+        |((joins_after, replays), (namespace, name), labels, node, phase, reads, within)| {
             let mut fields = Vec::new();
             if let Some(n) = node {
                 fields.push(format!("spec.nodeName={}", NODES[n]));
@@ -101,6 +111,16 @@ fn watcher() -> impl Strategy<Value = WatcherSpec> {
                 name,
                 labels,
                 fields: fields.join(","),
+                within: within
+                    .into_iter()
+                    .map(|(l, n)| {
+                        (
+                            l,
+                            n.map(|n| format!("spec.nodeName={}", NODES[n]))
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
                 reads,
             }
         },
@@ -145,7 +165,14 @@ proptest! {
         let mut states = vec![(1, model.clone())];
         for (i, txn) in txns.iter().enumerate() {
             for w in watchers.iter().filter(|w| w.joins_after == i) {
-                let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields).unwrap();
+                let alternatives = w
+                    .within
+                    .iter()
+                    .map(|(l, f)| Predicate::new(&r, "", "", l, f).unwrap())
+                    .collect();
+                let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields)
+                    .unwrap()
+                    .within(alternatives);
                 let now = cache.progress().revision;
                 let from = match w.replays {
                     Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),
