@@ -1,6 +1,6 @@
 //! TLS to etcd: watchproxy reads an etcd that asks for client
-//! certificates, and a CA or a client certificate etcd will not accept
-//! fails the start with a clear error instead of endless retries.
+//! certificates, and a CA etcd's certificate is not from fails the start
+//! with a clear error instead of endless retries.
 
 mod common;
 
@@ -8,31 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use watchproxy::config::Config;
 use watchproxy_testkit::EtcdOptions;
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, names: &[&str], expired: bool) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "watchproxy");
-    if expired {
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    }
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, ca).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -47,7 +24,8 @@ fn config(etcd: &Etcd, ca: &str, cert: &str, key: &str) -> Config {
         .replace("QUEUE", "64")
         .replace(
             "  request_timeout: 2s",
-            &format!("  request_timeout: 2s\n  tls: {{ca_file: {ca}, cert_file: {cert}, key_file: {key}}}"),
+            // Room for the handshake on a loaded machine.
+            &format!("  request_timeout: 10s\n  tls: {{ca_file: {ca}, cert_file: {cert}, key_file: {key}}}"),
         );
     let config = Config::from_yaml(&yaml).unwrap();
     config.validate().unwrap();
@@ -56,9 +34,9 @@ fn config(etcd: &Etcd, ca: &str, cert: &str, key: &str) -> Config {
 
 async fn start_error(config: Config) -> String {
     let mut proxy = Proxy::start_config(config).await;
-    let ended = tokio::time::timeout(Duration::from_secs(15), proxy.task.take().unwrap())
+    let ended = tokio::time::timeout(Duration::from_secs(30), proxy.task.take().unwrap())
         .await
-        .expect("the start fails within 15 s")
+        .expect("the start fails within 30 s")
         .unwrap();
     format!("{:#}", ended.expect_err("the start fails"))
 }
@@ -66,9 +44,9 @@ async fn start_error(config: Config) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchproxy_reads_an_etcd_that_asks_for_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
-    let (etcd_ca, other_ca) = (ca("etcd ca"), ca("other ca"));
-    let server = leaf(&etcd_ca, &["localhost", "127.0.0.1"], false);
-    let client = leaf(&etcd_ca, &[], false);
+    let (etcd_ca, other_ca) = (test_ca("etcd ca"), test_ca("other ca"));
+    let server = test_leaf(&etcd_ca, "etcd", &["localhost", "127.0.0.1"], false);
+    let client = test_leaf(&etcd_ca, "watchproxy", &[], false);
     let files = |prefix: &str, (cert, key): &(String, String)| {
         (
             write(dir.path(), &format!("{prefix}.crt"), cert),
@@ -107,12 +85,5 @@ async fn watchproxy_reads_an_etcd_that_asks_for_client_certificates() {
     assert!(
         err.contains("TLS to etcd"),
         "a CA etcd's certificate is not from: {err}"
-    );
-    let expired = leaf(&etcd_ca, &[], true);
-    let (old_cert, old_key) = files("expired", &expired);
-    let err = start_error(config(&etcd, &ca_file, &old_cert, &old_key)).await;
-    assert!(
-        err.contains("TLS to etcd"),
-        "an expired client certificate: {err}"
     );
 }

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -16,35 +15,6 @@ use tonic_health::pb::HealthCheckRequest;
 use watchproxy::config::{ClientAuth, Config, ServePath, TlsConfig};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, EventType};
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-/// A certificate and its key, in PEM, issued by `ca`.
-fn leaf(
-    ca: &CertifiedIssuer<'static, KeyPair>,
-    cn: &str,
-    names: &[&str],
-    expired: bool,
-) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "tenant-a");
-    if expired {
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    }
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, ca).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
@@ -106,8 +76,12 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
     let mut ec = etcd.client().await;
     let rev = put_pod(&mut ec, "ns", "a", &[], "").await;
     let dir = tempfile::tempdir().unwrap();
-    let (server_ca, client_ca, other_ca) = (ca("server ca"), ca("client ca"), ca("other ca"));
-    let server = leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let (server_ca, client_ca, other_ca) = (
+        test_ca("server ca"),
+        test_ca("client ca"),
+        test_ca("other ca"),
+    );
+    let server = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
     let tls = TlsConfig {
         cert_file: write(dir.path(), "tls.crt", &server.0),
         key_file: write(dir.path(), "tls.key", &server.1),
@@ -125,7 +99,7 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
     let proxy = Proxy::start_config(config).await;
     let trust = server_ca.pem();
 
-    let alice = leaf(&client_ca, "alice", &[], false);
+    let alice = test_leaf(&client_ca, "alice", &[], false);
     let mut ok = client(&proxy, &trust, Some(&alice)).await.unwrap();
     wait_ready(&mut ok, "pods").await;
     let mut watch = open_watch(&mut ok, watch_req("pods", "")).await;
@@ -136,17 +110,17 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
         !lists(client(&proxy, &trust, None).await).await,
         "no certificate"
     );
-    let stranger = leaf(&other_ca, "mallory", &[], false);
+    let stranger = test_leaf(&other_ca, "mallory", &[], false);
     assert!(
         !lists(client(&proxy, &trust, Some(&stranger)).await).await,
         "a certificate from another CA"
     );
-    let expired = leaf(&client_ca, "alice", &[], true);
+    let expired = test_leaf(&client_ca, "alice", &[], true);
     assert!(
         !lists(client(&proxy, &trust, Some(&expired)).await).await,
         "an expired certificate"
     );
-    let bob = leaf(&client_ca, "bob", &[], false);
+    let bob = test_leaf(&client_ca, "bob", &[], false);
     let mut bob = client(&proxy, &trust, Some(&bob)).await.unwrap();
     let denied = bob
         .list(pb::ListRequest {
@@ -209,8 +183,8 @@ async fn rotated_files_serve_new_handshakes_while_open_watches_go_on() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     let dir = tempfile::tempdir().unwrap();
-    let (old_ca, new_ca) = (ca("old ca"), ca("new ca"));
-    let old = leaf(&old_ca, "watchproxy", &["localhost"], false);
+    let (old_ca, new_ca) = (test_ca("old ca"), test_ca("new ca"));
+    let old = test_leaf(&old_ca, "watchproxy", &["localhost"], false);
     let tls = TlsConfig {
         cert_file: write(dir.path(), "tls.crt", &old.0),
         key_file: write(dir.path(), "tls.key", &old.1),
@@ -230,7 +204,7 @@ async fn rotated_files_serve_new_handshakes_while_open_watches_go_on() {
     assert!(lists(client(&proxy, &old_ca.pem(), None).await).await);
 
     // A new pair from another CA: new handshakes use it within seconds.
-    let new = leaf(&new_ca, "watchproxy", &["localhost"], false);
+    let new = test_leaf(&new_ca, "watchproxy", &["localhost"], false);
     write(dir.path(), "tls.key", &new.1);
     write(dir.path(), "tls.crt", &new.0);
     let mut rotated = false;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use etcd_client::Client;
 use parking_lot::Mutex;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -391,4 +392,35 @@ pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{what}: not within 10 s");
+}
+
+/// A CA made for a test.
+pub fn test_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A certificate and its key, in PEM, issued by `ca`: subject CN `cn`,
+/// organization `tenant-a`, for `names`; long expired if `expired`.
+pub fn test_leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    cn: &str,
+    names: &[&str],
+    expired: bool,
+) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "tenant-a");
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
 }
