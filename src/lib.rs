@@ -88,8 +88,8 @@ pub async fn run(
     let mut tasks = Vec::new();
     let mut dispatchers = Vec::new();
     tasks.extend(auth.spawn_reload(shutdown.clone()));
-    for rc in &config.resources {
-        let resource = Arc::new(Resource::from(rc));
+    for (rc, resource) in config.resources.iter().zip(&resources) {
+        let resource = Arc::new(resource.clone());
         let m = metrics.resource(&resource.name);
         let dispatcher = Dispatcher::new(
             config.watch.watcher_queue,

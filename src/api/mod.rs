@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::cache::WatchCache;
@@ -38,7 +39,7 @@ use crate::dispatch::Inbox;
 use crate::pb;
 use crate::source::{Etcd, Freshness};
 use crate::telemetry::{Metrics, ResourceMetrics};
-use auth::{Auth, PeerCerts};
+use auth::{Auth, Caller, PeerCerts, Scope};
 use call::CallInfo;
 use error::ApiError;
 use query::{GetQuery, ListQuery, WatchQuery};
@@ -113,6 +114,32 @@ impl Api {
         self
     }
 
+    /// Who calls: from the call's metadata and its connection's
+    /// certificates.
+    fn caller(
+        &self,
+        metadata: &MetadataMap,
+        certs: &Option<PeerCerts>,
+    ) -> Result<Caller, ApiError> {
+        self.auth
+            .identify(metadata, certs.as_ref().map(|c| &c.0[..]))
+    }
+
+    /// The resource a call names, and what `caller` may see of it there.
+    fn admit(
+        &self,
+        caller: &Caller,
+        verb: Verb,
+        resource: &str,
+        namespace: &str,
+    ) -> Result<(&Served, Scope), ApiError> {
+        let s = self.served(resource)?;
+        let scope = self
+            .auth
+            .authorize(caller, verb, &s.cache.resource, namespace)?;
+        Ok((s, scope))
+    }
+
     fn served(&self, name: &str) -> Result<&Served, ApiError> {
         self.resources.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.resources.keys().map(String::as_str).collect();
@@ -137,17 +164,11 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self
-                .auth
-                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            let caller = self.caller(&metadata, &certs)?;
             self.user_limits.unary(&caller)?;
-            let s = self.served(&req.resource)?;
-            let resource = &s.cache.resource;
-            let scope = self
-                .auth
-                .authorize(&caller, Verb::List, resource, &req.namespace)?;
+            let (s, scope) = self.admit(&caller, Verb::List, &req.resource, &req.namespace)?;
             let token_scope = self.auth.token_scope(&caller, &scope);
-            let query = ListQuery::parse(&req, resource, &scope, token_scope)?;
+            let query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
             self.list_page(s, query).await
         };
         self.answer(&metadata, info, call).await
@@ -166,16 +187,10 @@ impl Api {
             field_selector: "",
         };
         let call = async {
-            let caller = self
-                .auth
-                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            let caller = self.caller(&metadata, &certs)?;
             self.user_limits.unary(&caller)?;
-            let s = self.served(&req.resource)?;
-            let resource = &s.cache.resource;
-            let scope = self
-                .auth
-                .authorize(&caller, Verb::Get, resource, &req.namespace)?;
-            let query = GetQuery::parse(&req, resource, &scope)?;
+            let (s, scope) = self.admit(&caller, Verb::Get, &req.resource, &req.namespace)?;
+            let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
             self.get_object(s, query).await
         };
         self.answer(&metadata, info, call).await
@@ -203,16 +218,10 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self
-                .auth
-                .identify(&metadata, certs.as_ref().map(|c| &c.0[..]))?;
+            let caller = self.caller(&metadata, &certs)?;
             let place = self.user_limits.watch(&caller)?;
-            let s = self.served(&req.resource)?;
-            let resource = &s.cache.resource;
-            let scope = self
-                .auth
-                .authorize(&caller, Verb::Watch, resource, &req.namespace)?;
-            let query = WatchQuery::parse(&req, resource, &scope)?;
+            let (s, scope) = self.admit(&caller, Verb::Watch, &req.resource, &req.namespace)?;
+            let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;
             self.start_watch(s, query, inbox, place).await
         };
         self.answer(&metadata, info, call).await
