@@ -2,6 +2,7 @@
 //! etcd watch on it, feeding the watch cache; freshness checks and reads at
 //! past revisions for the API.
 
+mod connect;
 mod etcd;
 mod freshness;
 mod history;
