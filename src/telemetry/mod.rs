@@ -1,13 +1,13 @@
-//! Logs and OTLP traces here; Prometheus metrics in `metrics.rs`.
+//! Logs and OTLP traces here; Prometheus metrics in `metrics.rs`, served
+//! by `exposition.rs`.
 
+mod exposition;
 mod metrics;
 
 use tracing_subscriber::EnvFilter;
 
-pub use metrics::{
-    prometheus_text, spawn_metrics_server, EndReason, EtcdRequest, Metrics, ReflectorState,
-    ResourceMetrics, TlsOutcome,
-};
+pub use exposition::{prometheus_text, spawn_metrics_server};
+pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, ResourceMetrics, TlsOutcome};
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default
 /// `info`), and `json` selects one JSON object per line.
