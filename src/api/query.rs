@@ -31,30 +31,11 @@ pub(super) fn scoped(
     fields: &str,
     scope: &Scope,
 ) -> Result<Predicate, ApiError> {
-    // Parsed alone first, so that its errors are the request's.
     let own = Predicate::new(resource, namespace, name, labels, fields)?;
-    let join = |a: &str, b: &str| match (a.is_empty(), b.is_empty()) {
-        (true, _) => b.to_owned(),
-        (_, true) => a.to_owned(),
-        _ => format!("{a},{b}"),
-    };
-    Ok(match &scope.alternatives[..] {
-        [] => own,
-        // One rule's selectors join the request's, so that a pinned field
-        // still finds the watcher through the trigger index.
-        [(l, f)] => Predicate::new(
-            resource,
-            namespace,
-            name,
-            &join(labels, l),
-            &join(fields, f),
-        )?,
-        many => own.within(
-            many.iter()
-                .map(|(l, f)| Predicate::new(resource, "", "", l, f))
-                .collect::<Result<_, _>>()?,
-        ),
-    })
+    let alternatives = (scope.alternatives.iter())
+        .map(|(l, f)| Predicate::new(resource, "", "", l, f))
+        .collect::<Result<_, _>>()?;
+    Ok(own.within(alternatives))
 }
 
 #[derive(Debug)]

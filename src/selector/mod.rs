@@ -53,9 +53,20 @@ impl Predicate {
     }
 
     /// This predicate, narrowed to objects that also match one of
-    /// `alternatives` (none: no narrowing).
-    pub fn within(mut self, alternatives: Vec<Predicate>) -> Self {
-        self.any_of = alternatives;
+    /// `alternatives` (none: no narrowing). A single alternative joins its
+    /// requirements to this predicate's, so that a field it pins still
+    /// finds the watcher through the trigger index.
+    pub fn within(mut self, mut alternatives: Vec<Predicate>) -> Self {
+        match alternatives.len() {
+            1 => {
+                let only = alternatives.remove(0);
+                debug_assert!(only.namespace.is_none() && only.name.is_none());
+                self.labels.extend(only.labels);
+                self.fields.extend(only.fields);
+                self.any_of.extend(only.any_of);
+            }
+            _ => self.any_of = alternatives,
+        }
         self
     }
 
