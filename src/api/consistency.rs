@@ -42,7 +42,7 @@ impl Api {
     ) -> Result<Source, ApiError> {
         self.ready(s).await?;
         let cache = &s.cache;
-        if min.is_some_and(|m| cache.progress().revision >= m) {
+        if min.is_some_and(|m| cache.progress().valid_through >= m) {
             return Ok(Source::Cache(cache.snapshot()));
         }
         let deadline = Instant::now() + self.freshness_wait;

@@ -37,7 +37,14 @@ pub type Store = OrdMap<Arc<str>, Arc<Object>>;
 /// Where the cache stands; waiters watch it change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
+    /// Every event up to here is applied (the window and bookmarks stand
+    /// here).
     pub revision: Revision,
+    /// The objects are also etcd's at every revision up to here: etcd
+    /// proved that nothing it holds under the prefix differs. Reads may be
+    /// answered as of any revision up to it; the event history may not,
+    /// as keys created and deleted in between are still to be delivered.
+    pub valid_through: Revision,
     /// The first list has completed.
     pub ready: bool,
 }
@@ -47,6 +54,8 @@ pub(super) struct State {
     indexes: FieldIndexes,
     ring: EventRing,
     revision: Revision,
+    /// See [`Progress::valid_through`]; never below `revision`.
+    valid_through: Revision,
     ready: bool,
 }
 
@@ -106,6 +115,7 @@ impl WatchCache {
             indexes: FieldIndexes::new(&resource.indexed_positions()),
             ring: EventRing::new(config.min_events, config.max_events, config.freshness),
             revision: 0,
+            valid_through: 0,
             ready: false,
         };
         let cache = Arc::new(Self {
@@ -113,6 +123,7 @@ impl WatchCache {
             state: Mutex::new(state),
             progress: watch::Sender::new(Progress {
                 revision: 0,
+                valid_through: 0,
                 ready: false,
             }),
             dispatcher: Arc::new(dispatcher),
@@ -126,12 +137,14 @@ impl WatchCache {
         *self.progress.borrow()
     }
 
+    /// The objects now, as of the newest revision they are known to be
+    /// etcd's at.
     pub fn snapshot(&self) -> Snapshot {
         let s = self.state.lock();
         Snapshot {
             store: s.store.clone(),
             indexes: s.indexes.clone(),
-            revision: s.revision,
+            revision: s.valid_through,
         }
     }
 
@@ -141,9 +154,16 @@ impl WatchCache {
     pub fn snapshot_at(&self, revision: Revision) -> Result<Snapshot, NotInWindow> {
         let (mut snapshot, later) = {
             let s = self.state.lock();
-            if revision > s.revision || !s.ready {
+            if revision > s.valid_through || !s.ready {
                 return Err(NotInWindow::Future {
-                    current: s.revision,
+                    current: s.valid_through,
+                });
+            }
+            if revision >= s.revision {
+                return Ok(Snapshot {
+                    store: s.store.clone(),
+                    indexes: s.indexes.clone(),
+                    revision,
                 });
             }
             let later = s.ring.since(revision).map_err(NotInWindow::TooOld)?;
@@ -206,38 +226,42 @@ impl WatchCache {
         let _ = rx.wait_for(|p| p.ready).await;
     }
 
-    /// Waits until the cache is ready and at `revision` or later.
+    /// Waits until the cache is ready and its objects are etcd's at
+    /// `revision` or later.
     pub async fn wait_for(
         &self,
         revision: Revision,
         timeout: Duration,
     ) -> Result<Progress, Progress> {
         let mut rx = self.progress.subscribe();
-        let reached =
-            tokio::time::timeout(timeout, rx.wait_for(|p| p.ready && p.revision >= revision)).await;
+        let reached = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|p| p.ready && p.valid_through >= revision),
+        )
+        .await;
         match reached {
             Ok(Ok(p)) => Ok(*p),
             _ => Err(self.progress()),
         }
     }
 
-    /// Advances the cache to `revision` on etcd's proof that nothing under
-    /// the prefix changed after `since` up to it. The reflector stays the
-    /// only writer of objects; this moves only the revision, and only if the
-    /// cache is still at `since` or later.
-    pub fn confirm_unchanged(&self, since: Revision, revision: Revision) {
+    /// Records etcd's proof that its objects under the prefix at `until`
+    /// are those it held at `since`, if the cache is still at `since`.
+    ///
+    /// Only reads move with it. The revision, the window and bookmarks stay:
+    /// a key created and deleted in between leaves no trace in the proof,
+    /// and its events are still to come from the watch.
+    pub fn confirm_unchanged(&self, since: Revision, until: Revision) {
         let mut s = self.state.lock();
-        if !s.ready || s.revision < since || s.revision >= revision {
+        if !s.ready || s.revision != since || s.valid_through >= until {
             return;
         }
-        s.revision = revision;
-        self.metrics.cache_revision.set(revision as i64);
+        s.valid_through = until;
         self.progress.send_replace(Progress {
-            revision,
+            revision: s.revision,
+            valid_through: until,
             ready: true,
         });
-        drop(s);
-        self.dispatcher.progress(revision);
     }
 
     /// The narrowest watcher set that covers a predicate: its key for a
@@ -272,13 +296,16 @@ impl WatchCache {
     ) -> Result<WatchStart, TooOld> {
         let s = self.state.lock();
         let (state, revision) = match from {
+            // Events up to the snapshot's revision are skipped for this
+            // watcher, the still undelivered ones of keys that came and
+            // went before it included.
             WatchFrom::State => {
                 let snapshot = Snapshot {
                     store: s.store.clone(),
                     indexes: s.indexes.clone(),
-                    revision: s.revision,
+                    revision: s.valid_through,
                 };
-                (Some(snapshot), s.revision)
+                (Some(snapshot), s.valid_through)
             }
             WatchFrom::Revision(r) if r < s.ring.oldest() => {
                 return Err(TooOld {

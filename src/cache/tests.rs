@@ -93,6 +93,7 @@ fn a_relist_turns_the_difference_into_events() {
         cache.progress(),
         Progress {
             revision: 20,
+            valid_through: 20,
             ready: true
         }
     );

@@ -53,6 +53,7 @@ impl CacheWriter {
             s.store = new;
             s.ring.reset(revision);
             s.revision = revision;
+            s.valid_through = revision;
             s.ready = true;
             self.publish(&s);
             return;
@@ -82,20 +83,25 @@ impl CacheWriter {
         s.indexes = FieldIndexes::build(&positions, &new);
         s.store = new;
         s.revision = s.revision.max(revision);
+        s.valid_through = s.revision;
         self.publish(&s);
         drop(s);
         self.cache.dispatcher.dispatch(&events);
         self.cache.dispatcher.progress(revision);
     }
 
-    /// Installs the first list, taken at `revision`, with the events that
-    /// led to it: the window then covers `(oldest, revision]`, so watches
-    /// resume from versions older than the list.
+    /// Installs the first list, taken at `listed`, with the events that
+    /// led to it: the window then covers `(oldest, through]`, so watches
+    /// resume from versions older than the list. History read up to
+    /// `through` < `listed` holds when etcd proved its objects the same at
+    /// both: the cache stands at `through`, and the watch delivers what
+    /// came and went in between.
     pub fn replace_with_history(
         &mut self,
         objects: Vec<Object>,
-        revision: Revision,
+        listed: Revision,
         oldest: Revision,
+        through: Revision,
         history: Vec<Event>,
     ) {
         let store: Store = objects
@@ -111,7 +117,8 @@ impl CacheWriter {
         for e in history {
             s.ring.push(Arc::new(e), now);
         }
-        s.revision = revision;
+        s.revision = through.min(listed);
+        s.valid_through = listed;
         s.ready = true;
         self.publish(&s);
     }
@@ -143,6 +150,12 @@ impl CacheWriter {
             s.ring.push(event.clone(), now);
             events.push(event);
         }
+        // What the events changed is known to be etcd's only at their
+        // revision.
+        if !events.is_empty() {
+            s.valid_through = s.revision;
+        }
+        s.valid_through = s.valid_through.max(s.revision);
         self.publish(&s);
         drop(s);
         self.cache
@@ -162,6 +175,7 @@ impl CacheWriter {
             return;
         }
         s.revision = revision;
+        s.valid_through = s.valid_through.max(revision);
         self.publish(&s);
         drop(s);
         self.cache.dispatcher.progress(revision);
@@ -175,6 +189,7 @@ impl CacheWriter {
         m.window_capacity.set(s.ring.capacity() as i64);
         self.cache.progress.send_replace(Progress {
             revision: s.revision,
+            valid_through: s.valid_through,
             ready: s.ready,
         });
     }

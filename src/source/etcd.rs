@@ -189,15 +189,17 @@ impl Etcd {
         ))
     }
 
-    /// etcd's current revision `R`, and whether nothing in `[start, end)`
-    /// changed in `(since, R]`: no key created or modified (the newest mod
-    /// revision under the prefix is not above `since`) and none deleted (as
-    /// many keys as at `since`).
+    /// etcd's current revision `R`, and whether etcd holds the same keys
+    /// and values in `[start, end)` at `R` as at `since`: each key at `R`
+    /// was last written at or before `since` (so it held the same value
+    /// then), and there are as many as at `since`.
     ///
-    /// This proves a cache at `since` is as fresh as etcd at `R` without
-    /// relying on requested progress notifications, which etcd before
-    /// 3.4.31 / 3.5.13 may send ahead of undelivered events. When the cache
-    /// is already at `R` it costs one small read.
+    /// This is a proof about objects, not history: a key created and
+    /// deleted in between leaves no trace in it. It lets reads be answered
+    /// as of `R` from a cache at `since` without relying on requested
+    /// progress notifications, which etcd before 3.4.31 / 3.5.13 may send
+    /// ahead of undelivered events. When the cache is already at `R` it
+    /// costs one small read.
     pub async fn unchanged_since(
         &self,
         m: &ResourceMetrics,

@@ -53,9 +53,10 @@ impl Freshness {
 
 /// Starts the checker of a resource; the task exits on `shutdown`.
 ///
-/// Each check proves, with count-only reads, whether the cache's revision
-/// is already as new as etcd's (nothing under the prefix changed since);
-/// if so it advances the cache at once, otherwise the watch will deliver.
+/// Each check proves, with count-only reads, whether the cache's objects
+/// are already etcd's current ones (nothing etcd holds under the prefix
+/// differs); if so reads are answered at once at etcd's revision,
+/// otherwise the watch will deliver.
 pub fn spawn_freshness(
     etcd: Etcd,
     cache: Arc<WatchCache>,
@@ -95,7 +96,7 @@ pub fn spawn_freshness(
                             if unchanged {
                                 cache.confirm_unchanged(since, now);
                             }
-                            let at = cache.progress().revision;
+                            let at = cache.progress().valid_through;
                             metrics.cache_lag.set(now.saturating_sub(at) as i64);
                             Ok(now)
                         }

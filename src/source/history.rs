@@ -20,6 +20,10 @@ pub struct History {
     /// previous state of each object.
     pub events: Vec<Event>,
     pub oldest: Revision,
+    /// The history is complete up to here: the list revision, or an
+    /// earlier revision etcd proved its objects the same at (keys created
+    /// and deleted in between then come from the live watch).
+    pub through: Revision,
     /// Changes after the list revision that arrived while reading history.
     pub live: Vec<Change>,
 }
@@ -31,9 +35,9 @@ pub struct History {
 ///
 /// etcd gives no marker for the end of history on a new watch (requested
 /// progress notifications may run ahead of events before 3.4.31 / 3.5.13),
-/// so the history counts as complete when an event after `listed` arrives,
-/// or when etcd proves that nothing under the prefix changed between the
-/// last event read and `listed`.
+/// so the history counts as complete up to `listed` when an event after it
+/// arrives, and up to the last event read when etcd proves its objects the
+/// same there as at `listed`.
 pub async fn read(
     etcd: &Etcd,
     metrics: &ResourceMetrics,
@@ -109,17 +113,23 @@ pub async fn read(
                     Ok(Err(e)) => return Err(EtcdError::Client(e)),
                     Err(_) => true,
                 };
-            let complete = !live.is_empty()
-                || seen >= listed
-                || quiet
-                    && etcd
-                        .unchanged_between(metrics, &start, &end, seen, Some(listed))
-                        .await?
-                        .1;
-            if complete {
+            let through = if !live.is_empty() || seen >= listed {
+                Some(listed)
+            } else if quiet
+                && etcd
+                    .unchanged_between(metrics, &start, &end, seen, Some(listed))
+                    .await?
+                    .1
+            {
+                Some(seen)
+            } else {
+                None
+            };
+            if let Some(through) = through {
                 return Ok(History {
                     events,
                     oldest,
+                    through,
                     live,
                 });
             }

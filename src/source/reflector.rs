@@ -179,7 +179,7 @@ impl<U: Upstream> Reflector<U> {
                 Ok(h) => {
                     info!(events = h.events.len(), oldest = h.oldest, "read history");
                     self.writer
-                        .replace_with_history(objects, revision, h.oldest, h.events);
+                        .replace_with_history(objects, revision, h.oldest, h.through, h.events);
                     self.writer.apply(h.live);
                     let revision = self.writer.cache().progress().revision;
                     return Ok(State::Connecting { revision });
@@ -237,5 +237,7 @@ impl Backoff {
     }
 }
 
+#[cfg(test)]
+mod lag_tests;
 #[cfg(test)]
 mod tests;
