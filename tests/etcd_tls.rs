@@ -1,6 +1,7 @@
 //! TLS to etcd: watchproxy reads an etcd that asks for client
-//! certificates, and a CA etcd's certificate is not from fails the start
-//! with a clear error instead of endless retries.
+//! certificates; a CA etcd's certificate is not from, or an expired
+//! certificate of etcd's, fails the start with a clear error instead of
+//! endless retries.
 
 mod common;
 
@@ -85,5 +86,16 @@ async fn watchproxy_reads_an_etcd_that_asks_for_client_certificates() {
     assert!(
         err.contains("TLS to etcd"),
         "a CA etcd's certificate is not from: {err}"
+    );
+
+    // etcd reads its certificate again for each handshake: from now on it
+    // serves an expired one, which watchproxy refuses at start.
+    let expired = test_leaf(&etcd_ca, "etcd", &["localhost", "127.0.0.1"], true);
+    write(dir.path(), "server.crt", &expired.0);
+    write(dir.path(), "server.key", &expired.1);
+    let err = start_error(config(&etcd, &ca_file, &client_cert, &client_key)).await;
+    assert!(
+        err.contains("TLS to etcd") && err.to_lowercase().contains("expired"),
+        "etcd's certificate expired: {err}"
     );
 }
