@@ -12,7 +12,7 @@ use tonic::Code;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, EventType};
 
-use EventType::{Added, Deleted, Modified};
+use EventType::{Added, Bookmark, Deleted, Modified};
 
 /// Watches from `from` until `done` says the versions seen are enough,
 /// resuming after each resumable error from the version the error names
@@ -112,7 +112,7 @@ async fn the_cache_recovers_when_etcd_restarts_and_watchers_see_no_gap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_compaction_while_cut_off_relists_and_emits_the_difference() {
+async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_difference() {
     let etcd = Etcd::start().await;
     let forwarder = Forwarder::start(&etcd.client_url).await;
     let mut ec = etcd.client().await;
@@ -122,57 +122,138 @@ async fn a_compaction_while_cut_off_relists_and_emits_the_difference() {
     let proxy = Proxy::start(&forwarder.url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let mut stream = open_watch(&mut client, watch_req("pods", "")).await;
+    let watch = |rv: &str| pb::WatchRequest {
+        allow_bookmarks: true,
+        ..watch_req("pods", rv)
+    };
+    let mut stream = open_watch(&mut client, watch("")).await;
     assert_eq!(take_events(&mut stream, 3).await.len(), 3);
     let before = list_version(&mut client, "pods", "0").await;
 
     forwarder.cut();
     put_pod(&mut ec, "ns", "change", &[("v", "2")], "").await;
-    let changed = put_pod(&mut ec, "ns", "change", &[("v", "3")], "").await;
+    put_pod(&mut ec, "ns", "change", &[("v", "3")], "").await;
     delete_key(&mut ec, "/registry/pods/ns/gone").await;
-    let added = put_pod(&mut ec, "ns", "new", &[], "").await;
+    put_pod(&mut ec, "ns", "new", &[], "").await;
     let compact_at = put_pod(&mut ec, "ns", "short-lived", &[], "").await;
     let last = delete_key(&mut ec, "/registry/pods/ns/short-lived").await;
     ec.compact(compact_at as i64, None).await.unwrap();
     forwarder.restore();
 
-    let got: Vec<_> = take_events(&mut stream, 3)
-        .await
-        .iter()
-        .map(summary)
-        .collect();
+    // The difference, every event marked and shown at the version the
+    // lost history starts from, then a marked bookmark at the list's.
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let e = next_event(&mut stream)
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        let bookmark = e.r#type == pb::EventType::Bookmark as i32;
+        if bookmark && !e.resync {
+            continue;
+        }
+        let (kind, name, rv) = summary(&e);
+        got.push((
+            kind,
+            if bookmark { String::new() } else { name },
+            rv,
+            e.resync,
+        ));
+    }
     assert_eq!(
         got,
         [
-            (Modified, "ns/change".into(), changed),
-            (Added, "ns/new".into(), added),
-            (Deleted, "ns/gone".into(), last),
+            (Modified, "ns/change".into(), before, true),
+            (Deleted, "ns/gone".into(), before, true),
+            (Added, "ns/new".into(), before, true),
+            (Bookmark, String::new(), last, true),
         ],
-        "the difference, each change at its own revision, deletions at the list revision"
+        "a resync, marked, from {before} to {last}"
     );
     assert_eq!(
         proxy.metric("watchproxy_relists_total", "resource=\"pods\""),
         1.0
     );
     // A client that saw the state before the outage resumes through the
-    // same difference from the window.
-    let mut resumed = client
-        .watch(watch_req("pods", &before.to_string()))
-        .await
-        .unwrap()
-        .into_inner();
+    // same resync from the window; one inside the lost history is refused;
+    // one from the bookmark resumes after it.
+    let mut resumed = open_watch(&mut client, watch(&before.to_string())).await;
     let again: Vec<_> = take_events(&mut resumed, 3)
         .await
         .iter()
-        .map(summary)
+        .map(|e| (summary(e), e.resync))
         .collect();
-    assert_eq!(again, got);
+    assert_eq!(
+        again,
+        got[..3]
+            .iter()
+            .map(|(k, n, r, m)| ((*k, n.clone(), *r), *m))
+            .collect::<Vec<_>>()
+    );
+    let inside = client
+        .watch(watch(&(before + 1).to_string()))
+        .await
+        .map(|r| r.into_inner());
+    let refused = match inside {
+        Err(status) => status,
+        Ok(mut s) => s.message().await.expect_err("refused"),
+    };
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    let after_it = put_pod(&mut ec, "ns", "later", &[], "").await;
+    let mut from_end = open_watch(&mut client, watch(&last.to_string())).await;
+    let e = take_events(&mut from_end, 1).await;
+    assert_eq!(summary(&e[0]), (Added, "ns/later".into(), after_it));
+    assert!(!e[0].resync);
     let names: Vec<String> = list_items(&mut client, "pods")
         .await
         .into_iter()
         .map(|o| o.name)
         .collect();
-    assert_eq!(names, ["change", "keep", "new"]);
+    assert_eq!(names, ["change", "keep", "later", "new"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_on_history_lost_end_a_compaction_while_cut_off_ends_open_watches() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "").await;
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &forwarder.url)
+        .replace("QUEUE", "64")
+        .replace(
+            "    indexed_fields: [spec.nodeName]\n",
+            "    indexed_fields: [spec.nodeName]\n    cache: {on_history_lost: end}\n",
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let mut stream = open_watch(&mut client, watch_req("pods", "")).await;
+    assert_eq!(take_events(&mut stream, 1).await.len(), 1);
+    let before = list_version(&mut client, "pods", "0").await;
+
+    forwarder.cut();
+    put_pod(&mut ec, "ns", "b", &[], "").await;
+    let compact_at = put_pod(&mut ec, "ns", "c", &[], "").await;
+    ec.compact(compact_at as i64, None).await.unwrap();
+    forwarder.restore();
+
+    let ended = loop {
+        match next_event(&mut stream).await {
+            Ok(Some(e)) if e.r#type == EventType::Bookmark as i32 => {}
+            Ok(other) => panic!("no events of a lost history: {other:?}"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), Code::OutOfRange, "{ended:?}");
+    // Resuming from before is refused; a new list and watch go on.
+    let resumed = client.watch(watch_req("pods", &before.to_string())).await;
+    let refused = match resumed {
+        Err(status) => status,
+        Ok(s) => s.into_inner().message().await.expect_err("refused"),
+    };
+    assert_eq!(refused.code(), Code::OutOfRange);
+    assert_eq!(list_items(&mut client, "pods").await.len(), 3);
 }
 
 /// The events `write_big(_, writes)` makes.

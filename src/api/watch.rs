@@ -146,11 +146,13 @@ impl Stream for WatchStream {
             return Poll::Ready(None);
         }
         if let Some(o) = this.initial.next() {
-            let added = encode_event(EventType::Added, &o, o.revision);
+            let added = encode_event(EventType::Added, &o, o.revision, None);
             return Poll::Ready(Some(Ok(WatchMessage::Own(added))));
         }
         if let Some(revision) = this.initial_end.take() {
-            return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(revision, true)))));
+            return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
+                revision, true, false,
+            )))));
         }
         if let Some(timer) = &mut this.timer {
             if timer.as_mut().poll(cx).is_ready() {
@@ -163,10 +165,15 @@ impl Stream for WatchStream {
                 Next::Event(view) => return Poll::Ready(Some(Ok(WatchMessage::Change(view)))),
                 Next::Bookmark(revision) if this.allow_bookmarks => {
                     return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
-                        revision, false,
+                        revision, false, false,
                     )))))
                 }
-                Next::Bookmark(_) => continue,
+                Next::ResyncEnd(revision) if this.allow_bookmarks => {
+                    return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
+                        revision, false, true,
+                    )))))
+                }
+                Next::Bookmark(_) | Next::ResyncEnd(_) => continue,
                 Next::Expired { after, oldest } => {
                     this.end.reason = Some(EndReason::expired);
                     ApiError::TooOld {

@@ -39,7 +39,7 @@ impl WatchMessage {
             WatchMessage::Change(view) => match &view.encoded {
                 Some(e) => e,
                 None => {
-                    own = encode_event(view.kind, &view.object, view.revision);
+                    own = encode_event(view.kind, &view.object, view.revision, view.resync_from);
                     &own
                 }
             },
@@ -53,8 +53,23 @@ impl WatchMessage {
 /// event but DELETED, and every initial ADDED) the message is a few bytes
 /// of header followed by the object's encoding made when it was read, so
 /// no watcher encodes the object again.
-pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Encoded {
+///
+/// An event of a resync is shown at `resync_from` and marked.
+pub fn encode_event(
+    kind: EventType,
+    o: &Object,
+    revision: Revision,
+    resync_from: Option<Revision>,
+) -> Encoded {
     use prost::encoding::{encode_key, encode_varint, WireType};
+    if let Some(from) = resync_from {
+        let mut event = event_pb(kind, o, from);
+        event.resync = true;
+        return Encoded {
+            head: Bytes::from(event.encode_to_vec()),
+            body: Bytes::new(),
+        };
+    }
     if revision != o.revision || o.wire.is_empty() {
         return Encoded {
             head: Bytes::from(event_pb(kind, o, revision).encode_to_vec()),
@@ -73,8 +88,8 @@ pub fn encode_event(kind: EventType, o: &Object, revision: Revision) -> Encoded 
 }
 
 /// A BOOKMARK: only a resource version, and whether it ends the initial
-/// events.
-pub fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Encoded {
+/// events or a resync.
+pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: bool) -> Encoded {
     let bookmark = pb::WatchEvent {
         r#type: pb::EventType::Bookmark as i32,
         object: Some(pb::Object {
@@ -82,6 +97,7 @@ pub fn encode_bookmark(revision: Revision, initial_events_end: bool) -> Encoded 
             ..Default::default()
         }),
         initial_events_end,
+        resync,
     };
     Encoded {
         head: Bytes::from(bookmark.encode_to_vec()),
@@ -113,6 +129,7 @@ fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
         r#type: event_type_pb(kind) as i32,
         object: Some(object_pb(o, revision)),
         initial_events_end: false,
+        resync: false,
     }
 }
 
@@ -135,7 +152,7 @@ mod tests {
             (EventType::Modified, 42),
             (EventType::Deleted, 50),
         ] {
-            let e = encode_event(kind, &o, revision);
+            let e = encode_event(kind, &o, revision, None);
             assert_eq!(
                 e.body.is_empty(),
                 revision != o.revision,

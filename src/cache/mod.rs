@@ -20,7 +20,7 @@ use imbl::OrdMap;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::config::CacheConfig;
+use crate::config::{CacheConfig, OnHistoryLost};
 use crate::dispatch::{Dispatcher, Inbox, Subscription, Trigger, Watcher, Window};
 use crate::object::{Event, Object, Resource, Revision, TooOld};
 use crate::selector::Predicate;
@@ -88,6 +88,7 @@ pub struct WatchCache {
     /// Recent snapshots at past revisions, newest last, so the pages of a
     /// list cut at one revision do not each rebuild it.
     past: Mutex<VecDeque<Snapshot>>,
+    on_history_lost: OnHistoryLost,
 }
 
 /// How many past snapshots are kept for paged lists.
@@ -129,6 +130,7 @@ impl WatchCache {
             dispatcher: Arc::new(dispatcher),
             metrics,
             past: Mutex::default(),
+            on_history_lost: config.on_history_lost,
         });
         (cache.clone(), CacheWriter { cache })
     }
@@ -307,12 +309,10 @@ impl WatchCache {
                 };
                 (Some(snapshot), s.valid_through)
             }
-            WatchFrom::Revision(r) if r < s.ring.oldest() => {
-                return Err(TooOld {
-                    oldest: s.ring.oldest(),
-                })
+            WatchFrom::Revision(r) => {
+                s.ring.check_resume(r)?;
+                (None, r)
             }
-            WatchFrom::Revision(r) => (None, r),
         };
         let trigger = self.trigger(&predicate, &s.indexes);
         let behind = state.is_none();

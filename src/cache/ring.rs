@@ -24,6 +24,9 @@ pub struct EventRing {
     max: usize,
     freshness: Duration,
     start: Revision,
+    /// Ranges `(from, to)` of lost history that a resync spans: its events
+    /// stand at `to`, shown at `from`. No resume is exact strictly inside.
+    lost: VecDeque<(Revision, Revision)>,
 }
 
 impl EventRing {
@@ -35,13 +38,37 @@ impl EventRing {
             max,
             freshness,
             start: 0,
+            lost: VecDeque::new(),
         }
     }
 
     /// Empties the window; it now covers only revisions after `start`.
     pub fn reset(&mut self, start: Revision) {
         self.events.clear();
+        self.lost.clear();
         self.start = start;
+    }
+
+    /// Records that the history in `(from, to)` is lost: the events pushed
+    /// at `to` are a resync's difference.
+    pub fn lose(&mut self, from: Revision, to: Revision) {
+        self.lost.push_back((from, to));
+    }
+
+    /// Whether a watch can resume exactly from `revision`: not inside a
+    /// lost range (the end of it, once it is gone from the window, else).
+    pub fn check_resume(&self, revision: Revision) -> Result<(), TooOld> {
+        if revision < self.start {
+            return Err(TooOld { oldest: self.start });
+        }
+        match self
+            .lost
+            .iter()
+            .find(|(from, to)| *from < revision && revision < *to)
+        {
+            Some(&(_, to)) => Err(TooOld { oldest: to }),
+            None => Ok(()),
+        }
     }
 
     /// The oldest revision a watch can resume from.
@@ -92,6 +119,9 @@ impl EventRing {
             // from just before it is no longer exact: the window now starts
             // at the evicted revision itself.
             self.start = e.revision;
+            while self.lost.front().is_some_and(|(_, to)| *to <= self.start) {
+                self.lost.pop_front();
+            }
         }
     }
 

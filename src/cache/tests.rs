@@ -1,7 +1,7 @@
 //! The cache's own unit tests.
 
 use super::*;
-use crate::config::ValueFormat;
+use crate::config::{OnHistoryLost, ValueFormat};
 use crate::dispatch::Next;
 use crate::object::EventType;
 use crate::telemetry::Metrics;
@@ -38,9 +38,38 @@ fn shown(cache: &WatchCache, w: &mut Watcher) -> Vec<(EventType, String, Revisio
     out
 }
 
-#[test]
-fn a_relist_turns_the_difference_into_events() {
-    let (cache, mut w) = new_cache();
+/// What a watcher has to show now, resync ends included: each event as
+/// its type, key, revision and the version it is shown at.
+fn shown_all(cache: &WatchCache, w: &mut Watcher) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(next) = w.next(cache).now_or_never() {
+        out.push(match next {
+            Next::Event(v) => format!(
+                "{:?} {}@{} shown {}",
+                v.kind,
+                v.object.key,
+                v.revision,
+                v.resync_from.unwrap_or(v.revision)
+            ),
+            Next::ResyncEnd(r) => format!("resync end {r}"),
+            Next::Expired { after, oldest } => {
+                out.push(format!("expired after {after}, oldest {oldest}"));
+                break;
+            }
+            other => panic!("{other:?}"),
+        });
+    }
+    out
+}
+
+fn relisted(mode: OnHistoryLost) -> (Arc<WatchCache>, CacheWriter, Watcher) {
+    let metrics = Metrics::default().resource("pods");
+    let d = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
+    let config = CacheConfig {
+        on_history_lost: mode,
+        ..CacheConfig::default()
+    };
+    let (cache, mut w) = WatchCache::new(resource(), &config, d, metrics);
     w.replace(
         vec![
             obj("/p/a/keep", 2),
@@ -49,7 +78,7 @@ fn a_relist_turns_the_difference_into_events() {
         ],
         10,
     );
-    let mut live = cache
+    let live = cache
         .watch(
             &Inbox::solo(),
             Predicate::default(),
@@ -66,29 +95,34 @@ fn a_relist_turns_the_difference_into_events() {
         ],
         20,
     );
-    assert_eq!(
-        shown(&cache, &mut live),
-        [
-            (EventType::Added, "/p/a/new".into(), 12),
-            (EventType::Modified, "/p/a/change".into(), 15),
-            (EventType::Deleted, "/p/a/gone".into(), 20),
-        ]
-    );
-    // The same events are in the window for watchers that resume later.
-    let mut start = cache
-        .watch(
-            &Inbox::solo(),
-            Predicate::default(),
-            WatchFrom::Revision(12),
-            false,
-        )
-        .unwrap();
-    assert!(start.state.is_none());
-    let replay: Vec<Revision> = shown(&cache, &mut start.watcher)
-        .iter()
-        .map(|e| e.2)
-        .collect();
-    assert_eq!(replay, [15, 20]);
+    (cache, w, live)
+}
+
+#[test]
+fn a_relist_sends_the_difference_as_a_marked_resync() {
+    let (cache, _w, mut live) = relisted(OnHistoryLost::Resync);
+    let resync = [
+        "Modified /p/a/change@20 shown 10",
+        "Deleted /p/a/gone@20 shown 10",
+        "Added /p/a/new@20 shown 10",
+        "resync end 20",
+    ];
+    assert_eq!(shown_all(&cache, &mut live), resync);
+    // A resume from before the lost history gets the same resync from the
+    // window; from inside it, none is exact; from its end, nothing more.
+    let resume = |from| {
+        cache
+            .watch(
+                &Inbox::solo(),
+                Predicate::default(),
+                WatchFrom::Revision(from),
+                false,
+            )
+            .map(|start| start.watcher)
+    };
+    assert_eq!(shown_all(&cache, &mut resume(10).unwrap()), resync);
+    assert_eq!(resume(15).err(), Some(TooOld { oldest: 20 }));
+    assert!(shown_all(&cache, &mut resume(20).unwrap()).is_empty());
     assert_eq!(
         cache.progress(),
         Progress {
@@ -97,6 +131,30 @@ fn a_relist_turns_the_difference_into_events() {
             ready: true
         }
     );
+    let keys: Vec<_> = cache
+        .snapshot()
+        .store
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(keys, ["/p/a/change", "/p/a/keep", "/p/a/new"]);
+}
+
+#[test]
+fn a_relist_ends_every_watch_when_asked_to() {
+    let (cache, _w, mut live) = relisted(OnHistoryLost::End);
+    assert_eq!(
+        shown_all(&cache, &mut live),
+        ["expired after 10, oldest 20"]
+    );
+    let resumed = cache.watch(
+        &Inbox::solo(),
+        Predicate::default(),
+        WatchFrom::Revision(10),
+        false,
+    );
+    assert_eq!(resumed.err(), Some(TooOld { oldest: 20 }));
+    assert_eq!(cache.snapshot().store.len(), 3);
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{FieldIndexes, Progress, State, Store, WatchCache};
+use crate::config::OnHistoryLost;
 use crate::object::{Event, Object, Revision};
 
 /// A change read from etcd: the new state of a key, or its deletion.
@@ -37,10 +38,13 @@ impl CacheWriter {
     }
 
     /// Installs a full list taken at `revision`. The first list makes the
-    /// cache ready; a later one (after compaction or a long outage) turns
-    /// the difference into events, so watchers continue consistently: each
-    /// added or changed object at its own mod revision, each vanished one
-    /// deleted at `revision`.
+    /// cache ready. A later one comes when etcd's history since the cache's
+    /// revision is gone (compacted during an outage): by default the
+    /// difference becomes a resync, events at `revision` shown at the old
+    /// revision and marked, closed by a marked bookmark, so watchers go on
+    /// with the right state and know the history in between is lost;
+    /// with [`OnHistoryLost::End`], the window restarts at `revision` and
+    /// every watch ends with OUT_OF_RANGE.
     pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) {
         let new: Store = objects
             .into_iter()
@@ -58,36 +62,46 @@ impl CacheWriter {
             self.publish(&s);
             return;
         }
-        let mut events: Vec<Event> = Vec::new();
-        for (key, obj) in &new {
-            let old = s.store.get(key);
-            if old.is_none_or(|old| old.revision != obj.revision) {
-                events.extend(Event::between(
-                    obj.revision,
-                    old.cloned(),
-                    Some(obj.clone()),
-                ));
+        let from = s.revision;
+        // A list older than the cache (etcd restored from a backup) has no
+        // difference to show in order: the watches end.
+        let end = self.cache.on_history_lost == OnHistoryLost::End || revision <= from;
+        let revision = revision.max(from);
+        let mut events: Vec<Arc<Event>> = Vec::new();
+        if !end {
+            let mut diff: Vec<Event> = Vec::new();
+            for (key, obj) in &new {
+                let old = s.store.get(key);
+                if old.is_none_or(|old| old.revision != obj.revision) {
+                    diff.extend(Event::between(revision, old.cloned(), Some(obj.clone())));
+                }
             }
-        }
-        for (key, old) in &s.store {
-            if !new.contains_key(key) {
-                events.push(Event::deleted(revision, old.clone()));
+            for (key, old) in &s.store {
+                if !new.contains_key(key) {
+                    diff.push(Event::deleted(revision, old.clone()));
+                }
             }
-        }
-        events.sort_by(|a, b| (a.revision, a.key()).cmp(&(b.revision, b.key())));
-        let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
-        let now = Instant::now();
-        for e in &events {
-            s.ring.push(e.clone(), now);
+            diff.sort_by(|a, b| a.key().cmp(b.key()));
+            events = diff
+                .into_iter()
+                .map(|e| Arc::new(e.in_resync(from)))
+                .collect();
+            let now = Instant::now();
+            for e in &events {
+                s.ring.push(e.clone(), now);
+            }
+            s.ring.lose(from, revision);
+        } else {
+            s.ring.reset(revision);
         }
         s.indexes = FieldIndexes::build(&positions, &new);
         s.store = new;
-        s.revision = s.revision.max(revision);
-        s.valid_through = s.revision;
+        s.revision = revision;
+        s.valid_through = revision;
         self.publish(&s);
         drop(s);
         self.cache.dispatcher.dispatch(&events);
-        self.cache.dispatcher.progress(revision);
+        self.cache.dispatcher.history_lost(revision, end);
     }
 
     /// Installs the first list, taken at `listed`, with the events that

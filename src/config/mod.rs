@@ -358,6 +358,22 @@ pub struct CacheConfig {
     /// burst of writes does not push out events clients still resume from.
     #[serde(default = "default_freshness", with = "humantime_serde")]
     pub freshness: Duration,
+    /// What open watches get when etcd's history since the cache's version
+    /// is gone and the prefix is listed again.
+    #[serde(default)]
+    pub on_history_lost: OnHistoryLost,
+}
+
+/// What watches get when the history they stand in is gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnHistoryLost {
+    /// The difference between the old and the new list, as events marked
+    /// `resync`, then a BOOKMARK marked `resync` at the list's version.
+    #[default]
+    Resync,
+    /// OUT_OF_RANGE, as Kubernetes does: clients list again.
+    End,
 }
 
 fn default_listen() -> SocketAddr {
@@ -424,6 +440,7 @@ impl Default for CacheConfig {
             min_events: default_min_events(),
             max_events: default_max_events(),
             freshness: default_freshness(),
+            on_history_lost: OnHistoryLost::default(),
         }
     }
 }

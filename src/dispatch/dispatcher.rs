@@ -224,12 +224,13 @@ impl Dispatcher {
                 let view = views[kind as usize].get_or_insert_with(|| {
                     let encoded = self.encode.as_ref().map(|encode| {
                         encodings += 1;
-                        encode(kind, &object, event.revision)
+                        encode(kind, &object, event.revision, event.resync_from)
                     });
                     Arc::new(View {
                         kind,
                         object,
                         revision: event.revision,
+                        resync_from: event.resync_from,
                         encoded,
                     })
                 });
@@ -261,6 +262,30 @@ impl Dispatcher {
         self.metrics.watchers.set(0);
         drop(w);
         wakes.into_iter().for_each(Waker::wake);
+    }
+
+    /// Tells every watcher that started before `revision` that what it was
+    /// just sent was a resync's difference, complete as of `revision`; or,
+    /// with `expire`, that its history is gone (it finds the window
+    /// starting after it, and ends).
+    pub fn history_lost(&self, revision: Revision, expire: bool) {
+        let mut wakes = std::mem::take(&mut *self.wakes.lock());
+        let mut guard = self.watchers.lock();
+        let w = &mut *guard;
+        w.revision = w.revision.max(revision);
+        let Watchers { index, posts, .. } = w;
+        index.for_each(|entry| {
+            if entry.start < revision {
+                let delivery = match expire {
+                    true => Delivery::Behind,
+                    false => Delivery::ResyncEnd(revision),
+                };
+                posts.send(entry.post, entry.to, delivery);
+            }
+        });
+        posts.post(&mut wakes);
+        drop(guard);
+        self.wake(wakes);
     }
 
     /// Records progress without events (an etcd progress notification).

@@ -209,6 +209,22 @@ impl Inbox {
                 {
                     Delivery::Bookmark(revision)
                 }
+                // Without room, the window shows the end of the resync.
+                Delivery::ResyncEnd(revision) if revision > q.start => {
+                    if q.items.len() + 1 >= q.capacity {
+                        q.behind = true;
+                        q.counters.fell_behind.inc();
+                        Delivery::Behind
+                    } else {
+                        Delivery::ResyncEnd(revision)
+                    }
+                }
+                // The history the watcher stands in is gone: it reads the
+                // window, and learns so there.
+                Delivery::Behind => {
+                    q.behind = true;
+                    Delivery::Behind
+                }
                 _ => continue,
             };
             if !matches!(shown, Delivery::Behind) {

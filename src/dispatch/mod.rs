@@ -27,7 +27,10 @@ pub use watcher::{Next, Watcher};
 
 /// Turns a change as a watcher sees it into the bytes sent on the wire.
 /// Given by the API layer, so dispatch knows nothing of the wire format.
-pub type Encode = Arc<dyn Fn(EventType, &Object, Revision) -> Encoded + Send + Sync>;
+/// Its arguments: the type, the object, the event's revision and, in a
+/// resync, the revision the event is shown at.
+pub type Encode =
+    Arc<dyn Fn(EventType, &Object, Revision, Option<Revision>) -> Encoded + Send + Sync>;
 
 /// An encoded message in two pieces written back to back, so that a piece
 /// shared with the cache (an object's own encoding) is not copied to make
@@ -60,6 +63,8 @@ pub struct View {
     /// DELETED carries the last state the watcher was shown.
     pub object: Arc<Object>,
     pub revision: Revision,
+    /// See [`Event::resync_from`].
+    pub resync_from: Option<Revision>,
     /// The encoded change, made once per event and type (when the
     /// dispatcher has an encoder).
     pub encoded: Option<Encoded>,
@@ -73,6 +78,9 @@ pub enum Delivery {
     /// Progress with nothing to show: the watcher has seen everything up to
     /// this revision.
     Bookmark(Revision),
+    /// A resync's difference has been sent: the watcher has seen the state
+    /// as of this revision, not the history up to it.
+    ResyncEnd(Revision),
     /// The queue had no room for the next event: live deliveries are
     /// skipped from here on, and the watcher reads the event window from
     /// the last change it received, then rejoins (through the cache).

@@ -124,6 +124,7 @@ fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
         .map(|d| match d {
             Delivery::Event(v) => Some(v.revision),
             Delivery::Bookmark(_) => panic!("no bookmarks asked for"),
+            Delivery::ResyncEnd(_) => panic!("no resync"),
             Delivery::Behind => None,
         })
         .collect()
@@ -304,6 +305,7 @@ fn a_bookmark_never_takes_the_slot_kept_for_behind() {
         .map(|d| match d {
             Delivery::Event(v) => format!("event {}", v.revision),
             Delivery::Bookmark(r) => format!("bookmark {r}"),
+            Delivery::ResyncEnd(r) => format!("resync end {r}"),
             Delivery::Behind => "behind".to_owned(),
         })
         .collect();
@@ -329,7 +331,7 @@ fn closing_ends_each_queue_after_what_it_holds_and_later_ones_at_once() {
 fn each_event_is_encoded_once_per_type_for_all_its_watchers() {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = calls.clone();
-    let encode: Encode = Arc::new(move |kind, _, revision| {
+    let encode: Encode = Arc::new(move |kind, _, revision, _| {
         counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Encoded {
             head: Bytes::from(format!("{kind}@{revision}")),

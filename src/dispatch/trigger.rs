@@ -119,6 +119,21 @@ impl<T> TriggerIndex<T> {
         }
     }
 
+    /// Calls `f` for every watcher.
+    pub fn for_each(&self, mut f: impl FnMut(&T)) {
+        let keyed = self.by_key.values().flat_map(Set::values);
+        let fielded = self
+            .by_field
+            .values()
+            .flat_map(HashMap::values)
+            .flat_map(Set::values);
+        self.all
+            .values()
+            .chain(keyed)
+            .chain(fielded)
+            .for_each(&mut f);
+    }
+
     /// Every watcher, taking them out.
     pub fn into_watchers(self) -> impl Iterator<Item = T> {
         let keyed = self.by_key.into_values().flat_map(Set::into_values);

@@ -17,6 +17,8 @@ const CATCH_UP_EVENTS: usize = 256;
 pub enum Next {
     Event(Arc<View>),
     Bookmark(Revision),
+    /// The end of a resync: the state shown is etcd's at this revision.
+    ResyncEnd(Revision),
     /// The watcher fell further behind than the window reaches: the events
     /// after `after` are gone, the oldest still there follow `oldest`.
     Expired {
@@ -65,7 +67,7 @@ pub struct Watcher {
     /// Reading the window instead of the queue.
     behind: bool,
     /// Changes read from the window and not yet shown, up to `read_through`.
-    replay: VecDeque<Arc<View>>,
+    replay: VecDeque<Next>,
     read_through: Revision,
 }
 
@@ -125,6 +127,10 @@ impl Watcher {
                     self.at = Position::through(revision);
                     return Poll::Ready(Next::Bookmark(revision));
                 }
+                Some(Delivery::ResyncEnd(revision)) => {
+                    self.at = Position::through(revision);
+                    return Poll::Ready(Next::ResyncEnd(revision));
+                }
                 Some(Delivery::Behind) => self.behind = true,
                 None => return Poll::Ready(Next::Closed),
             }
@@ -135,12 +141,16 @@ impl Watcher {
     /// watcher has rejoined live delivery (or was never behind).
     fn read_window(&mut self, window: &impl Window) -> Option<Next> {
         loop {
-            if let Some(view) = self.replay.pop_front() {
-                self.at.delivered(view.revision);
+            if let Some(next) = self.replay.pop_front() {
+                match &next {
+                    Next::Event(view) => self.at.delivered(view.revision),
+                    Next::ResyncEnd(revision) => self.at = Position::through(*revision),
+                    _ => {}
+                }
                 if self.replay.is_empty() {
                     self.at = Position::through(self.read_through);
                 }
-                return Some(Next::Event(view));
+                return Some(next);
             }
             if !self.behind {
                 return None;
@@ -164,7 +174,16 @@ impl Watcher {
                 return None;
             };
             self.read_through = last.revision;
+            // Where a resync read here ends, once its last event is passed.
+            let mut resync_end = None;
             for e in &events {
+                if e.resync_from.is_none() {
+                    if let Some(end) = resync_end.take() {
+                        self.replay.push_back(Next::ResyncEnd(end));
+                    }
+                } else {
+                    resync_end = Some(e.revision);
+                }
                 let Some((kind, object)) = transition(&self.predicate, e) else {
                     continue;
                 };
@@ -172,12 +191,16 @@ impl Watcher {
                     skip -= 1;
                     continue;
                 }
-                self.replay.push_back(Arc::new(View {
+                self.replay.push_back(Next::Event(Arc::new(View {
                     kind,
                     object,
                     revision: e.revision,
+                    resync_from: e.resync_from,
                     encoded: None,
-                }));
+                })));
+            }
+            if let Some(end) = resync_end {
+                self.replay.push_back(Next::ResyncEnd(end));
             }
             if self.replay.is_empty() {
                 self.at = Position::through(self.read_through);

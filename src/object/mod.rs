@@ -160,8 +160,14 @@ impl fmt::Display for EventType {
 /// previous state, a deletion no new one, and every event has one of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
+    /// Where the event stands in the resource's history: watches resume
+    /// after it.
     pub revision: Revision,
     change: Change,
+    /// On an event of a resync (a difference from a list, not history):
+    /// the version the lost history starts from, which the event is shown
+    /// at.
+    pub resync_from: Option<Revision>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +185,7 @@ impl Event {
         Self {
             revision,
             change: Change::Added(object),
+            resync_from: None,
         }
     }
 
@@ -186,6 +193,7 @@ impl Event {
         Self {
             revision,
             change: Change::Modified { object, prev },
+            resync_from: None,
         }
     }
 
@@ -194,6 +202,7 @@ impl Event {
         Self {
             revision,
             change: Change::Deleted(prev),
+            resync_from: None,
         }
     }
 
@@ -210,6 +219,20 @@ impl Event {
             (Some(p), None) => Self::deleted(revision, p),
             (None, None) => return None,
         })
+    }
+
+    /// This event as part of a resync from `from` (see
+    /// [`Event::resync_from`]).
+    pub fn in_resync(self, from: Revision) -> Self {
+        Self {
+            resync_from: Some(from),
+            ..self
+        }
+    }
+
+    /// The version a client is shown for this event.
+    pub fn shown_revision(&self) -> Revision {
+        self.resync_from.unwrap_or(self.revision)
     }
 
     pub fn kind(&self) -> EventType {

@@ -50,6 +50,7 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         min_events: 1024,
         max_events: 100 * 1024,
         freshness: Duration::from_secs(75),
+        ..CacheConfig::default()
     };
     let (cache, mut writer) = WatchCache::new(
         r.clone(),
