@@ -1,0 +1,251 @@
+//! watchproxy-check: proves watchproxy's watch streams against etcd.
+//!
+//! A watch of the checker's own, straight on etcd, records the true
+//! history under the prefix. Informers with random selections (namespace,
+//! one object, label, node; bookmarks and initial events on or off) follow
+//! watchproxy, resuming and relisting as client-go's do, while the checker
+//! writes (or only watches someone else's writes). When the writes end,
+//! every informer must catch up within a bound; then each stream is proven
+//! segment by segment: exactly the selection's transitions of etcd's
+//! history after its start, in order, once each; nothing it did not ask
+//! for; bookmarks never ahead of an undelivered event; initial state and
+//! lists equal to etcd's at their version; resyncs ending in etcd's state;
+//! and the store each informer built equal to etcd's.
+
+pub mod history;
+pub mod informer;
+pub mod model;
+pub mod verify;
+pub mod writer;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{watch, Mutex};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+
+use history::History;
+use informer::{Shared, Transcript};
+use model::Selection;
+
+/// What to check, and how hard.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub etcd: String,
+    pub watchproxy: String,
+    /// The resource's name in watchproxy and its etcd prefix.
+    pub resource: String,
+    pub prefix: String,
+    pub watchers: usize,
+    /// Writes per second, for `duration`; 0 only watches.
+    pub rate: u64,
+    pub duration: Duration,
+    /// How long every informer may take to catch up once writes end.
+    pub settle: Duration,
+    pub seed: u64,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub watchers: usize,
+    pub writes: u64,
+    pub history_events: usize,
+    pub checked: usize,
+    pub lost: usize,
+    pub duplicates: usize,
+    pub cross: usize,
+    pub resyncs: usize,
+    pub relists: u64,
+    pub resumes: usize,
+    /// From the end of the writes until every informer's store was etcd's.
+    pub caught_up_in: Option<Duration>,
+    /// The first problems of each bad stream.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+            && self.lost == 0
+            && self.duplicates == 0
+            && self.cross == 0
+            && self.caught_up_in.is_some()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} watchers, {} writes ({} events in etcd's history): {} events checked, {} lost, {} duplicated, {} not asked for, {} resyncs proven, {} lists, {} resumes",
+            self.watchers, self.writes, self.history_events, self.checked, self.lost,
+            self.duplicates, self.cross, self.resyncs, self.relists, self.resumes
+        )?;
+        match self.caught_up_in {
+            Some(d) => writeln!(
+                f,
+                "every informer caught up {:.2} s after the last write",
+                d.as_secs_f64()
+            )?,
+            None => writeln!(f, "some informers never caught up (a stall)")?,
+        }
+        for failure in &self.failures {
+            writeln!(f, "  {failure}")?;
+        }
+        write!(f, "{}", if self.passed() { "PASS" } else { "FAIL" })
+    }
+}
+
+/// A check under way: writes and informers running.
+pub struct Check {
+    options: Options,
+    stop: CancellationToken,
+    history: watch::Receiver<History>,
+    informers: Vec<(Shared, JoinHandle<()>)>,
+    writer: Option<JoinHandle<u64>>,
+    writes: u64,
+}
+
+impl Check {
+    /// Records etcd's history, starts the informers, then the writes.
+    pub async fn start(options: Options) -> anyhow::Result<Check> {
+        let stop = CancellationToken::new();
+        let mut etcd = etcd_client::Client::connect([&options.etcd], None)
+            .await
+            .context("connecting to etcd")?;
+        let history = history::record(&mut etcd, &options.prefix, stop.clone()).await?;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(options.seed);
+        let mut informers = Vec::new();
+        for id in 0..options.watchers {
+            let client = WatchProxyClient::connect(options.watchproxy.clone())
+                .await
+                .context("connecting to watchproxy")?
+                .max_decoding_message_size(64 << 20);
+            let shared = Arc::new(Mutex::new(Transcript {
+                id,
+                selection: Selection::random(&mut rng),
+                bookmarks: rng.random_bool(0.5),
+                initial_events: rng.random_bool(0.3),
+                segments: Vec::new(),
+                store: Default::default(),
+                version: 0,
+                relists: 0,
+            }));
+            let task = tokio::spawn(informer::run(
+                client,
+                options.resource.clone(),
+                shared.clone(),
+                stop.clone(),
+            ));
+            informers.push((shared, task));
+        }
+        let writer = tokio::spawn(writer::write(
+            etcd,
+            options.prefix.clone(),
+            options.rate,
+            if options.rate == 0 {
+                Duration::ZERO
+            } else {
+                options.duration
+            },
+            options.seed,
+            stop.clone(),
+        ));
+        Ok(Check {
+            options,
+            stop,
+            history,
+            informers,
+            writer: Some(writer),
+            writes: 0,
+        })
+    }
+
+    /// Waits until the writes are over (or, only watching, the duration).
+    pub async fn writes_done(&mut self) -> anyhow::Result<()> {
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        self.writes = match self.options.rate {
+            0 => {
+                tokio::time::sleep(self.options.duration).await;
+                0
+            }
+            _ => writer.await.context("the writer")?,
+        };
+        Ok(())
+    }
+
+    /// Waits for the writes, then for every informer to catch up (timed
+    /// from this call), and proves what each saw.
+    pub async fn finish(mut self) -> anyhow::Result<Report> {
+        self.writes_done().await?;
+        let writes = self.writes;
+        let ended = Instant::now();
+        let deadline = ended + self.options.settle;
+        let mut caught_up_in = None;
+        while Instant::now() < deadline {
+            if self.all_caught_up().await {
+                caught_up_in = Some(ended.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Whatever is still in flight has its moment, then everything stops.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.stop.cancel();
+        let history = self.history.borrow().clone();
+        let mut report = Report {
+            watchers: self.informers.len(),
+            writes,
+            history_events: history.changes.len(),
+            caught_up_in,
+            ..Report::default()
+        };
+        for (shared, task) in self.informers {
+            let _ = task.await;
+            let t = shared.lock().await;
+            let v = verify::verify(&t, &history, &self.options.prefix);
+            report.checked += v.checked;
+            report.lost += v.lost;
+            report.duplicates += v.duplicates;
+            report.cross += v.cross;
+            report.resyncs += v.resyncs;
+            report.relists += t.relists;
+            report.resumes += t
+                .segments
+                .iter()
+                .filter(|s| matches!(s.start, informer::Start::Resumed { .. }))
+                .count();
+            report.failures.extend(v.failures);
+        }
+        Ok(report)
+    }
+
+    /// Whether every informer's store is etcd's state at the head of the
+    /// history now.
+    async fn all_caught_up(&self) -> bool {
+        let state = {
+            let h = self.history.borrow();
+            h.state_at(h.head())
+        };
+        for (shared, _) in &self.informers {
+            let t = shared.lock().await;
+            if t.store != t.selection.filter(&self.options.prefix, &state) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Runs a whole check.
+pub async fn run(options: Options) -> anyhow::Result<Report> {
+    Check::start(options).await?.finish().await
+}

@@ -1,0 +1,58 @@
+//! `watchproxy-check`: the checker against a running deployment.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Proves watchproxy's watch streams against etcd's own history.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// etcd's client URL: a watch of the checker's own records the truth.
+    #[arg(long, default_value = "http://127.0.0.1:2379")]
+    etcd: String,
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    watchproxy: String,
+    /// The resource as watchproxy names it.
+    #[arg(long, default_value = "pods")]
+    resource: String,
+    /// Its etcd prefix. The checker writes under it (keys
+    /// `<prefix>/ns-N/obj-M`) unless `--rate 0`.
+    #[arg(long, default_value = "/registry/pods")]
+    prefix: String,
+    #[arg(long, default_value_t = 50)]
+    watchers: usize,
+    /// Writes per second; 0 only watches writes made by others.
+    #[arg(long, default_value_t = 100)]
+    rate: u64,
+    /// Seconds of writing (or of watching, with `--rate 0`).
+    #[arg(long, default_value_t = 20)]
+    duration: u64,
+    /// Seconds every informer may take to catch up once writes end.
+    #[arg(long, default_value_t = 10)]
+    settle: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let report = watchproxy_check::run(watchproxy_check::Options {
+        etcd: a.etcd,
+        watchproxy: a.watchproxy,
+        resource: a.resource,
+        prefix: a.prefix.trim_end_matches('/').to_owned(),
+        watchers: a.watchers,
+        rate: a.rate,
+        duration: Duration::from_secs(a.duration),
+        settle: Duration::from_secs(a.settle),
+        seed: a.seed,
+    })
+    .await?;
+    println!("{report}");
+    if !report.passed() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
