@@ -12,11 +12,15 @@ use std::time::Duration;
 
 use common::*;
 use watchproxy_check::{Check, Options, Report};
-use watchproxy_testkit::free_port;
+use watchproxy_testkit::{free_port, EtcdCluster};
 
 const WATCHERS: usize = 12;
 
 fn options(etcd: &Etcd, watchproxy: String, seed: u64) -> Options {
+    replicas(etcd, vec![watchproxy], seed)
+}
+
+fn replicas(etcd: &Etcd, watchproxy: Vec<String>, seed: u64) -> Options {
     Options {
         etcd: etcd.client_url.clone(),
         watchproxy,
@@ -28,6 +32,17 @@ fn options(etcd: &Etcd, watchproxy: String, seed: u64) -> Options {
         settle: Duration::from_secs(20),
         seed,
     }
+}
+
+/// A row of the campaign's table.
+fn show(name: &str, r: &Report) {
+    let recovery = r
+        .caught_up_in
+        .map_or("never".into(), |d| format!("{:.2} s", d.as_secs_f64()));
+    eprintln!(
+        "| {name} | {} | {} | {} | {} | {} | {recovery} |",
+        r.checked, r.lost, r.duplicates, r.cross, r.resyncs
+    );
 }
 
 /// Starts the check, lets it run, calls `fault` in the middle of the
@@ -43,17 +58,7 @@ where
     check.writes_done().await.unwrap();
     heal.await;
     let report = check.finish().await.unwrap();
-    eprintln!(
-        "| {name} | {} | {} | {} | {} | {} | {} |",
-        report.checked,
-        report.lost,
-        report.duplicates,
-        report.cross,
-        report.resyncs,
-        report
-            .caught_up_in
-            .map_or("never".into(), |d| format!("{:.2} s", d.as_secs_f64()))
-    );
+    show(name, &report);
     assert!(report.passed(), "{name}:\n{report}");
     report
 }
@@ -125,15 +130,7 @@ async fn etcd_killed_and_restarted() {
     etcd.restart().await;
     check.writes_done().await.unwrap();
     let report = check.finish().await.unwrap();
-    eprintln!(
-        "| etcd killed (kill -9) and restarted | {} | {} | {} | {} | {} | {:?} |",
-        report.checked,
-        report.lost,
-        report.duplicates,
-        report.cross,
-        report.resyncs,
-        report.caught_up_in
-    );
+    show("etcd killed (kill -9) and restarted", &report);
     assert!(report.passed(), "{report}");
 }
 
@@ -244,19 +241,122 @@ async fn watchproxy_killed_and_restarted_every_client_resumes() {
     check.writes_done().await.unwrap();
     let report = check.finish().await.unwrap();
     drop(process);
-    eprintln!(
-        "| watchproxy killed (kill -9) and restarted | {} | {} | {} | {} | {} | {:?} |",
-        report.checked,
-        report.lost,
-        report.duplicates,
-        report.cross,
-        report.resyncs,
-        report.caught_up_in
-    );
+    show("watchproxy killed (kill -9) and restarted", &report);
     assert!(report.passed(), "{report}");
     assert_eq!(
         report.relists, WATCHERS as u64,
         "every client resumed (no OUT_OF_RANGE, no second list): {report}"
     );
     assert!(report.resumes >= WATCHERS, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_move_between_two_replicas_mid_stream() {
+    let etcd = Etcd::start().await;
+    let config = || {
+        watchproxy::config::Config::from_yaml(
+            &PODS_CONFIG
+                .replace("ETCD", &etcd.client_url)
+                .replace("QUEUE", "256"),
+        )
+        .unwrap()
+    };
+    let mut a = Proxy::start(&etcd.client_url).await;
+    let mut b = Proxy::start(&etcd.client_url).await;
+    let (a_addr, b_addr) = (a.addr, b.addr);
+    let urls = vec![format!("http://{a_addr}"), format!("http://{b_addr}")];
+    let mut check = Check::start(replicas(&etcd, urls, 7)).await.unwrap();
+    // A rolling restart under the writes: each replica's clients move to
+    // the other one with the versions they had.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.stop().await;
+    let a = Proxy::start_on(config(), listener_at(a_addr).await).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.stop().await;
+    let b = Proxy::start_on(config(), listener_at(b_addr).await).await;
+    check.writes_done().await.unwrap();
+    let report = check.finish().await.unwrap();
+    drop((a, b));
+    show("two replicas, each restarted under the writes", &report);
+    assert!(report.passed(), "{report}");
+    assert!(report.resumes >= WATCHERS, "the clients moved: {report}");
+    assert_eq!(
+        report.relists, WATCHERS as u64,
+        "none listed again: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackhole_to_etcd_longer_than_keepalive() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let proxy = Proxy::start(&forwarder.url).await;
+    let options = Options {
+        // Past keepalive's 10 s interval and 5 s timeout.
+        duration: Duration::from_secs(20),
+        settle: Duration::from_secs(30),
+        ..options(&etcd, format!("http://{}", proxy.addr), 8)
+    };
+    through(
+        "blackhole to etcd (nothing closed) for 18 s",
+        options,
+        async { forwarder.blackhole() },
+        async { forwarder.restore() },
+    )
+    .await;
+}
+
+/// The check on a 3-member etcd cluster: watchproxy and the checker know
+/// every member.
+async fn on_cluster<F>(name: &str, seed: u64, fault: F)
+where
+    F: AsyncFnOnce(&mut EtcdCluster),
+{
+    let mut cluster = EtcdCluster::start(3).await;
+    let urls = cluster.client_urls();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &urls.join("\", \""))
+        .replace("QUEUE", "256");
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let options = Options {
+        etcd: urls.join(","),
+        watchproxy: vec![format!("http://{}", proxy.addr)],
+        resource: "pods".into(),
+        prefix: "/registry/pods".into(),
+        watchers: WATCHERS,
+        rate: 40,
+        duration: Duration::from_secs(5),
+        settle: Duration::from_secs(20),
+        seed,
+    };
+    let mut check = Check::start(options).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fault(&mut cluster).await;
+    check.writes_done().await.unwrap();
+    let report = check.finish().await.unwrap();
+    show(name, &report);
+    assert!(report.passed(), "{name}:\n{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_in_a_three_member_cluster() {
+    on_cluster("3-member etcd: leader moved", 9, async |cluster| {
+        cluster.move_leader().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loss_of_the_leader_of_a_three_member_cluster() {
+    on_cluster(
+        "3-member etcd: leader killed (kill -9), restarted 2 s later",
+        10,
+        async |cluster| {
+            let leader = cluster.leader().await.expect("a leader");
+            cluster.kill(leader);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            cluster.restart(leader).await;
+        },
+    )
+    .await;
 }

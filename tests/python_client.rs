@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -14,16 +13,6 @@ use std::time::Duration;
 use common::*;
 use etcd_client::GetOptions;
 use watchproxy::config::Config;
-
-async fn listener_at(addr: SocketAddr) -> tokio::net::TcpListener {
-    for _ in 0..50 {
-        if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
-            return l;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("cannot bind {addr} again");
-}
 
 fn python() -> Command {
     let ok = Command::new("python3")

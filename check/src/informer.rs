@@ -66,9 +66,11 @@ pub struct Transcript {
 
 pub type Shared = Arc<Mutex<Transcript>>;
 
-/// Runs the informer until `stop`.
+/// Runs the informer until `stop`. With several replicas it starts on one
+/// and moves to the next each time a stream ends, resuming there with the
+/// version it had.
 pub async fn run(
-    mut client: WatchProxyClient<Channel>,
+    mut replicas: Vec<WatchProxyClient<Channel>>,
     resource: String,
     shared: Shared,
     stop: CancellationToken,
@@ -89,11 +91,13 @@ pub async fn run(
         timeout_seconds: 0,
     };
     let mut resume: Option<u64> = None;
+    let mut at = shared.lock().await.id % replicas.len();
     while !stop.is_cancelled() {
+        let client = &mut replicas[at];
         let (req, start) = match resume {
             Some(from) => (request(from.to_string(), false), Start::Resumed { from }),
             None if initial_events => (request(String::new(), true), Start::Initial),
-            None => match list(&mut client, &resource, &selection).await {
+            None => match list(client, &resource, &selection).await {
                 Ok((revision, items)) => {
                     let mut t = shared.lock().await;
                     t.store = items.clone();
@@ -123,7 +127,8 @@ pub async fn run(
                 ended: None,
             });
         }
-        let ended = follow(&mut client, req, &shared, &stop).await;
+        let ended = follow(client, req, &shared, &stop).await;
+        at = (at + 1) % replicas.len();
         let mut t = shared.lock().await;
         resume = match &ended {
             Some(status) if status.code() == tonic::Code::OutOfRange => None,

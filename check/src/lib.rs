@@ -36,8 +36,10 @@ use model::Selection;
 /// What to check, and how hard.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// etcd's client URLs, separated by commas.
     pub etcd: String,
-    pub watchproxy: String,
+    /// One URL per replica: informers move between them.
+    pub watchproxy: Vec<String>,
     /// The resource's name in watchproxy and its etcd prefix.
     pub resource: String,
     pub prefix: String,
@@ -116,17 +118,21 @@ impl Check {
     /// Records etcd's history, starts the informers, then the writes.
     pub async fn start(options: Options) -> anyhow::Result<Check> {
         let stop = CancellationToken::new();
-        let mut etcd = etcd_client::Client::connect([&options.etcd], None)
-            .await
-            .context("connecting to etcd")?;
+        let mut etcd =
+            etcd_client::Client::connect(options.etcd.split(',').collect::<Vec<_>>(), None)
+                .await
+                .context("connecting to etcd")?;
         let history = history::record(&mut etcd, &options.prefix, stop.clone()).await?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(options.seed);
         let mut informers = Vec::new();
         for id in 0..options.watchers {
-            let client = WatchProxyClient::connect(options.watchproxy.clone())
-                .await
-                .context("connecting to watchproxy")?
-                .max_decoding_message_size(64 << 20);
+            let mut replicas = Vec::new();
+            for url in &options.watchproxy {
+                let channel = tonic::transport::Endpoint::from_shared(url.clone())
+                    .context("a watchproxy URL")?
+                    .connect_lazy();
+                replicas.push(WatchProxyClient::new(channel).max_decoding_message_size(64 << 20));
+            }
             let shared = Arc::new(Mutex::new(Transcript {
                 id,
                 selection: Selection::random(&mut rng),
@@ -138,7 +144,7 @@ impl Check {
                 relists: 0,
             }));
             let task = tokio::spawn(informer::run(
-                client,
+                replicas,
                 options.resource.clone(),
                 shared.clone(),
                 stop.clone(),

@@ -8,11 +8,14 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// etcd's client URL: a watch of the checker's own records the truth.
+    /// etcd's client URLs, separated by commas: a watch of the checker's
+    /// own records the truth.
     #[arg(long, default_value = "http://127.0.0.1:2379")]
     etcd: String,
+    /// watchproxy's URL; given more than once (replicas), each informer
+    /// moves to the next one whenever its stream ends.
     #[arg(long, default_value = "http://127.0.0.1:50051")]
-    watchproxy: String,
+    watchproxy: Vec<String>,
     /// The resource as watchproxy names it.
     #[arg(long, default_value = "pods")]
     resource: String,

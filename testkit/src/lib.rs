@@ -2,6 +2,7 @@
 //! real etcd on free loopback ports in a temporary directory ([`Etcd`]),
 //! the lookup of the tools they run, and reading Prometheus text.
 
+mod cluster;
 mod etcd;
 
 use std::io::{Read, Write};
@@ -9,6 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use cluster::EtcdCluster;
 pub use etcd::{Etcd, EtcdOptions};
 
 /// How to get etcd, said whenever it is missing.

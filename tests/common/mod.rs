@@ -24,6 +24,9 @@ pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 pub struct Forwarder {
     pub url: String,
     open: Arc<Mutex<bool>>,
+    /// While true, bytes are held in both directions and nothing is
+    /// closed: a network path that drops every packet.
+    blackholed: tokio::sync::watch::Sender<bool>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
     task: JoinHandle<()>,
 }
@@ -35,16 +38,20 @@ impl Forwarder {
         let upstream = upstream.trim_start_matches("http://").to_owned();
         let open = Arc::new(Mutex::new(true));
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (blackholed, holes) = tokio::sync::watch::channel(false);
         let (o, c) = (open.clone(), conns.clone());
         let task = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
+            while let Ok((inbound, _)) = listener.accept().await {
                 if !*o.lock() {
                     continue; // dropped: the connection is refused
                 }
                 let upstream = upstream.clone();
+                let holes = holes.clone();
                 c.lock().push(tokio::spawn(async move {
-                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    if let Ok(out) = tokio::net::TcpStream::connect(&upstream).await {
+                        let (ri, wi) = inbound.into_split();
+                        let (ro, wo) = out.into_split();
+                        tokio::join!(pump(ri, wo, holes.clone()), pump(ro, wi, holes));
                     }
                 }));
             }
@@ -52,9 +59,15 @@ impl Forwarder {
         Forwarder {
             url,
             open,
+            blackholed,
             conns,
             task,
         }
+    }
+
+    /// Holds every byte, closing nothing, until [`Forwarder::restore`].
+    pub fn blackhole(&self) {
+        self.blackholed.send_replace(true);
     }
 
     /// Breaks every connection and refuses new ones.
@@ -67,7 +80,32 @@ impl Forwarder {
 
     pub fn restore(&self) {
         *self.open.lock() = true;
+        self.blackholed.send_replace(false);
     }
+}
+
+/// Copies `from` to `to`, holding what it read while the path is
+/// blackholed.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut holes: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if holes.wait_for(|held| !held).await.is_err() {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for Forwarder {
@@ -111,6 +149,17 @@ resources:
     namespaced: false
     format: raw
 "#;
+
+/// A listener on `addr` again, once the instance that had it let it go.
+pub async fn listener_at(addr: SocketAddr) -> tokio::net::TcpListener {
+    for _ in 0..50 {
+        if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("cannot bind {addr} again");
+}
 
 /// watchproxy served in-process; stopped on drop.
 pub struct Proxy {
