@@ -31,6 +31,9 @@ pub mod source;
 /// Logs, traces and Prometheus metrics.
 pub mod telemetry;
 
+#[cfg(test)]
+mod fuzzing;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

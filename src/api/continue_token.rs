@@ -118,4 +118,15 @@ mod tests {
         assert!(ContinueToken::decode(&s, &r, 0).is_err());
         assert!(ContinueToken::decode("e30", &r, 0).is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_continue_tokens(token in crate::fuzzing::text("continue_token")) {
+            if let Err(e) = ContinueToken::decode(&token, &pods(), 0) {
+                let status: tonic::Status = e.into();
+                proptest::prop_assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            }
+        }
+    }
 }

@@ -286,4 +286,38 @@ mod tests {
         assert_eq!(q.timeout, Some(Duration::from_secs(30)));
         assert_eq!(q.version, RequestedVersion::At(12));
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        /// Whatever a List request holds, it is a query or INVALID_ARGUMENT
+        /// naming one of its fields.
+        #[test]
+        fn fuzz_list_requests(
+            labels in crate::fuzzing::text("label_selector"),
+            fields in crate::fuzzing::text("field_selector"),
+            version in crate::fuzzing::text("resource_version"),
+            token in crate::fuzzing::text("continue_token"),
+            limit in proptest::prelude::any::<i64>(),
+            version_match in 0i32..4,
+        ) {
+            let r = Resource::for_tests(&["spec.nodeName"]);
+            let req = pb::ListRequest {
+                resource: "pods".into(),
+                label_selector: labels,
+                field_selector: fields,
+                resource_version: version,
+                continue_token: token,
+                limit,
+                resource_version_match: version_match,
+                ..Default::default()
+            };
+            if let Err(e) = ListQuery::parse(&req, &r, &Scope::unrestricted(), 0) {
+                let field = field_of(e);
+                proptest::prop_assert!([
+                    "label_selector", "field_selector", "resource_version",
+                    "resource_version_match", "continue_token", "limit",
+                ].contains(&field), "{}", field);
+            }
+        }
+    }
 }

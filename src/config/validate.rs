@@ -332,4 +332,14 @@ resources:
             assert!(err.contains(field), "{err:?} should name {field}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_the_config_loader(text in crate::fuzzing::text("config")) {
+            if let Ok(config) = Config::from_yaml(&text) {
+                proptest::prop_assert!(!config.resources.is_empty());
+            }
+        }
+    }
 }

@@ -409,6 +409,36 @@ mod tests {
         Ok((labels, fields))
     }
 
+    /// [`read_by_value`]'s answer, from the one-pass reader.
+    fn read_one_pass(r: &Resource, value: &[u8]) -> Result<(Labels, Vec<String>), String> {
+        r.read_json(value)
+            .map(|(labels, fields)| (labels, fields.into_vec()))
+            .map_err(|e| match e {
+                DecodeError::NotJson(_) => "not json".to_string(),
+                DecodeError::NotJsonObject => "not an object".into(),
+                DecodeError::BadLabels => "bad labels".into(),
+                other => other.to_string(),
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_the_one_pass_reader_against_serde_json(doc in crate::fuzzing::bytes("json_value")) {
+            let r = Resource::for_tests(&["spec.nodeName", "status.phase", "metadata.labels.app"]);
+            proptest::prop_assert_eq!(read_one_pass(&r, &doc), read_by_value(&r, &doc));
+        }
+
+        #[test]
+        fn fuzz_keys(key in crate::fuzzing::bytes("key")) {
+            let r = pods();
+            if let Ok((namespace, name)) = r.split_key(&key) {
+                let again = r.key(&namespace, &name);
+                proptest::prop_assert_eq!(again.as_bytes(), &key[..]);
+            }
+        }
+    }
+
     #[test]
     fn the_one_pass_reader_reads_what_a_whole_value_holds() {
         let r = Resource::for_tests(&[
@@ -445,16 +475,7 @@ mod tests {
         ];
         for doc in docs {
             let want = read_by_value(&r, doc.as_bytes());
-            let got = r
-                .read_json(doc.as_bytes())
-                .map(|(labels, fields)| (labels, fields.into_vec()))
-                .map_err(|e| match e {
-                    DecodeError::NotJson(_) => "not json".to_string(),
-                    DecodeError::NotJsonObject => "not an object".into(),
-                    DecodeError::BadLabels => "bad labels".into(),
-                    other => other.to_string(),
-                });
-            assert_eq!(got, want, "{doc}");
+            assert_eq!(read_one_pass(&r, doc.as_bytes()), want, "{doc}");
         }
         let not_utf8 = b"{\"a\":\"\xff\"}";
         assert!(matches!(

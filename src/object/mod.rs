@@ -341,4 +341,17 @@ mod tests {
             assert!(RequestedVersion::parse(bad).is_err(), "{bad}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_resource_versions(s in crate::fuzzing::text("resource_version")) {
+            match RequestedVersion::parse(&s) {
+                Ok(RequestedVersion::At(n)) => proptest::prop_assert_eq!(n.to_string(), s),
+                Ok(RequestedVersion::Any) => proptest::prop_assert_eq!(s, "0"),
+                Ok(RequestedVersion::Latest) => proptest::prop_assert_eq!(s, ""),
+                Err(_) => {}
+            }
+        }
+    }
 }

@@ -191,9 +191,12 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(crate::fuzzing::config())]
         #[test]
-        fn the_parser_never_panics(s in "\\PC{0,40}") {
-            let _ = parse(&s, &pods());
+        fn fuzz_field_selectors(s in crate::fuzzing::text("field_selector")) {
+            if let Ok(requirements) = parse(&s, &pods()) {
+                prop_assert!(requirements.len() <= s.split(',').count());
+            }
         }
     }
 }

@@ -375,13 +375,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn the_parser_never_panics(s in "\\PC{0,40}") {
-            let _ = parse(&s);
-        }
-
-        #[test]
         fn the_parser_never_panics_on_selector_like_input(s in "[a-z!=(), .in/-]{0,30}") {
             let _ = parse(&s);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_label_selectors(s in crate::fuzzing::text("label_selector")) {
+            if let Ok(requirements) = parse(&s) {
+                // What parses is a selector that evaluates.
+                requirements.iter().for_each(|r| { r.matches(&Labels::new()); });
+            }
         }
     }
 }
