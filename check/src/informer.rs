@@ -50,11 +50,24 @@ pub struct Segment {
     pub ended: Option<String>,
 }
 
+/// How an informer reads its streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manner {
+    Prompt,
+    /// 10 ms per message: falls behind under load.
+    Slow,
+    /// Stops reading for 3 s after every 200 messages.
+    Stalling,
+    /// Drops its stream after 20 to 60 messages, and resumes.
+    Vanishing,
+}
+
 /// Everything one informer saw, and the store it built.
 #[derive(Debug, Clone)]
 pub struct Transcript {
     pub id: usize,
     pub selection: Selection,
+    pub manner: Manner,
     pub bookmarks: bool,
     pub initial_events: bool,
     pub segments: Vec<Segment>,
@@ -75,9 +88,9 @@ pub async fn run(
     shared: Shared,
     stop: CancellationToken,
 ) {
-    let (selection, bookmarks, initial_events) = {
+    let (selection, bookmarks, initial_events, manner) = {
         let t = shared.lock().await;
-        (t.selection.clone(), t.bookmarks, t.initial_events)
+        (t.selection.clone(), t.bookmarks, t.initial_events, t.manner)
     };
     let request = |version: String, initial: bool| pb::WatchRequest {
         resource: resource.clone(),
@@ -127,7 +140,7 @@ pub async fn run(
                 ended: None,
             });
         }
-        let ended = follow(client, req, &shared, &stop).await;
+        let ended = follow(client, req, &shared, &stop, manner).await;
         at = (at + 1) % replicas.len();
         let mut t = shared.lock().await;
         resume = match &ended {
@@ -228,12 +241,30 @@ async fn follow(
     req: pb::WatchRequest,
     shared: &Shared,
     stop: &CancellationToken,
+    manner: Manner,
 ) -> Option<tonic::Status> {
     let mut stream = match client.watch(req).await {
         Ok(r) => r.into_inner(),
         Err(status) => return Some(status),
     };
+    let vanish_after = rand::random_range(20..60);
+    let mut read = 0u64;
     loop {
+        read += 1;
+        let pause = match manner {
+            Manner::Prompt => None,
+            Manner::Slow => Some(Duration::from_millis(10)),
+            Manner::Stalling if read.is_multiple_of(200) => Some(Duration::from_secs(3)),
+            Manner::Stalling => None,
+            Manner::Vanishing if read > vanish_after => return None,
+            Manner::Vanishing => None,
+        };
+        if let Some(pause) = pause {
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
         let message = tokio::select! {
             _ = stop.cancelled() => return None,
             m = stream.message() => m,

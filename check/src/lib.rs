@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 
 use history::History;
-use informer::{Shared, Transcript};
+use informer::{Manner, Shared, Transcript};
 use model::Selection;
 
 /// What to check, and how hard.
@@ -50,6 +50,9 @@ pub struct Options {
     /// How long every informer may take to catch up once writes end.
     pub settle: Duration,
     pub seed: u64,
+    /// Some informers read slowly, stall for seconds, or drop their
+    /// streams and resume.
+    pub misbehave: bool,
 }
 
 /// The outcome of a run.
@@ -136,6 +139,12 @@ impl Check {
             let shared = Arc::new(Mutex::new(Transcript {
                 id,
                 selection: Selection::random(&mut rng),
+                manner: match (options.misbehave, rng.random_range(0..4)) {
+                    (false, _) | (true, 0) => Manner::Prompt,
+                    (true, 1) => Manner::Slow,
+                    (true, 2) => Manner::Stalling,
+                    _ => Manner::Vanishing,
+                },
                 bookmarks: rng.random_bool(0.5),
                 initial_events: rng.random_bool(0.3),
                 segments: Vec::new(),

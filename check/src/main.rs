@@ -36,6 +36,10 @@ struct Args {
     settle: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A quarter of the informers read slowly, a quarter stall for 3 s
+    /// now and then, a quarter drop their streams and resume.
+    #[arg(long)]
+    misbehave: bool,
 }
 
 #[tokio::main]
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         duration: Duration::from_secs(a.duration),
         settle: Duration::from_secs(a.settle),
         seed: a.seed,
+        misbehave: a.misbehave,
     })
     .await?;
     println!("{report}");

@@ -362,6 +362,7 @@ mod tests {
                 app: Some("a-1".into()),
                 ..Selection::default()
             },
+            manner: crate::informer::Manner::Prompt,
             bookmarks: true,
             initial_events: false,
             segments: vec![Segment {
