@@ -32,6 +32,7 @@ fn replicas(etcd: &Etcd, watchproxy: Vec<String>, seed: u64) -> Options {
         settle: Duration::from_secs(20),
         seed,
         misbehave: false,
+        identities: Vec::new(),
     }
 }
 
@@ -330,6 +331,7 @@ where
         settle: Duration::from_secs(20),
         seed,
         misbehave: false,
+        identities: Vec::new(),
     };
     let mut check = Check::start(options).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -580,4 +582,49 @@ fn etcd_requests(proxy: &Proxy) -> f64 {
         .filter(|l| l.starts_with("watchproxy_etcd_requests_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_identities_see_only_their_own_pods() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    let identities: Vec<(String, String)> = (0..4)
+        .map(|n| (format!("token-{n}"), format!("node-{n}")))
+        .collect();
+    let entries: String = identities
+        .iter()
+        .map(|(token, node)| format!("- {{token: {token}, user: {node}}}\n"))
+        .collect();
+    std::fs::write(&tokens, entries).unwrap();
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        + &format!(
+            r#"
+auth:
+  tokens_file: {}
+  allow_plaintext_tokens: true
+authorization:
+  rules:
+    - subjects: ["user:node-0", "user:node-1", "user:node-2", "user:node-3"]
+      resources: ["pods"]
+      namespaces: ["*"]
+      verbs: ["list", "get", "watch"]
+      field_selector: "spec.nodeName={{user}}"
+"#,
+            tokens.display()
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let options = Options {
+        identities,
+        ..options(&etcd, format!("http://{}", proxy.addr), 12)
+    };
+    through(
+        "4 node identities, a rule narrowing each to its node's pods",
+        options,
+        async {},
+        async {},
+    )
+    .await;
 }

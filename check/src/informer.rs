@@ -67,6 +67,8 @@ pub enum Manner {
 pub struct Transcript {
     pub id: usize,
     pub selection: Selection,
+    /// The bearer token it calls with, if any.
+    pub token: Option<String>,
     pub manner: Manner,
     pub bookmarks: bool,
     pub initial_events: bool,
@@ -88,9 +90,15 @@ pub async fn run(
     shared: Shared,
     stop: CancellationToken,
 ) {
-    let (selection, bookmarks, initial_events, manner) = {
+    let (selection, bookmarks, initial_events, manner, token) = {
         let t = shared.lock().await;
-        (t.selection.clone(), t.bookmarks, t.initial_events, t.manner)
+        (
+            t.selection.clone(),
+            t.bookmarks,
+            t.initial_events,
+            t.manner,
+            t.token.clone(),
+        )
     };
     let request = |version: String, initial: bool| pb::WatchRequest {
         resource: resource.clone(),
@@ -110,7 +118,7 @@ pub async fn run(
         let (req, start) = match resume {
             Some(from) => (request(from.to_string(), false), Start::Resumed { from }),
             None if initial_events => (request(String::new(), true), Start::Initial),
-            None => match list(client, &resource, &selection).await {
+            None => match list(client, &resource, &selection, token.as_deref()).await {
                 Ok((revision, items)) => {
                     let mut t = shared.lock().await;
                     t.store = items.clone();
@@ -140,7 +148,14 @@ pub async fn run(
                 ended: None,
             });
         }
-        let ended = follow(client, req, &shared, &stop, manner).await;
+        let ended = follow(
+            client,
+            as_caller(req, token.as_deref()),
+            &shared,
+            &stop,
+            manner,
+        )
+        .await;
         at = (at + 1) % replicas.len();
         let mut t = shared.lock().await;
         resume = match &ended {
@@ -187,25 +202,39 @@ async fn pause(stop: &CancellationToken, status: &tonic::Status) {
     }
 }
 
+/// `message` with the caller's bearer token.
+fn as_caller<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().expect("a token is ASCII");
+        req.metadata_mut().insert("authorization", value);
+    }
+    req
+}
+
 /// A paged, consistent List.
 async fn list(
     client: &mut WatchProxyClient<Channel>,
     resource: &str,
     selection: &Selection,
+    caller: Option<&str>,
 ) -> Result<(u64, State), tonic::Status> {
     let mut items = State::new();
     let mut token = String::new();
     loop {
         let page = client
-            .list(pb::ListRequest {
-                resource: resource.into(),
-                namespace: selection.namespace.clone().unwrap_or_default(),
-                label_selector: selection.label_selector(),
-                field_selector: name_and_node(selection),
-                limit: 25,
-                continue_token: token,
-                ..Default::default()
-            })
+            .list(as_caller(
+                pb::ListRequest {
+                    resource: resource.into(),
+                    namespace: selection.namespace.clone().unwrap_or_default(),
+                    label_selector: selection.label_selector(),
+                    field_selector: name_and_node(selection),
+                    limit: 25,
+                    continue_token: token,
+                    ..Default::default()
+                },
+                caller,
+            ))
             .await?
             .into_inner();
         items.extend(page.items.into_iter().map(|o| (o.key, o.value.to_vec())));
@@ -238,7 +267,7 @@ fn name_and_node(selection: &Selection) -> String {
 /// when stopped or ended cleanly).
 async fn follow(
     client: &mut WatchProxyClient<Channel>,
-    req: pb::WatchRequest,
+    req: tonic::Request<pb::WatchRequest>,
     shared: &Shared,
     stop: &CancellationToken,
     manner: Manner,

@@ -53,6 +53,10 @@ pub struct Options {
     /// Some informers read slowly, stall for seconds, or drop their
     /// streams and resume.
     pub misbehave: bool,
+    /// Callers: bearer tokens, each with the node an authorization rule
+    /// (`spec.nodeName={user}`) narrows it to. Informer i calls with the
+    /// i-th modulo their number; none: no token.
+    pub identities: Vec<(String, String)>,
 }
 
 /// The outcome of a run.
@@ -136,9 +140,14 @@ impl Check {
                     .connect_lazy();
                 replicas.push(WatchProxyClient::new(channel).max_decoding_message_size(64 << 20));
             }
+            let identity = (!options.identities.is_empty())
+                .then(|| options.identities[id % options.identities.len()].clone());
+            let mut selection = Selection::random(&mut rng);
+            selection.allowed_node = identity.as_ref().map(|(_, node)| node.clone());
             let shared = Arc::new(Mutex::new(Transcript {
                 id,
-                selection: Selection::random(&mut rng),
+                token: identity.map(|(token, _)| token),
+                selection,
                 manner: match (options.misbehave, rng.random_range(0..4)) {
                     (false, _) | (true, 0) => Manner::Prompt,
                     (true, 1) => Manner::Slow,

@@ -40,6 +40,17 @@ struct Args {
     /// now and then, a quarter drop their streams and resume.
     #[arg(long)]
     misbehave: bool,
+    /// `TOKEN=NODE`: informers call with these bearer tokens, round robin,
+    /// each expected to see only the pods of NODE (an authorization rule
+    /// `spec.nodeName={user}`). Repeatable.
+    #[arg(long = "identity", value_parser = identity)]
+    identities: Vec<(String, String)>,
+}
+
+fn identity(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(t, n)| (t.to_owned(), n.to_owned()))
+        .ok_or_else(|| "expected TOKEN=NODE".into())
 }
 
 #[tokio::main]
@@ -56,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         settle: Duration::from_secs(a.settle),
         seed: a.seed,
         misbehave: a.misbehave,
+        identities: a.identities,
     })
     .await?;
     println!("{report}");

@@ -21,6 +21,9 @@ pub struct Selection {
     pub app: Option<String>,
     /// `spec.nodeName=<value>`.
     pub node: Option<String>,
+    /// The node an authorization rule narrows the caller to: not asked
+    /// for, but applied by the server all the same.
+    pub allowed_node: Option<String>,
 }
 
 impl Selection {
@@ -73,7 +76,7 @@ impl Selection {
         if !self.scopes(prefix, key) {
             return false;
         }
-        if self.app.is_none() && self.node.is_none() {
+        if self.app.is_none() && self.node.is_none() && self.allowed_node.is_none() {
             return true;
         }
         let Ok(json) = serde_json::from_slice::<Value>(value) else {
@@ -83,6 +86,7 @@ impl Selection {
         let node = json.pointer("/spec/nodeName").and_then(Value::as_str);
         self.app.as_deref().is_none_or(|a| app == Some(a))
             && self.node.as_deref().is_none_or(|n| node == Some(n))
+            && self.allowed_node.as_deref().is_none_or(|n| node == Some(n))
     }
 
     /// The selected part of a state.

@@ -363,6 +363,7 @@ mod tests {
                 ..Selection::default()
             },
             manner: crate::informer::Manner::Prompt,
+            token: None,
             bookmarks: true,
             initial_events: false,
             segments: vec![Segment {
