@@ -311,7 +311,7 @@ async fn a_blackhole_to_etcd_longer_than_keepalive() {
         ..options(&etcd, format!("http://{}", proxy.addr), 8)
     };
     through(
-        "blackhole to etcd (nothing closed) for 18 s",
+        "blackhole to etcd (bytes held, nothing closed) until the writes end, past keepalive",
         options,
         async { forwarder.blackhole() },
         async { forwarder.restore() },
