@@ -639,3 +639,29 @@ authorization:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_on_the_watch_stream_only() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    // Reads go to etcd straight, the watches through the forwarder.
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "256")
+        .replace(
+            "  request_timeout: 2s",
+            &format!(
+                "  request_timeout: 2s\n  watch_endpoints: [\"{}\"]",
+                forwarder.url
+            ),
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let options = options(&etcd, format!("http://{}", proxy.addr), 13);
+    through(
+        "300 ms of latency on the watch stream only (reads straight to etcd)",
+        options,
+        async { forwarder.delay(Duration::from_millis(300)) },
+        async { forwarder.restore() },
+    )
+    .await;
+}

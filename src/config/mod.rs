@@ -253,6 +253,11 @@ fn default_keepalive_timeout() -> Duration {
 #[serde(deny_unknown_fields)]
 pub struct EtcdConfig {
     pub endpoints: Vec<String>,
+    /// Endpoints for the watch streams alone (the reflectors' and the
+    /// history read at start), on a connection of their own; none: the
+    /// watches share `endpoints`' connection with every read.
+    #[serde(default)]
+    pub watch_endpoints: Option<Vec<String>>,
     /// Keys per page when listing a prefix, so that a large resource never
     /// needs one huge etcd response.
     #[serde(default = "default_list_page_size")]
@@ -414,6 +419,7 @@ impl Default for EtcdConfig {
     fn default() -> Self {
         Self {
             endpoints: vec!["http://127.0.0.1:2379".to_owned()],
+            watch_endpoints: None,
             list_page_size: default_list_page_size(),
             request_timeout: default_request_timeout(),
             tls: None,

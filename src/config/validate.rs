@@ -56,6 +56,17 @@ impl Config {
                 "at least one endpoint is required",
             ));
         }
+        if self
+            .etcd
+            .watch_endpoints
+            .as_ref()
+            .is_some_and(Vec::is_empty)
+        {
+            return Err(invalid(
+                "etcd.watch_endpoints",
+                "leave it out, or name at least one endpoint",
+            ));
+        }
         if let Some(tls) = &self.etcd.tls {
             if tls.cert_file.is_some() != tls.key_file.is_some() {
                 return Err(invalid("etcd.tls", "cert_file and key_file go together"));

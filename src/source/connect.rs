@@ -35,18 +35,32 @@ impl Etcd {
             _ => None,
         };
         let authenticated = user.is_some();
-        Self::connect_with(&c.endpoints, tls, user, c.request_timeout, c.list_page_size)
-            .await
-            .map_err(|e| match e {
-                EtcdError::Client(etcd_client::Error::GRpcStatus(s)) if authenticated => {
-                    anyhow::anyhow!(
-                        "etcd refused user {:?}: {}",
-                        c.username.as_deref().unwrap_or_default(),
-                        s.message()
-                    )
-                }
-                e => anyhow::Error::new(e).context("configuring the etcd client"),
-            })
+        let mut etcd = Self::connect_with(
+            &c.endpoints,
+            tls.clone(),
+            user.clone(),
+            c.request_timeout,
+            c.list_page_size,
+        )
+        .await
+        .map_err(|e| match e {
+            EtcdError::Client(etcd_client::Error::GRpcStatus(s)) if authenticated => {
+                anyhow::anyhow!(
+                    "etcd refused user {:?}: {}",
+                    c.username.as_deref().unwrap_or_default(),
+                    s.message()
+                )
+            }
+            e => anyhow::Error::new(e).context("configuring the etcd client"),
+        })?;
+        if let Some(endpoints) = &c.watch_endpoints {
+            let watcher =
+                Self::connect_with(endpoints, tls, user, c.request_timeout, c.list_page_size)
+                    .await
+                    .context("configuring the etcd client of the watches")?;
+            etcd.watcher = watcher.client;
+        }
+        Ok(etcd)
     }
 
     /// Fails when etcd refuses to let this client read `prefix` (a role
@@ -103,6 +117,7 @@ impl Etcd {
         }
         let client = Client::connect(endpoints, Some(options)).await?;
         Ok(Self {
+            watcher: client.clone(),
             client,
             timeout,
             page_size,

@@ -61,6 +61,9 @@ pub struct Page {
 #[derive(Clone)]
 pub struct Etcd {
     pub(super) client: Client,
+    /// The client of the watch streams: `client`, or one of its own on
+    /// `etcd.watch_endpoints`.
+    pub(super) watcher: Client,
     pub(super) timeout: Duration,
     pub(super) page_size: i64,
 }
@@ -94,6 +97,10 @@ impl Etcd {
     /// Takes a new auth token after etcd said the last one expired.
     async fn refresh_token(&self) -> Result<(), EtcdError> {
         self.deadline(self.client.refresh_token()).await
+    }
+
+    async fn refresh_watch_token(&self) -> Result<(), EtcdError> {
+        self.deadline(self.watcher.refresh_token()).await
     }
 
     /// One page of `[start, end)` at `revision` (None: the latest).
@@ -299,13 +306,13 @@ impl Etcd {
         key: String,
         options: WatchOptions,
     ) -> Result<WatchStream, EtcdError> {
-        let mut w = self.client.watch_client();
+        let mut w = self.watcher.watch_client();
         match self
             .deadline(w.watch(key.clone(), Some(options.clone())))
             .await
         {
             Err(e) if token_expired(&e) => {
-                self.refresh_token().await?;
+                self.refresh_watch_token().await?;
                 self.deadline(w.watch(key, Some(options))).await
             }
             r => r,
