@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use watchproxy_check::writer::Writes;
 use watchproxy_check::{Check, Options, Report};
 use watchproxy_testkit::{free_port, EtcdCluster};
 
@@ -44,6 +45,8 @@ fn replicas(etcd: &Etcd, watchproxy: Vec<String>, seed: u64) -> Options {
         seed,
         misbehave: false,
         identities: Vec::new(),
+        writes: Writes::Mixed,
+        readers: 0,
     }
 }
 
@@ -343,6 +346,8 @@ where
         seed,
         misbehave: false,
         identities: Vec::new(),
+        writes: Writes::Mixed,
+        readers: 0,
     };
     let mut check = Check::start(options).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -664,4 +669,41 @@ async fn latency_on_the_watch_stream_only() {
         async { forwarder.restore() },
     )
     .await;
+}
+
+/// The freshness race end to end: keys created and deleted at once while
+/// the watch stream lags 300 ms behind the reads, and readers making
+/// consistent Lists without pause. A List must never show such a key at a
+/// version where etcd no longer has it, and no bookmark may run ahead of
+/// its two events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_come_and_go_while_the_watch_lags_behind_the_reads() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    forwarder.delay(Duration::from_millis(300));
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "256")
+        .replace(
+            "  request_timeout: 2s",
+            &format!(
+                "  request_timeout: 2s\n  watch_endpoints: [\"{}\"]",
+                forwarder.url
+            ),
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let options = Options {
+        rate: 5,
+        writes: Writes::Transients,
+        readers: 4,
+        ..options(&etcd, format!("http://{}", proxy.addr), 14)
+    };
+    let report = through(
+        "keys created and deleted at once, the watch 300 ms behind the reads, 4 readers listing",
+        options,
+        async {},
+        async {},
+    )
+    .await;
+    assert!(report.lists > 20, "the readers listed: {report}");
 }

@@ -213,7 +213,7 @@ fn as_caller<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
 }
 
 /// A paged, consistent List.
-async fn list(
+pub async fn list(
     client: &mut WatchProxyClient<Channel>,
     resource: &str,
     selection: &Selection,

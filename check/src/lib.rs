@@ -57,6 +57,10 @@ pub struct Options {
     /// (`spec.nodeName={user}`) narrows it to. Informer i calls with the
     /// i-th modulo their number; none: no token.
     pub identities: Vec<(String, String)>,
+    pub writes: writer::Writes,
+    /// Tasks that make consistent Lists of the whole resource without
+    /// pause, each proven equal to etcd's state at its version.
+    pub readers: usize,
 }
 
 /// The outcome of a run.
@@ -72,6 +76,10 @@ pub struct Report {
     pub resyncs: usize,
     pub relists: u64,
     pub resumes: usize,
+    /// Consistent Lists the readers made and proved.
+    pub lists: usize,
+    /// Of those, the ones that differed from etcd's state at their version.
+    pub bad_lists: usize,
     /// From the end of the writes until every informer's store was etcd's.
     pub caught_up_in: Option<Duration>,
     /// The first problems of each bad stream.
@@ -84,6 +92,7 @@ impl Report {
             && self.lost == 0
             && self.duplicates == 0
             && self.cross == 0
+            && self.bad_lists == 0
             && self.caught_up_in.is_some()
     }
 }
@@ -92,9 +101,10 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} watchers, {} writes ({} events in etcd's history): {} events checked, {} lost, {} duplicated, {} not asked for, {} resyncs proven, {} lists, {} resumes",
+            "{} watchers, {} writes ({} events in etcd's history): {} events checked, {} lost, {} duplicated, {} not asked for, {} resyncs proven, {} lists, {} resumes, {} consistent lists proven ({} wrong)",
             self.watchers, self.writes, self.history_events, self.checked, self.lost,
-            self.duplicates, self.cross, self.resyncs, self.relists, self.resumes
+            self.duplicates, self.cross, self.resyncs, self.relists, self.resumes, self.lists,
+            self.bad_lists
         )?;
         match self.caught_up_in {
             Some(d) => writeln!(
@@ -117,8 +127,12 @@ pub struct Check {
     stop: CancellationToken,
     history: watch::Receiver<History>,
     informers: Vec<(Shared, JoinHandle<()>)>,
-    writer: Option<JoinHandle<u64>>,
+    writer: Option<JoinHandle<(u64, u64)>>,
     writes: u64,
+    /// The revision of the last write: etcd's history must reach it
+    /// before the informers can be judged caught up.
+    last_write: u64,
+    readers: Vec<JoinHandle<Vec<(u64, history::State)>>>,
 }
 
 impl Check {
@@ -179,8 +193,21 @@ impl Check {
                 options.duration
             },
             options.seed,
+            options.writes,
             stop.clone(),
         ));
+        let mut readers = Vec::new();
+        for _ in 0..options.readers {
+            let channel = tonic::transport::Endpoint::from_shared(options.watchproxy[0].clone())
+                .context("a watchproxy URL")?
+                .connect_lazy();
+            let client = WatchProxyClient::new(channel).max_decoding_message_size(64 << 20);
+            readers.push(tokio::spawn(read(
+                client,
+                options.resource.clone(),
+                stop.clone(),
+            )));
+        }
         Ok(Check {
             options,
             stop,
@@ -188,6 +215,8 @@ impl Check {
             informers,
             writer: Some(writer),
             writes: 0,
+            last_write: 0,
+            readers,
         })
     }
 
@@ -196,10 +225,10 @@ impl Check {
         let Some(writer) = self.writer.take() else {
             return Ok(());
         };
-        self.writes = match self.options.rate {
+        (self.writes, self.last_write) = match self.options.rate {
             0 => {
                 tokio::time::sleep(self.options.duration).await;
-                0
+                (0, 0)
             }
             _ => writer.await.context("the writer")?,
         };
@@ -219,7 +248,7 @@ impl Check {
                 caught_up_in = Some(ended.elapsed());
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         // Whatever is still in flight has its moment, then everything stops.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -232,6 +261,22 @@ impl Check {
             caught_up_in,
             ..Report::default()
         };
+        for reader in self.readers {
+            for (revision, items) in reader.await.context("a reader")? {
+                report.lists += 1;
+                let want = history.state_at(revision);
+                if items != want {
+                    report.bad_lists += 1;
+                    let extra = items.keys().find(|k| !want.contains_key(*k));
+                    let missing = want.keys().find(|k| !items.contains_key(*k));
+                    if report.bad_lists <= 5 {
+                        report.failures.push(format!(
+                            "a consistent list at {revision} differs from etcd's: extra {extra:?}, missing {missing:?}"
+                        ));
+                    }
+                }
+            }
+        }
         for (shared, task) in self.informers {
             let _ = task.await;
             let t = shared.lock().await;
@@ -257,16 +302,43 @@ impl Check {
     async fn all_caught_up(&self) -> bool {
         let state = {
             let h = self.history.borrow();
+            if h.head() < self.last_write {
+                return false;
+            }
             h.state_at(h.head())
         };
+        let history = self.history.borrow().clone();
         for (shared, _) in &self.informers {
             let t = shared.lock().await;
-            if t.store != t.selection.filter(&self.options.prefix, &state) {
+            // The store alone can match while events are still on their
+            // way (a key that came and went): every event up to the head
+            // must have arrived too.
+            if t.store != t.selection.filter(&self.options.prefix, &state)
+                || verify::verify(&t, &history, &self.options.prefix).lost > 0
+            {
                 return false;
             }
         }
         true
     }
+}
+
+/// Makes consistent Lists of the whole resource until `stop`.
+async fn read(
+    mut client: WatchProxyClient<tonic::transport::Channel>,
+    resource: String,
+    stop: CancellationToken,
+) -> Vec<(u64, history::State)> {
+    let mut lists = Vec::new();
+    while !stop.is_cancelled() {
+        if let Ok(list) = informer::list(&mut client, &resource, &Selection::default(), None).await
+        {
+            lists.push(list);
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    lists
 }
 
 /// Runs a whole check.

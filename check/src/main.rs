@@ -45,6 +45,14 @@ struct Args {
     /// `spec.nodeName={user}`). Repeatable.
     #[arg(long = "identity", value_parser = identity)]
     identities: Vec<(String, String)>,
+    /// Write only keys created and at once deleted again (what etcd's
+    /// freshness proof cannot see), instead of changing objects.
+    #[arg(long)]
+    transients: bool,
+    /// Tasks making consistent Lists of the whole resource without pause,
+    /// each proven equal to etcd's state at its version.
+    #[arg(long, default_value_t = 0)]
+    readers: usize,
 }
 
 fn identity(s: &str) -> Result<(String, String), String> {
@@ -68,6 +76,11 @@ async fn main() -> anyhow::Result<()> {
         seed: a.seed,
         misbehave: a.misbehave,
         identities: a.identities,
+        writes: match a.transients {
+            true => watchproxy_check::writer::Writes::Transients,
+            false => watchproxy_check::writer::Writes::Mixed,
+        },
+        readers: a.readers,
     })
     .await?;
     println!("{report}");

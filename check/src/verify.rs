@@ -52,8 +52,19 @@ pub fn verify(t: &Transcript, history: &History, prefix: &str) -> Verdict {
     if t.store != want {
         let first = first_difference(&t.store, &want);
         v.fail(format!(
-            "watcher {}: its store differs from etcd's at {head} ({first})",
-            t.id
+            "watcher {} ({:?}, {:?}, bookmarks {}, initial events {}, {} runs, the last from {:?}, at version {}): its store differs from etcd's at {head} ({first})",
+            t.id,
+            t.selection,
+            t.manner,
+            t.bookmarks,
+            t.initial_events,
+            t.segments.len(),
+            t.segments.last().map(|s| match &s.start {
+                Start::Listed { revision, .. } => format!("a list at {revision}"),
+                Start::Initial => "initial events".into(),
+                Start::Resumed { from } => format!("a resume from {from}"),
+            }),
+            t.version,
         ));
     }
     v
