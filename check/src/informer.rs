@@ -38,7 +38,8 @@ pub enum Start {
     Listed { revision: u64, items: State },
     /// A watch asking for its initial events.
     Initial,
-    /// A watch resumed after `from`, the last version the client saw.
+    /// A watch resumed after `from`, the last version the client saw
+    /// complete.
     Resumed { from: u64 },
 }
 
@@ -74,8 +75,13 @@ pub struct Transcript {
     pub initial_events: bool,
     pub segments: Vec<Segment>,
     pub store: State,
-    /// The last version seen: where it resumes from.
+    /// The last version seen.
     pub version: u64,
+    /// The last version all of whose events it has: where it resumes
+    /// from. A revision can carry several events (a transaction); a stream
+    /// that breaks between them resumes before that revision, or the rest
+    /// would be lost.
+    pub complete: u64,
     pub relists: u64,
 }
 
@@ -123,6 +129,7 @@ pub async fn run(
                     let mut t = shared.lock().await;
                     t.store = items.clone();
                     t.version = revision;
+                    t.complete = revision;
                     t.relists += 1;
                     (
                         request(revision.to_string(), false),
@@ -163,7 +170,7 @@ pub async fn run(
             // A watch for its initial events that ended before they did
             // starts over.
             _ if initial && t.segments.last().is_some_and(|s| !initial_done(s)) => None,
-            _ => Some(t.version),
+            _ => Some(t.complete),
         };
         if let Some(segment) = t.segments.last_mut() {
             segment.ended = Some(match &ended {
@@ -312,6 +319,7 @@ async fn follow(
             _ => {
                 let mut t = shared.lock().await;
                 t.version = revision;
+                t.complete = revision;
                 if let Some(s) = t.segments.last_mut() {
                     s.received.push(Received::Bookmark {
                         revision,
@@ -327,6 +335,15 @@ async fn follow(
             Kind::Added | Kind::Modified => t.store.insert(o.key.clone(), o.value.to_vec()),
             Kind::Deleted => t.store.remove(&o.key),
         };
+        // A later revision completes the one before; the initial events
+        // complete nothing until their end.
+        let initial = t
+            .segments
+            .last()
+            .is_some_and(|s| matches!(s.start, Start::Initial) && !initial_done(s));
+        if !initial && revision > t.version {
+            t.complete = t.version;
+        }
         t.version = revision;
         if let Some(s) = t.segments.last_mut() {
             s.received.push(Received::Event {

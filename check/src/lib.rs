@@ -173,6 +173,7 @@ impl Check {
                 segments: Vec::new(),
                 store: Default::default(),
                 version: 0,
+                complete: 0,
                 relists: 0,
             }));
             let task = tokio::spawn(informer::run(

@@ -231,6 +231,14 @@ impl Run<'_> {
                         revision: *revision,
                     };
                     if expected.get(i) == Some(&got) {
+                        if *kind != Kind::Deleted
+                            && self.history.state_at(*revision).get(key) != Some(value)
+                        {
+                            self.v.fail(format!(
+                                "{}: {got:?} carries another value than etcd's",
+                                self.here()
+                            ));
+                        }
                         self.v.checked += 1;
                         i += 1;
                         at = *revision;
@@ -390,6 +398,7 @@ mod tests {
                 .map(|(k, app, rev)| (k.to_string(), value(*app, 0, *rev)))
                 .collect(),
             version: 0,
+            complete: 0,
             relists: 1,
         }
     }
