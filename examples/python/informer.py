@@ -2,8 +2,9 @@
 """An informer for watchproxy in Python: list, then watch from the list's
 resource version with a selector, keeping a local copy of the objects.
 
-After a disconnect it resumes from the last resource version it saw (or the
-one the server names in `watchproxy-resume-resource-version`); on
+After a disconnect it resumes from the last resource version it has every
+event of (or the one the server names in
+`watchproxy-resume-resource-version`); on
 OUT_OF_RANGE ("too old resource version") it lists again. The client stubs
 are generated from proto/ with grpcio-tools at start.
 
@@ -52,7 +53,12 @@ class Informer:
         self.stub, self.pb = stub, pb
         self.resource, self.selector, self.field_selector = resource, selector, field_selector
         self.objects = {}  # key -> resource version
+        # The last version all of whose events are here: where a watch
+        # resumes. One revision can carry several events (a transaction), so
+        # the last event's version is complete only once a later revision
+        # or a bookmark arrives.
         self.version = None
+        self.seen = None
         self.lists = self.resumes = 0
 
     def relist(self):
@@ -67,6 +73,7 @@ class Informer:
             if not token:
                 break
         self.objects, self.version = objects, resp.resource_version
+        self.seen = self.version
         self.lists += 1
         log(event="listed", objects=len(objects), resource_version=self.version)
 
@@ -80,7 +87,11 @@ class Informer:
                     allow_bookmarks=True))
                 for ev in stream:
                     t = self.pb.EventType.Name(ev.type)
-                    self.version = ev.object.resource_version
+                    rv = ev.object.resource_version
+                    if t == "EVENT_TYPE_BOOKMARK":
+                        self.version = self.seen = rv
+                    elif int(rv) > int(self.seen):
+                        self.version, self.seen = self.seen, rv
                     if t in ("EVENT_TYPE_ADDED", "EVENT_TYPE_MODIFIED"):
                         self.objects[ev.object.key] = ev.object.resource_version
                     elif t == "EVENT_TYPE_DELETED":
