@@ -3,10 +3,12 @@
 # protoc (for the protobuf build scripts), etcd (for the tests and the
 # demo), grpcurl (the tests call the service with it, as users do),
 # promtool (the tests lint /metrics with it), Helm and
-# kubernetes-validate (the tests render and validate the chart), and
-# grpcio for the Python client example the tests run. Uses
+# kubernetes-validate (the tests render and validate the chart), grpcio
+# for the Python client example and @grpc/grpc-js for the Node one, which
+# the tests run. Uses
 # Debian/Ubuntu packages, PyPI and npm; elsewhere it says what to install.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 if ! command -v grpcurl >/dev/null 2>&1; then
   echo "installing grpcurl ..." >&2
@@ -32,6 +34,13 @@ fi
 if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   echo "installing grpcio and grpcio-tools ..." >&2
   python3 -m pip install -q grpcio grpcio-tools
+fi
+# The Node.js client example, run by the tests.
+if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then
+  command -v npm >/dev/null 2>&1 ||
+    { echo "install Node.js 18+ with npm (https://nodejs.org), for the Node client example the tests run" >&2; exit 1; }
+  echo "installing the Node client example's packages ..." >&2
+  npm ci --prefix examples/node --no-audit --no-fund --silent
 fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "installing kubernetes-validate ..." >&2

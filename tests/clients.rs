@@ -1,6 +1,7 @@
-//! A client in another language: the Python informer in examples/python
-//! lists, watches with a selector, resumes after watchproxy restarts and
-//! lists again when its version has expired, ending with etcd's state.
+//! Clients in other languages: the informers in examples/python and
+//! examples/node list, watch with a selector, resume after watchproxy
+//! restarts and list again when their version has expired, each ending
+//! with etcd's state.
 
 mod common;
 
@@ -20,7 +21,27 @@ fn python() -> Command {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "python3 with grpcio and grpcio-tools is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools)");
-    Command::new("python3")
+    let mut c = Command::new("python3");
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/python/informer.py"
+    ));
+    c
+}
+
+fn node() -> Command {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node");
+    let ok = Command::new("node")
+        .arg("--version")
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::path::Path::new(dir)
+            .join("node_modules/@grpc/grpc-js")
+            .is_dir();
+    assert!(ok, "Node.js with the example's packages is required: run ./scripts/install-deps.sh (npm ci --prefix examples/node)");
+    let mut c = Command::new("node");
+    c.arg(format!("{dir}/informer.js"));
+    c
 }
 
 /// Waits for the informer to log `event` for the `nth` time.
@@ -37,6 +58,17 @@ fn wait_for_log(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, event: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() {
+    informer_follows_etcd(python()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
+    informer_follows_etcd(node()).await;
+}
+
+/// Runs `informer` (its command and script) through writes, a restart, and
+/// a restart after etcd compacted past its version.
+async fn informer_follows_etcd(mut informer: Command) {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for i in 0..10 {
@@ -51,10 +83,8 @@ async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() 
     let addr = first.local_addr().unwrap();
     let mut proxy = Proxy::start_on(config.clone(), first).await;
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/informer.py");
-    let mut child = python()
+    let mut child = informer
         .args([
-            script,
             &addr.to_string(),
             "pods",
             "--selector",
