@@ -356,10 +356,13 @@ async fn a_watcher_behind_the_window_is_ended_out_of_range_and_relists() {
 
     let (status, delivered) = until_error(&mut stalled).await;
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
-    assert!(
-        status.message().contains("too old resource version"),
-        "{status:?}"
-    );
+    assert!(status.message().contains("fell behind"), "{status:?}");
+    let info = tonic_types::StatusExt::get_error_details(&status)
+        .error_info()
+        .cloned()
+        .unwrap();
+    assert_eq!(info.reason, "FELL_OUT_OF_WINDOW");
+    assert!(info.metadata.contains_key("oldest_resource_version"));
     assert_eq!(
         delivered[..],
         revs[..delivered.len()],

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use tonic_types::StatusExt;
 use watchproxy::config::{Config, ServePath};
 use watchproxy::pb::{self, EventType};
 
@@ -111,7 +112,12 @@ async fn scenario(path: ServePath) -> Vec<String> {
         })
         .await
         .unwrap_err();
-    seen.push(format!("bad {:?} {}", bad.code(), bad.message()));
+    seen.push(format!(
+        "bad {:?} {} reason {}",
+        bad.code(),
+        bad.message(),
+        reason(&bad)
+    ));
 
     let mut zipped = proxy
         .client()
@@ -125,15 +131,25 @@ async fn scenario(path: ServePath) -> Vec<String> {
 
     proxy.shutdown.cancel();
     let (status, _) = until_error(&mut all).await;
+    let info = status.get_error_details().error_info().cloned().unwrap();
     seen.push(format!(
-        "shutdown {:?} resume +{}",
+        "shutdown {:?} resume +{} reason {} (resume_resource_version +{})",
         status.code(),
-        rel(resume_version(&status))
+        rel(resume_version(&status)),
+        info.reason,
+        rel(info.metadata["resume_resource_version"].parse().unwrap())
     ));
     tokio::time::timeout(Duration::from_secs(20), proxy.stop())
         .await
         .unwrap();
     seen
+}
+
+/// The `ErrorInfo` reason a status carries, in the watchproxy.v1 domain.
+fn reason(status: &tonic::Status) -> String {
+    let info = status.get_error_details().error_info().cloned().unwrap();
+    assert_eq!(info.domain, "watchproxy.v1");
+    info.reason
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +158,12 @@ async fn both_serve_paths_answer_every_call_alike() {
     let tonic = scenario(ServePath::Tonic).await;
     assert_eq!(fast, tonic);
     assert!(
-        fast.iter().any(|l| l.starts_with("shutdown Unavailable")),
+        fast.iter()
+            .any(|l| l.starts_with("shutdown Unavailable") && l.contains("reason SHUTTING_DOWN")),
+        "{fast:#?}"
+    );
+    assert!(
+        fast.iter().any(|l| l.contains("reason BAD_SELECTOR")),
         "{fast:#?}"
     );
     assert!(

@@ -1,7 +1,9 @@
 //! Every failure a client can see, and the one place they become gRPC
 //! statuses: those of the handlers and those of the transport alike.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
@@ -15,6 +17,9 @@ use crate::source::EtcdError;
 pub const RESUME_VERSION_KEY: &str = "watchproxy-resume-resource-version";
 /// Metadata key carrying the cache's current version.
 pub const CURRENT_VERSION_KEY: &str = "watchproxy-current-resource-version";
+
+/// The `ErrorInfo` domain of every status.
+pub const DOMAIN: &str = "watchproxy.v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -41,6 +46,13 @@ pub enum ApiError {
     #[error("too old resource version: {requested} (oldest available: {oldest}, current: {current}); list again and watch from the list's resource version")]
     TooOld {
         requested: Revision,
+        oldest: Revision,
+        current: Revision,
+    },
+    /// A watch that fell so far behind that its position left the window.
+    #[error("the watch fell behind past the event window: its events after {after} are gone (oldest available: {oldest}, current: {current}); list again and watch from the list's resource version")]
+    FellBehind {
+        after: Revision,
         oldest: Revision,
         current: Revision,
     },
@@ -108,6 +120,7 @@ impl ApiError {
             ApiError::UnknownResource { .. } | ApiError::NotFound { .. } => Code::NotFound,
             ApiError::InvalidArgument { .. } => Code::InvalidArgument,
             ApiError::TooOld { .. }
+            | ApiError::FellBehind { .. }
             | ApiError::Compacted { .. }
             | ApiError::ContinueExpired { .. } => Code::OutOfRange,
             ApiError::TooManyWatchers { .. }
@@ -125,6 +138,52 @@ impl ApiError {
             ApiError::PermissionDenied { .. } => Code::PermissionDenied,
             ApiError::MalformedRequest(_) => Code::Internal,
             ApiError::RequestAborted(_) => Code::Cancelled,
+        }
+    }
+
+    /// The stable `ErrorInfo` reason a client branches on.
+    fn reason(&self) -> &'static str {
+        match self {
+            ApiError::UnknownResource { .. } => "UNKNOWN_RESOURCE",
+            ApiError::InvalidArgument {
+                field: "label_selector" | "field_selector",
+                ..
+            } => "BAD_SELECTOR",
+            ApiError::InvalidArgument { .. } => "BAD_REQUEST",
+            ApiError::NotFound { .. } => "NOT_FOUND",
+            ApiError::NotReady { .. } => "NOT_READY",
+            ApiError::NotFresh { .. } => "NOT_FRESH",
+            ApiError::TooLarge { .. } => "TOO_LARGE_RESOURCE_VERSION",
+            ApiError::TooOld { .. } => "TOO_OLD_RESOURCE_VERSION",
+            ApiError::FellBehind { .. } => "FELL_OUT_OF_WINDOW",
+            ApiError::Compacted { .. } => "COMPACTED",
+            ApiError::Etcd(_) => "ETCD_UNAVAILABLE",
+            ApiError::ContinueExpired { .. } => "CONTINUE_EXPIRED",
+            ApiError::TooManyWatchers { .. } | ApiError::UserLimit { .. } => "LIMIT",
+            ApiError::Overloaded { .. } => "OVERLOADED",
+            ApiError::ShuttingDown { .. } => "SHUTTING_DOWN",
+            ApiError::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            ApiError::UnknownMethod { .. } => "UNKNOWN_METHOD",
+            ApiError::Unauthenticated { .. } => "UNAUTHENTICATED",
+            ApiError::PermissionDenied { .. } => "PERMISSION_DENIED",
+            ApiError::RequestTooLarge { .. } => "REQUEST_TOO_LARGE",
+            ApiError::MalformedRequest(_) => "MALFORMED_REQUEST",
+            ApiError::RequestAborted(_) => "REQUEST_ABORTED",
+        }
+    }
+
+    /// How long to wait before the same call again, where that helps.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::NotReady { .. }
+            | ApiError::NotFresh { .. }
+            | ApiError::TooLarge { .. }
+            | ApiError::Etcd(_) => Some(Duration::from_secs(1)),
+            ApiError::Overloaded { .. } => Some(Duration::from_millis(100)),
+            ApiError::TooManyWatchers { .. } => Some(Duration::from_secs(5)),
+            ApiError::UserLimit { retry_after, .. } => *retry_after,
+            ApiError::ShuttingDown { .. } => Some(Duration::ZERO),
+            _ => None,
         }
     }
 }
@@ -162,39 +221,38 @@ impl From<ApiError> for Status {
         let code = e.code();
         let message = e.to_string();
         let mut metadata = MetadataMap::new();
-        let (resume, current) = match &e {
-            ApiError::TooOld { current, .. } | ApiError::TooLarge { current, .. } => {
-                (None, Some(*current))
+        let (resume, current, oldest) = match &e {
+            ApiError::TooOld {
+                current, oldest, ..
             }
-            ApiError::ShuttingDown { last } => (*last, None),
-            _ => (None, None),
+            | ApiError::FellBehind {
+                current, oldest, ..
+            } => (None, Some(*current), Some(*oldest)),
+            ApiError::TooLarge { current, .. } => (None, Some(*current), None),
+            ApiError::ShuttingDown { last } => (*last, None, None),
+            _ => (None, None, None),
         };
+        let mut info = HashMap::new();
         if let Some(r) = resume {
             metadata.insert(RESUME_VERSION_KEY, MetadataValue::from(r));
+            info.insert("resume_resource_version".to_owned(), r.to_string());
         }
         if let Some(c) = current {
             metadata.insert(CURRENT_VERSION_KEY, MetadataValue::from(c));
+            info.insert("current_resource_version".to_owned(), c.to_string());
         }
-        match e {
-            ApiError::InvalidArgument { field, problem } => {
-                Status::with_error_details_and_metadata(
-                    code,
-                    message,
-                    ErrorDetails::with_bad_request_violation(field, problem),
-                    metadata,
-                )
-            }
-            ApiError::UserLimit {
-                retry_after: Some(after),
-                ..
-            } => Status::with_error_details_and_metadata(
-                code,
-                message,
-                ErrorDetails::with_retry_info(Some(after)),
-                metadata,
-            ),
-            _ => Status::with_metadata(code, message, metadata),
+        if let Some(o) = oldest {
+            info.insert("oldest_resource_version".to_owned(), o.to_string());
         }
+        let mut details = ErrorDetails::new();
+        details.set_error_info(e.reason(), DOMAIN, info);
+        if let Some(after) = e.retry_after() {
+            details.set_retry_info(Some(after));
+        }
+        if let ApiError::InvalidArgument { field, problem } = e {
+            details.add_bad_request_violation(field, problem);
+        }
+        Status::with_error_details_and_metadata(code, message, details, metadata)
     }
 }
 
@@ -278,5 +336,85 @@ mod tests {
             bad.field_violations[0].description,
             "limit must not be negative"
         );
+    }
+
+    #[test]
+    fn every_status_names_its_reason_and_when_to_retry() {
+        let cases = [
+            (
+                ApiError::invalid("label_selector", "x"),
+                "BAD_SELECTOR",
+                None,
+            ),
+            (ApiError::invalid("limit", "x"), "BAD_REQUEST", None),
+            (
+                ApiError::TooOld {
+                    requested: 1,
+                    oldest: 5,
+                    current: 9,
+                },
+                "TOO_OLD_RESOURCE_VERSION",
+                None,
+            ),
+            (
+                ApiError::FellBehind {
+                    after: 1,
+                    oldest: 5,
+                    current: 9,
+                },
+                "FELL_OUT_OF_WINDOW",
+                None,
+            ),
+            (
+                ApiError::TooLarge {
+                    requested: 99,
+                    current: 9,
+                },
+                "TOO_LARGE_RESOURCE_VERSION",
+                Some(Duration::from_secs(1)),
+            ),
+            (
+                ApiError::NotReady {
+                    resource: "pods".into(),
+                },
+                "NOT_READY",
+                Some(Duration::from_secs(1)),
+            ),
+            (
+                ApiError::ShuttingDown { last: Some(7) },
+                "SHUTTING_DOWN",
+                Some(Duration::ZERO),
+            ),
+            (
+                ApiError::TooManyWatchers {
+                    scope: "in all".into(),
+                },
+                "LIMIT",
+                Some(Duration::from_secs(5)),
+            ),
+        ];
+        for (e, reason, retry) in cases {
+            let status = Status::from(e);
+            let details = status.get_error_details();
+            let info = details.error_info().expect("an ErrorInfo");
+            assert_eq!(
+                (info.reason.as_str(), info.domain.as_str()),
+                (reason, DOMAIN)
+            );
+            assert_eq!(
+                details.retry_info().and_then(|r| r.retry_delay),
+                retry,
+                "{reason}"
+            );
+            match reason {
+                "TOO_OLD_RESOURCE_VERSION" | "FELL_OUT_OF_WINDOW" => {
+                    assert_eq!(info.metadata["current_resource_version"], "9");
+                    assert_eq!(info.metadata["oldest_resource_version"], "5");
+                }
+                "SHUTTING_DOWN" => assert_eq!(info.metadata["resume_resource_version"], "7"),
+                "BAD_SELECTOR" | "BAD_REQUEST" => assert!(details.bad_request().is_some()),
+                _ => {}
+            }
+        }
     }
 }

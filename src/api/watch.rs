@@ -176,8 +176,8 @@ impl Stream for WatchStream {
                 Next::Bookmark(_) | Next::ResyncEnd(_) => continue,
                 Next::Expired { after, oldest } => {
                     this.end.reason = Some(EndReason::expired);
-                    ApiError::TooOld {
-                        requested: after,
+                    ApiError::FellBehind {
+                        after,
                         oldest,
                         current: this.cache.progress().revision,
                     }
