@@ -21,6 +21,34 @@ pub const CURRENT_VERSION_KEY: &str = "watchproxy-current-resource-version";
 /// The `ErrorInfo` domain of every status.
 pub const DOMAIN: &str = "watchproxy.v1";
 
+/// Every `ErrorInfo` reason, with the code it comes with: the proto's
+/// comments and the README's status table name the same (a test reads
+/// them against this list).
+pub const REASONS: &[(&str, Code)] = &[
+    ("UNKNOWN_RESOURCE", Code::NotFound),
+    ("NOT_FOUND", Code::NotFound),
+    ("BAD_SELECTOR", Code::InvalidArgument),
+    ("BAD_REQUEST", Code::InvalidArgument),
+    ("TOO_OLD_RESOURCE_VERSION", Code::OutOfRange),
+    ("FELL_OUT_OF_WINDOW", Code::OutOfRange),
+    ("COMPACTED", Code::OutOfRange),
+    ("CONTINUE_EXPIRED", Code::OutOfRange),
+    ("NOT_READY", Code::Unavailable),
+    ("NOT_FRESH", Code::Unavailable),
+    ("TOO_LARGE_RESOURCE_VERSION", Code::Unavailable),
+    ("ETCD_UNAVAILABLE", Code::Unavailable),
+    ("SHUTTING_DOWN", Code::Unavailable),
+    ("LIMIT", Code::ResourceExhausted),
+    ("OVERLOADED", Code::ResourceExhausted),
+    ("REQUEST_TOO_LARGE", Code::ResourceExhausted),
+    ("UNAUTHENTICATED", Code::Unauthenticated),
+    ("PERMISSION_DENIED", Code::PermissionDenied),
+    ("DEADLINE_EXCEEDED", Code::DeadlineExceeded),
+    ("UNKNOWN_METHOD", Code::Unimplemented),
+    ("MALFORMED_REQUEST", Code::Internal),
+    ("REQUEST_ABORTED", Code::Cancelled),
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("unknown resource {name:?}; configured resources: {known}")]
@@ -416,5 +444,72 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// Each reason a status carries is listed in [`REASONS`] with its code.
+    #[test]
+    fn the_reasons_listed_are_those_sent() {
+        let errors = [
+            ApiError::UnknownResource {
+                name: "x".into(),
+                known: "pods".into(),
+            },
+            ApiError::NotFound { key: "k".into() },
+            ApiError::invalid("label_selector", "x"),
+            ApiError::invalid("limit", "x"),
+            ApiError::TooOld {
+                requested: 1,
+                oldest: 2,
+                current: 3,
+            },
+            ApiError::FellBehind {
+                after: 1,
+                oldest: 2,
+                current: 3,
+            },
+            ApiError::Compacted { revision: 1 },
+            ApiError::ContinueExpired { revision: 1 },
+            ApiError::NotReady {
+                resource: "pods".into(),
+            },
+            ApiError::NotFresh {
+                resource: "pods".into(),
+            },
+            ApiError::TooLarge {
+                requested: 9,
+                current: 3,
+            },
+            ApiError::Etcd(Arc::new(EtcdError::Timeout)),
+            ApiError::ShuttingDown { last: None },
+            ApiError::TooManyWatchers {
+                scope: "in all".into(),
+            },
+            ApiError::UserLimit {
+                user: "u".into(),
+                what: "w".into(),
+                retry_after: None,
+            },
+            ApiError::Overloaded { reason: "r".into() },
+            ApiError::RequestTooLarge { len: 2, max: 1 },
+            ApiError::Unauthenticated { reason: "r" },
+            ApiError::PermissionDenied {
+                user: "u".into(),
+                verb: "list",
+                resource: "pods".into(),
+                namespace: String::new(),
+                too_wide: false,
+            },
+            ApiError::DeadlineExceeded,
+            ApiError::UnknownMethod { path: "/x".into() },
+            ApiError::MalformedRequest("m".into()),
+            ApiError::RequestAborted("a".into()),
+        ];
+        let mut sent = std::collections::BTreeSet::new();
+        for e in errors {
+            let (reason, code) = (e.reason(), e.code());
+            assert!(REASONS.contains(&(reason, code)), "{reason} with {code:?}");
+            sent.insert(reason);
+        }
+        assert_eq!(sent.len(), REASONS.len(), "every listed reason is sent");
     }
 }

@@ -1,0 +1,83 @@
+//! The proto's comments and the README's status table say what the code
+//! sends: every ErrorInfo reason, with its status code.
+
+use tonic::Code;
+use watchproxy::api::error::REASONS;
+
+/// `OutOfRange` as the protocol spells it: `OUT_OF_RANGE`.
+fn code_name(code: Code) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// The words of a comma-separated table cell or comment list.
+fn names(text: &str) -> Vec<&str> {
+    text.split([',', ' ', ';'])
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_readme_status_table_names_every_reason_with_its_code() {
+    let readme = read("README.md");
+    let rows: Vec<Vec<&str>> = readme
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains('_'))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    for (reason, code) in REASONS {
+        let code = code_name(*code);
+        let row = rows.iter().find(|cells| {
+            cells.len() > 3
+                && names(cells[1]).contains(&code.as_str())
+                && names(cells[2]).contains(reason)
+        });
+        assert!(
+            row.is_some(),
+            "README: no status row with {code} and {reason}"
+        );
+    }
+}
+
+#[test]
+fn the_proto_names_every_reason_with_its_code() {
+    let proto = read("proto/watchproxy/v1/watchproxy.proto");
+    let words = proto.split(|c: char| !(c.is_ascii_uppercase() || c == '_'));
+    assert!(
+        !words.into_iter().any(|w| w == "ABORTED"),
+        "the code never sends ABORTED"
+    );
+    // The lines "//   CODE: REASON, REASON" (and their continuations).
+    let mut listed: Vec<(String, String)> = Vec::new();
+    let mut code = String::new();
+    for line in proto.lines().map(|l| l.trim_start_matches([' ', '/'])) {
+        for part in line.split(';') {
+            let part = part.trim();
+            let reasons = match part.split_once(": ") {
+                Some((c, rest)) if c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_') => {
+                    code = c.to_owned();
+                    rest
+                }
+                _ => part,
+            };
+            for r in names(reasons) {
+                listed.push((code.clone(), r.to_owned()));
+            }
+        }
+    }
+    for (reason, c) in REASONS {
+        let want = (code_name(*c), reason.to_string());
+        assert!(listed.contains(&want), "proto: {} with {}", want.1, want.0);
+    }
+}
