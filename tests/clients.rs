@@ -66,8 +66,9 @@ async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
     informer_follows_etcd(node()).await;
 }
 
-/// Runs `informer` (its command and script) through writes, a restart, and
-/// a restart after etcd compacted past its version.
+/// Runs `informer` (its command and script) through a start before the
+/// cache is ready, writes, a restart, and a restart after etcd compacted
+/// past its version.
 async fn informer_follows_etcd(mut informer: Command) {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
@@ -75,8 +76,12 @@ async fn informer_follows_etcd(mut informer: Command) {
         let app = if i % 2 == 0 { "web" } else { "db" };
         put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
     }
+    // watchproxy starts cut off from etcd, so the informer's first List
+    // finds the cache not ready (UNAVAILABLE at once) and retries.
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    forwarder.cut();
     let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
+        .replace("ETCD", &forwarder.url)
         .replace("QUEUE", "64");
     let config = Config::from_yaml(&yaml).unwrap();
     let first = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -104,6 +109,10 @@ async fn informer_follows_etcd(mut informer: Command) {
         }
     });
     let mut seen = Vec::new();
+    tokio::task::block_in_place(|| {
+        wait_for_log(&lines, &mut seen, "list unavailable; retrying", 1)
+    });
+    forwarder.restore();
     tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "listed", 1));
 
     // Changes the informer follows: an update, a new object, a deletion,

@@ -82,6 +82,7 @@ pub struct Transcript {
     /// that breaks between them resumes before that revision, or the rest
     /// would be lost.
     pub complete: u64,
+    /// Lists made, and initial events received whole.
     pub relists: u64,
 }
 
@@ -147,7 +148,6 @@ pub async fn run(
             let mut t = shared.lock().await;
             if initial {
                 t.store.clear();
-                t.relists += 1;
             }
             t.segments.push(Segment {
                 start,
@@ -320,6 +320,10 @@ async fn follow(
                 let mut t = shared.lock().await;
                 t.version = revision;
                 t.complete = revision;
+                // Initial events count as a list once they are all in.
+                if event.initial_events_end {
+                    t.relists += 1;
+                }
                 if let Some(s) = t.segments.last_mut() {
                     s.received.push(Received::Bookmark {
                         revision,

@@ -63,22 +63,34 @@ class Informer {
     const objects = new Map();
     let token = '';
     let resp;
-    do {
-      resp = await new Promise((resolve, reject) =>
-        this.client.List(
-          {
-            resource: this.resource,
-            label_selector: this.selector,
-            field_selector: this.fieldSelector,
-            limit: 500,
-            continue_token: token,
-          },
-          (err, r) => (err ? reject(err) : resolve(r)),
-        ),
-      );
+    for (;;) {
+      try {
+        resp = await new Promise((resolve, reject) =>
+          this.client.List(
+            {
+              resource: this.resource,
+              label_selector: this.selector,
+              field_selector: this.fieldSelector,
+              limit: 500,
+              continue_token: token,
+            },
+            (err, r) => (err ? reject(err) : resolve(r)),
+          ),
+        );
+      } catch (err) {
+        // Not ready yet, or a replica going away: the status says when to
+        // retry (RetryInfo); a short pause does here.
+        if (err.code !== grpc.status.UNAVAILABLE) throw err;
+        log({ event: 'list unavailable; retrying', details: err.details });
+        await sleep(500);
+        objects.clear();
+        token = '';
+        continue;
+      }
       for (const o of resp.items) objects.set(o.key, o.resource_version);
       token = resp.continue_token;
-    } while (token);
+      if (!token) break;
+    }
     this.objects = objects;
     this.version = this.seen = resp.resource_version;
     this.lists += 1;

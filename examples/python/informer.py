@@ -65,9 +65,19 @@ class Informer:
         """Pages of one consistent list replace the local copy."""
         objects, token = {}, ""
         while True:
-            resp = self.stub.List(self.pb.ListRequest(
-                resource=self.resource, label_selector=self.selector,
-                field_selector=self.field_selector, limit=500, continue_token=token))
+            try:
+                resp = self.stub.List(self.pb.ListRequest(
+                    resource=self.resource, label_selector=self.selector,
+                    field_selector=self.field_selector, limit=500, continue_token=token))
+            except grpc.RpcError as e:
+                # Not ready yet, or a replica going away: the status says
+                # when to retry (RetryInfo); a short pause does here.
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                log(event="list unavailable; retrying", details=e.details())
+                time.sleep(0.5)
+                objects, token = {}, ""
+                continue
             objects.update({o.key: o.resource_version for o in resp.items})
             token = resp.continue_token
             if not token:

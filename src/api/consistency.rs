@@ -20,14 +20,16 @@ pub(super) enum Source {
 }
 
 impl Api {
+    /// Fails at once while the first list is not in: the client gets
+    /// UNAVAILABLE with retry advice instead of a call held for the wait
+    /// budget.
     async fn ready(&self, s: &Served) -> Result<(), ApiError> {
-        s.cache
-            .wait_for(0, self.freshness_wait)
-            .await
-            .map(|_| ())
-            .map_err(|_| ApiError::NotReady {
+        match s.cache.progress().ready {
+            true => Ok(()),
+            false => Err(ApiError::NotReady {
                 resource: s.cache.resource.name.clone(),
-            })
+            }),
+        }
     }
 
     /// Brings the cache to `min`, or (no `min`) to etcd's revision at the
