@@ -31,9 +31,9 @@ if ! command -v helm >/dev/null 2>&1; then
   command -v helm >/dev/null 2>&1 || echo "helm was installed in $bin; add it to PATH" >&2
 fi
 # The Python client example, run by the tests.
-if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
-  echo "installing grpcio and grpcio-tools ..." >&2
-  python3 -m pip install -q grpcio grpcio-tools
+if ! python3 -c 'import grpc, grpc_tools, grpc_status' >/dev/null 2>&1; then
+  echo "installing grpcio, grpcio-tools and grpcio-status ..." >&2
+  python3 -m pip install -q grpcio grpcio-tools grpcio-status
 fi
 # The Node.js client example, run by the tests.
 if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then

@@ -17,10 +17,10 @@ use watchproxy::config::Config;
 
 fn python() -> Command {
     let ok = Command::new("python3")
-        .args(["-c", "import grpc, grpc_tools"])
+        .args(["-c", "import grpc, grpc_tools, grpc_status"])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "python3 with grpcio and grpcio-tools is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools)");
+    assert!(ok, "python3 with grpcio, grpcio-tools and grpcio-status is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools grpcio-status)");
     let mut c = Command::new("python3");
     c.arg(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -58,7 +58,19 @@ fn wait_for_log(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, event: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() {
-    informer_follows_etcd(python()).await;
+    let seen = informer_follows_etcd(python()).await;
+    // grpcio-status decodes the reasons from the statuses' details.
+    for (event, reason) in [
+        ("list unavailable", "NOT_READY"),
+        ("resuming", "SHUTTING_DOWN"),
+        ("too old", "TOO_OLD_RESOURCE_VERSION"),
+    ] {
+        assert!(
+            seen.iter()
+                .any(|l| l.contains(event) && l.contains(&format!("\"reason\": \"{reason}\""))),
+            "{event} with {reason}: {seen:#?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +81,7 @@ async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
 /// Runs `informer` (its command and script) through a start before the
 /// cache is ready, writes, a restart, and a restart after etcd compacted
 /// past its version.
-async fn informer_follows_etcd(mut informer: Command) {
+async fn informer_follows_etcd(mut informer: Command) -> Vec<String> {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for i in 0..10 {
@@ -173,4 +185,5 @@ async fn informer_follows_etcd(mut informer: Command) {
     assert!(seen.iter().any(|l| l.contains("too old")), "{seen:#?}");
     assert!(result["resumes"].as_u64().unwrap() >= 2, "{result}");
     assert_eq!(result["lists"], 2, "{result}");
+    seen
 }

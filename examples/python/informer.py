@@ -8,7 +8,7 @@ event of (or the one the server names in
 OUT_OF_RANGE ("too old resource version") it lists again. The client stubs
 are generated from proto/ with grpcio-tools at start.
 
-    pip install grpcio grpcio-tools
+    pip install grpcio grpcio-tools grpcio-status
     python3 examples/python/informer.py 127.0.0.1:50051 pods --selector app=web
 
 With --until NAME it prints its copy as JSON and exits once an object of
@@ -48,6 +48,23 @@ def log(**fields):
     print(json.dumps(fields), file=sys.stderr, flush=True)
 
 
+def reason(err):
+    """The ErrorInfo reason of a watchproxy status (google.rpc.Status
+    details, decoded by grpcio-status), or None."""
+    try:
+        from grpc_status import rpc_status
+        from google.rpc import error_details_pb2
+    except ImportError:
+        return None
+    status = rpc_status.from_call(err)
+    for detail in status.details if status else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info.reason
+    return None
+
+
 class Informer:
     def __init__(self, stub, pb, resource, selector, field_selector):
         self.stub, self.pb = stub, pb
@@ -74,7 +91,7 @@ class Informer:
                 # when to retry (RetryInfo); a short pause does here.
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
-                log(event="list unavailable; retrying", details=e.details())
+                log(event="list unavailable; retrying", reason=reason(e), details=e.details())
                 time.sleep(0.5)
                 objects, token = {}, ""
                 continue
@@ -111,7 +128,7 @@ class Informer:
             except grpc.RpcError as e:
                 code = e.code()
                 if code == grpc.StatusCode.OUT_OF_RANGE:
-                    log(event="too old; listing again", details=e.details())
+                    log(event="too old; listing again", reason=reason(e), details=e.details())
                     self.relist()
                     continue
                 if code == grpc.StatusCode.UNAVAILABLE:
@@ -119,7 +136,7 @@ class Informer:
                     if named:
                         self.version = named
                     self.resumes += 1
-                    log(event="resuming", code=code.name, resource_version=self.version)
+                    log(event="resuming", code=code.name, reason=reason(e), resource_version=self.version)
                     time.sleep(0.2)
                     continue
                 raise
