@@ -18,6 +18,7 @@
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { Reader } = require('protobufjs');
 
 const PROTO = path.join(__dirname, '..', '..', 'proto', 'watchproxy', 'v1', 'watchproxy.proto');
 
@@ -43,6 +44,38 @@ function parseArgs(argv) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const ERROR_INFO = 'type.googleapis.com/google.rpc.ErrorInfo';
+
+/** The fields of a protobuf message: number -> [values] (strings and bytes). */
+function fields(bytes) {
+  const r = Reader.create(bytes);
+  const out = {};
+  while (r.pos < r.len) {
+    const tag = r.uint32();
+    const [field, wire] = [tag >>> 3, tag & 7];
+    const value = wire === 2 ? r.bytes() : r.skipType(wire) && null;
+    (out[field] = out[field] || []).push(value);
+  }
+  return out;
+}
+
+/**
+ * The ErrorInfo reason of a watchproxy status: google.rpc.Status in the
+ * `grpc-status-details-bin` trailer, its `details` (field 3) holding Any
+ * messages (type URL 1, value 2), an ErrorInfo's reason being field 1.
+ */
+function reason(err) {
+  const [bin] = (err.metadata && err.metadata.get('grpc-status-details-bin')) || [];
+  if (!bin) return null;
+  for (const any of fields(bin)[3] || []) {
+    const f = fields(any);
+    if (f[1] && Buffer.from(f[1][0]).toString() === ERROR_INFO) {
+      return Buffer.from(fields(f[2][0])[1][0]).toString();
+    }
+  }
+  return null;
+}
 
 class Informer {
   constructor(client, resource, selector, fieldSelector) {
@@ -81,7 +114,7 @@ class Informer {
         // Not ready yet, or a replica going away: the status says when to
         // retry (RetryInfo); a short pause does here.
         if (err.code !== grpc.status.UNAVAILABLE) throw err;
-        log({ event: 'list unavailable; retrying', details: err.details });
+        log({ event: 'list unavailable; retrying', reason: reason(err), details: err.details });
         await sleep(500);
         objects.clear();
         token = '';
@@ -142,7 +175,7 @@ class Informer {
         if (await this.watch(until)) return;
       } catch (err) {
         if (err.code === grpc.status.OUT_OF_RANGE) {
-          log({ event: 'too old; listing again', details: err.details });
+          log({ event: 'too old; listing again', reason: reason(err), details: err.details });
           await this.relist();
           continue;
         }
@@ -150,7 +183,7 @@ class Informer {
           const named = err.metadata && err.metadata.get('watchproxy-resume-resource-version')[0];
           if (named) this.version = this.seen = String(named);
           this.resumes += 1;
-          log({ event: 'resuming', code: 'UNAVAILABLE', resource_version: this.version });
+          log({ event: 'resuming', code: 'UNAVAILABLE', reason: reason(err), resource_version: this.version });
           await sleep(200);
           continue;
         }
