@@ -707,3 +707,30 @@ async fn keys_that_come_and_go_while_the_watch_lags_behind_the_reads() {
     .await;
     assert!(report.lists > 20, "the readers listed: {report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_move_between_replicas_as_their_connections_age() {
+    let etcd = Etcd::start().await;
+    let config = || {
+        watchproxy::config::Config::from_yaml(
+            &PODS_CONFIG
+                .replace("ETCD", &etcd.client_url)
+                .replace("QUEUE", "256")
+                .replace("limits:\n", "limits:\n  max_connection_age: 2s\n"),
+        )
+        .unwrap()
+    };
+    let a = Proxy::start_config(config()).await;
+    let b = Proxy::start_config(config()).await;
+    let urls = vec![format!("http://{}", a.addr), format!("http://{}", b.addr)];
+    let check = Check::start(replicas(&etcd, urls, 15)).await.unwrap();
+    let report = check.finish().await.unwrap();
+    drop((a, b));
+    show("two replicas, connections ending at 2 s of age", &report);
+    assert!(report.passed(), "{report}");
+    assert!(report.resumes >= WATCHERS, "the clients moved: {report}");
+    assert_eq!(
+        report.relists, WATCHERS as u64,
+        "none listed again: {report}"
+    );
+}

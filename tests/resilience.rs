@@ -496,3 +496,58 @@ async fn a_connection_that_does_not_answer_pings_is_closed_and_one_that_does_sta
     let event = take_events(&mut answering, 1).await.remove(0);
     assert_eq!(summary(&event).2, rev);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aged_connection_ends_its_watches_with_the_version_to_resume_from() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let yaml = PODS_CONFIG
+        .replace("ETCD", &etcd.client_url)
+        .replace("QUEUE", "64")
+        .replace(
+            "limits:\n",
+            "limits:\n  max_connection_age: 2s\n  max_connection_age_grace: 1s\n",
+        );
+    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let from = list_version(&mut client, "pods", "").await;
+    let mut stream = open_watch(&mut client, watch_req("pods", &from.to_string())).await;
+    let first = put_pod(&mut ec, "ns", "a", &[], "").await;
+    assert_eq!(take_versions(&mut stream, 1).await, [first]);
+
+    // Within 2 s ± 10 %: UNAVAILABLE, naming the version to resume from.
+    let started = std::time::Instant::now();
+    let (status, _) = until_error(&mut stream).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let info = tonic_types::StatusExt::get_error_details(&status)
+        .error_info()
+        .cloned()
+        .unwrap();
+    assert_eq!(info.reason, "CONNECTION_AGED");
+    // The last version all of whose events the watch was sent: a live
+    // watcher cannot tell whether more of its last revision's are coming,
+    // so that revision is named complete only once a later one or a
+    // bookmark passed it.
+    let resume: u64 = info.metadata["resume_resource_version"].parse().unwrap();
+    assert_eq!(resume, first - 1);
+
+    // A new connection resumes from it without a gap; the revision it
+    // resumes into comes again.
+    let second = put_pod(&mut ec, "ns", "b", &[], "").await;
+    let mut fresh = proxy.client().await;
+    let mut resumed = open_watch(&mut fresh, watch_req("pods", &resume.to_string())).await;
+    assert_eq!(take_versions(&mut resumed, 2).await, [first, second]);
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "reason=\"connection_aged\""
+        ),
+        1.0
+    );
+}

@@ -38,6 +38,7 @@ pub const REASONS: &[(&str, Code)] = &[
     ("TOO_LARGE_RESOURCE_VERSION", Code::Unavailable),
     ("ETCD_UNAVAILABLE", Code::Unavailable),
     ("SHUTTING_DOWN", Code::Unavailable),
+    ("CONNECTION_AGED", Code::Unavailable),
     ("LIMIT", Code::ResourceExhausted),
     ("OVERLOADED", Code::ResourceExhausted),
     ("REQUEST_TOO_LARGE", Code::ResourceExhausted),
@@ -105,6 +106,9 @@ pub enum ApiError {
     Overloaded { reason: String },
     #[error("server is shutting down; {}", match .last { Some(r) => format!("resume from resource version {r} on another replica"), None => "retry on another replica".to_owned() })]
     ShuttingDown { last: Option<Revision> },
+    /// The connection reached `limits.max_connection_age`.
+    #[error("the connection reached its maximum age; {}", match .last { Some(r) => format!("resume from resource version {r} on a new connection"), None => "watch again on a new connection".to_owned() })]
+    ConnectionAged { last: Option<Revision> },
     #[error("the call's deadline passed")]
     DeadlineExceeded,
     #[error("no method {path}")]
@@ -159,7 +163,8 @@ impl ApiError {
             | ApiError::NotFresh { .. }
             | ApiError::TooLarge { .. }
             | ApiError::Etcd(_)
-            | ApiError::ShuttingDown { .. } => Code::Unavailable,
+            | ApiError::ShuttingDown { .. }
+            | ApiError::ConnectionAged { .. } => Code::Unavailable,
             ApiError::DeadlineExceeded => Code::DeadlineExceeded,
             ApiError::UnknownMethod { .. } => Code::Unimplemented,
             ApiError::Unauthenticated { .. } => Code::Unauthenticated,
@@ -190,6 +195,7 @@ impl ApiError {
             ApiError::TooManyWatchers { .. } | ApiError::UserLimit { .. } => "LIMIT",
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::ShuttingDown { .. } => "SHUTTING_DOWN",
+            ApiError::ConnectionAged { .. } => "CONNECTION_AGED",
             ApiError::DeadlineExceeded => "DEADLINE_EXCEEDED",
             ApiError::UnknownMethod { .. } => "UNKNOWN_METHOD",
             ApiError::Unauthenticated { .. } => "UNAUTHENTICATED",
@@ -210,7 +216,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => Some(Duration::from_millis(100)),
             ApiError::TooManyWatchers { .. } => Some(Duration::from_secs(5)),
             ApiError::UserLimit { retry_after, .. } => *retry_after,
-            ApiError::ShuttingDown { .. } => Some(Duration::ZERO),
+            ApiError::ShuttingDown { .. } | ApiError::ConnectionAged { .. } => Some(Duration::ZERO),
             _ => None,
         }
     }
@@ -258,6 +264,7 @@ impl From<ApiError> for Status {
             } => (None, Some(*current), Some(*oldest)),
             ApiError::TooLarge { current, .. } => (None, Some(*current), None),
             ApiError::ShuttingDown { last } => (*last, None, None),
+            ApiError::ConnectionAged { last } => (*last, None, None),
             _ => (None, None, None),
         };
         let mut info = HashMap::new();
@@ -481,6 +488,7 @@ mod tests {
             },
             ApiError::Etcd(Arc::new(EtcdError::Timeout)),
             ApiError::ShuttingDown { last: None },
+            ApiError::ConnectionAged { last: Some(1) },
             ApiError::TooManyWatchers {
                 scope: "in all".into(),
             },

@@ -62,16 +62,25 @@ pub async fn serve(
                 stream_send_buffer: STREAM_SEND_BUFFER,
                 keep_alive_interval: limits.keepalive_interval,
                 keep_alive_timeout: limits.keepalive_timeout,
+                max_connection_age: limits.max_connection_age,
+                max_connection_age_grace: limits.max_connection_age_grace,
             };
             let routes = routes.prepare();
             http2::serve(listener, tls, api, routes, settings, shutdown).await
         }
         ServePath::Tonic => {
-            let server = tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder()
                 .max_concurrent_streams(limits.max_concurrent_streams)
                 .http2_keepalive_interval(Some(limits.keepalive_interval))
-                .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-                .add_routes(routes);
+                .http2_keepalive_timeout(Some(limits.keepalive_timeout));
+            // hyper's: GOAWAY at the age, the connection closed after the
+            // grace; watches end with the connection, without a version.
+            if let Some(age) = limits.max_connection_age {
+                builder = builder
+                    .max_connection_age(age)
+                    .max_connection_age_grace(limits.max_connection_age_grace);
+            }
+            let server = builder.add_routes(routes);
             let served = match tls {
                 None => {
                     let incoming = TcpIncoming::from(listener)

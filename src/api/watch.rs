@@ -132,6 +132,16 @@ impl WatchStream {
     pub fn place(&self) -> Place {
         self.watcher.place()
     }
+
+    /// Ends the watch because its connection reached its maximum age: the
+    /// status names the version to resume from, the last one all of whose
+    /// events were sent; none while the initial events are unfinished.
+    pub fn connection_aged(&mut self) -> Status {
+        self.end.reason = Some(EndReason::connection_aged);
+        let unfinished = self.initial.len() > 0 || self.initial_end.is_some();
+        let last = (!unfinished).then(|| self.watcher.complete_revision());
+        ApiError::ConnectionAged { last }.into()
+    }
 }
 
 impl Stream for WatchStream {

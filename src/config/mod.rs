@@ -189,6 +189,16 @@ pub struct LimitsConfig {
     pub keepalive_interval: Duration,
     #[serde(default = "default_keepalive_timeout", with = "humantime_serde")]
     pub keepalive_timeout: Duration,
+    /// A connection this old (give or take a tenth, so that connections
+    /// made together do not end together) gets GOAWAY, and its open watches
+    /// end with UNAVAILABLE and the version to resume from: clients
+    /// reconnect, spreading over the replicas. None: connections live on.
+    #[serde(default, with = "humantime_serde")]
+    pub max_connection_age: Option<Duration>,
+    /// How long calls other than watches may go on after GOAWAY before the
+    /// connection closes.
+    #[serde(default = "default_max_connection_age_grace", with = "humantime_serde")]
+    pub max_connection_age_grace: Duration,
     /// Open watches of one user (an identity's user name); none: no bound.
     /// One noisy tenant cannot take another's places.
     #[serde(default)]
@@ -217,6 +227,8 @@ impl Default for LimitsConfig {
             max_message_bytes: default_max_message_bytes(),
             keepalive_interval: default_keepalive_interval(),
             keepalive_timeout: default_keepalive_timeout(),
+            max_connection_age: None,
+            max_connection_age_grace: default_max_connection_age_grace(),
             max_watchers_per_user: None,
             unary_per_user_per_second: None,
             unary_burst_per_user: default_unary_burst_per_user(),
@@ -246,6 +258,9 @@ fn default_keepalive_interval() -> Duration {
     Duration::from_secs(30)
 }
 fn default_keepalive_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_connection_age_grace() -> Duration {
     Duration::from_secs(10)
 }
 

@@ -105,6 +105,15 @@ impl Watcher {
         self.at.revision
     }
 
+    /// The last revision all of whose events it was given: where a client
+    /// that got everything it was given resumes without a gap.
+    pub fn complete_revision(&self) -> Revision {
+        match self.at.partial {
+            0 => self.at.revision,
+            _ => self.at.revision.saturating_sub(1),
+        }
+    }
+
     /// The next thing to show. Cancel-safe: nothing is lost when the
     /// future is dropped before it completes.
     pub async fn next(&mut self, window: &impl Window) -> Next {

@@ -25,6 +25,8 @@ pub enum EndReason {
     timeout,
     client_gone,
     shutdown,
+    /// Its connection reached `limits.max_connection_age`.
+    connection_aged,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

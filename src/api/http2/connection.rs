@@ -25,7 +25,7 @@ use super::keepalive::{next_sweep, KeepAlive};
 use super::repoll::Repoll;
 use super::socket::{self, Flusher, Socket};
 use super::stream::{start_watch, LiveWatch};
-use super::watches::Watches;
+use super::watches::{Drive, Watches};
 use super::Settings;
 use crate::api::auth::PeerCerts;
 use crate::api::service::WATCH_PATH;
@@ -93,6 +93,12 @@ struct Driver<S> {
     sweep: Pin<Box<Sleep>>,
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
     stopping: bool,
+    /// When the connection reaches its maximum age, if it has one.
+    aged: Option<Pin<Box<Sleep>>>,
+    /// Past its age: its watches have ended, new ones end at once.
+    aged_out: bool,
+    /// After its age, when it closes whatever calls remain.
+    closing: Option<Pin<Box<Sleep>>>,
     /// The waker of the shutdown and keepalive futures.
     aside_waker: Waker,
 }
@@ -114,6 +120,7 @@ where
     ) -> Self {
         let watches = Watches::default();
         let aside_waker = watches.aside_waker();
+        let max_age = settings.max_connection_age;
         let keep_alive = conn.ping_pong().map(|ping_pong| {
             KeepAlive::new(
                 ping_pong,
@@ -134,6 +141,14 @@ where
             sweep: Box::pin(tokio::time::sleep_until(next_sweep(Instant::now()))),
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
+            // A tenth either way, so that connections made together do not
+            // all end together.
+            aged: max_age.map(|age| {
+                let age = age.mul_f64(rand::random_range(0.9..1.1));
+                Box::pin(tokio::time::sleep(age))
+            }),
+            aged_out: false,
+            closing: None,
             aside_waker,
         }
     }
@@ -142,8 +157,10 @@ where
         // Bounded: a client that keeps opening streams yields to the others.
         for _ in 0..16 {
             while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
-                if let Some(watch) = started {
-                    self.watches.insert(watch.place(), watch);
+                match started {
+                    Some(mut watch) if self.aged_out => watch.end_aged(),
+                    Some(watch) => self.watches.insert(watch.place(), watch),
+                    None => {}
                 }
             }
             self.watches.poll_ready(cx);
@@ -160,6 +177,29 @@ where
                         debug!(error = %e, "keepalive failed; closing the connection");
                         return Poll::Ready(Ok(()));
                     }
+                }
+                if self
+                    .aged
+                    .as_mut()
+                    .is_some_and(|aged| aged.as_mut().poll(&mut aside_cx).is_ready())
+                {
+                    self.aged = None;
+                    self.aged_out = true;
+                    if !self.stopping {
+                        self.stopping = true;
+                        self.conn.graceful_shutdown();
+                    }
+                    self.watches.end_aged();
+                    let grace = self.settings.max_connection_age_grace;
+                    self.closing = Some(Box::pin(tokio::time::sleep(grace)));
+                }
+                if self
+                    .closing
+                    .as_mut()
+                    .is_some_and(|c| c.as_mut().poll(&mut aside_cx).is_ready())
+                {
+                    debug!("the connection's age and grace are over; closing it");
+                    return Poll::Ready(Ok(()));
                 }
                 if self.sweep.as_mut().poll(&mut aside_cx).is_ready() {
                     self.watches.end_reset();

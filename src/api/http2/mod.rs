@@ -64,6 +64,9 @@ pub struct Settings {
     pub stream_send_buffer: usize,
     pub keep_alive_interval: Duration,
     pub keep_alive_timeout: Duration,
+    /// See `limits.max_connection_age`.
+    pub max_connection_age: Option<Duration>,
+    pub max_connection_age_grace: Duration,
 }
 
 /// Serves HTTP/2 gRPC on `listener` until `shutdown`, then sends GOAWAY on

@@ -156,14 +156,17 @@ impl Drive for LiveWatch {
                 return Poll::Ready(());
             }
             if let Some(status) = ended {
-                let mut trailers = HeaderMap::new();
-                if status.add_header(&mut trailers).is_err() {
-                    trailers.insert("grpc-status", HeaderValue::from_static("13"));
-                }
-                let _ = self.tx.send_trailers(trailers);
+                send_status(&mut self.tx, status);
                 return Poll::Ready(());
             }
         }
+    }
+
+    /// Sends the trailers that end the watch, naming where to resume. What
+    /// its stream yielded was sent already: frames go out as they are cut.
+    fn end_aged(&mut self) {
+        let status = self.events.connection_aged();
+        send_status(&mut self.tx, status);
     }
 
     /// Asked with a waker that does nothing: the watch's own, left with
@@ -177,6 +180,15 @@ impl Drive for LiveWatch {
                 .poll_reset(&mut Context::from_waker(Waker::noop()))
                 .is_ready()
     }
+}
+
+/// Ends the response with `status` in its trailers.
+fn send_status(tx: &mut SendStream<Bytes>, status: Status) {
+    let mut trailers = HeaderMap::new();
+    if status.add_header(&mut trailers).is_err() {
+        trailers.insert("grpc-status", HeaderValue::from_static("13"));
+    }
+    let _ = tx.send_trailers(trailers);
 }
 
 /// Waits until the stream has room for more of the response: `false` when

@@ -132,6 +132,9 @@ pub(super) trait Drive {
     /// Whether the client reset the stream. Wakes nothing later: a stream
     /// that h2 will wake for room anyway is not asked.
     fn is_reset(&mut self) -> bool;
+
+    /// Ends the stream now: its connection reached its maximum age.
+    fn end_aged(&mut self);
 }
 
 impl<F> Watches<F> {
@@ -167,6 +170,13 @@ impl<F: Drive> Watches<F> {
     /// Ends the watches whose client reset their stream.
     pub(super) fn end_reset(&mut self) {
         self.slots.retain(|_, s| !s.watch.is_reset());
+    }
+
+    /// Ends every watch: the connection reached its maximum age.
+    pub(super) fn end_aged(&mut self) {
+        for (_, mut slot) in self.slots.drain() {
+            slot.watch.end_aged();
+        }
     }
 
     /// Polls every watch that was ready when the pass began; those woken
@@ -222,6 +232,8 @@ mod tests {
         fn is_reset(&mut self) -> bool {
             false
         }
+
+        fn end_aged(&mut self) {}
     }
 
     #[test]
