@@ -86,6 +86,7 @@ fn the_chart_lints_strictly() {
         "default-values.yaml",
         "sidecar-values.yaml",
         "secure-values.yaml",
+        "scale-values.yaml",
     ] {
         let file = format!("{CHART}/ci/{values}");
         let (ok, out) = run(
@@ -102,6 +103,7 @@ fn both_modes_render_manifests_that_validate() {
         "default-values.yaml",
         "sidecar-values.yaml",
         "secure-values.yaml",
+        "scale-values.yaml",
     ] {
         let manifests = render(values);
         let (ok, out) = run(
@@ -240,4 +242,36 @@ fn values_that_break_the_schema_fail() {
         );
         assert!(!ok, "{set} should fail: {out}");
     }
+}
+
+#[test]
+fn scale_values_add_an_autoscaler_a_headless_service_and_a_connection_age() {
+    let docs = documents(&render("scale-values.yaml"));
+    let hpa = docs
+        .iter()
+        .find(|d| d["kind"] == "HorizontalPodAutoscaler")
+        .expect("an HPA");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["maxReplicas"], 6);
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert!(
+        deploy["spec"].get("replicas").is_none(),
+        "the HPA owns the replica count"
+    );
+    let headless = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["spec"]["clusterIP"] == "None")
+        .expect("a headless Service");
+    assert!(headless["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .ends_with("-headless"));
+    let config = rendered_config(&docs);
+    assert_eq!(
+        config.limits.max_connection_age,
+        Some(std::time::Duration::from_secs(30 * 60))
+    );
+    // By default: neither.
+    let kinds = kinds(&documents(&render("default-values.yaml")));
+    assert!(!kinds.contains(&"HorizontalPodAutoscaler".to_owned()));
 }
