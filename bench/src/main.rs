@@ -266,6 +266,26 @@ async fn wait_port(proc: &mut Proc, what: &str, port: u16) -> anyhow::Result<()>
     bail!("{what}: nothing listens on {port}")
 }
 
+/// Opens a watch, trying again while watchproxy's cache is not ready
+/// (UNAVAILABLE at once, as any client gets it).
+async fn watch_when_ready(
+    client: &mut WatchProxyClient<Channel>,
+    req: tonic::Request<WatchRequest>,
+) -> anyhow::Result<tonic::Streaming<watchproxy::pb::WatchEvent>> {
+    let (metadata, extensions, message) = req.into_parts();
+    for _ in 0..100 {
+        let req = tonic::Request::from_parts(metadata.clone(), extensions.clone(), message.clone());
+        match client.watch(req).await {
+            Ok(stream) => return Ok(stream.into_inner()),
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(s) => return Err(s.into()),
+        }
+    }
+    bail!("watchproxy did not become ready in 10 s")
+}
+
 /// The connection of watcher `i`, which wants node i mod `nodes`. For
 /// [`Layout::Spread`], shifting by `i / nodes` moves the watchers of one
 /// node to different connections.
@@ -518,7 +538,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                         ..Default::default()
                     };
                     let mut client = WatchProxyClient::new(channel.clone());
-                    stalled_wp.push(client.watch(req).await?.into_inner());
+                    stalled_wp.push(watch_when_ready(&mut client, tonic::Request::new(req)).await?);
                 }
             }
             _ => {
@@ -598,7 +618,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 }
                 tasks.push(tokio::spawn(async move {
                     let mut seen = Seen::default();
-                    let mut stream = client.watch(req).await?.into_inner();
+                    let mut stream = watch_when_ready(&mut client, req).await?;
                     opened.fetch_add(1, Ordering::Relaxed);
                     loop {
                         tokio::select! {
