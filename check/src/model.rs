@@ -107,11 +107,28 @@ pub enum Kind {
     Deleted,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Expected {
     pub kind: Kind,
     pub key: String,
     pub revision: u64,
+    /// The new value; none for a deletion (which shows the last state the
+    /// watcher saw).
+    pub value: Option<Vec<u8>>,
+}
+
+/// `Added /p/ns/a@7`: the value would only bury the change in a message.
+impl std::fmt::Debug for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {}@{}", self.kind, self.key, self.revision)
+    }
+}
+
+impl Expected {
+    /// Whether `other` is the same change, whatever value it carries.
+    pub fn same_change(&self, other: &Expected) -> bool {
+        (self.kind, &self.key, self.revision) == (other.kind, &other.key, other.revision)
+    }
 }
 
 /// The events a watcher of `selection` must get after `after`: each change
@@ -130,6 +147,7 @@ pub fn expected_after(
                 kind,
                 key: c.key.clone(),
                 revision: c.revision,
+                value: (kind != Kind::Deleted).then(|| c.value.clone()).flatten(),
             });
         }
         crate::history::apply(&mut state, c);

@@ -229,11 +229,10 @@ impl Run<'_> {
                         kind: *kind,
                         key: key.clone(),
                         revision: *revision,
+                        value: (*kind != Kind::Deleted).then(|| value.clone()),
                     };
-                    if expected.get(i) == Some(&got) {
-                        if *kind != Kind::Deleted
-                            && self.history.state_at(*revision).get(key) != Some(value)
-                        {
+                    if let Some(want) = expected.get(i).filter(|e| e.same_change(&got)) {
+                        if want.value != got.value {
                             self.v.fail(format!(
                                 "{}: {got:?} carries another value than etcd's",
                                 self.here()
@@ -244,7 +243,7 @@ impl Run<'_> {
                         at = *revision;
                     } else if let Some(j) = expected[i.min(expected.len())..]
                         .iter()
-                        .position(|e| *e == got)
+                        .position(|e| e.same_change(&got))
                         .map(|j| j + i)
                     {
                         self.v.lost += j - i;
@@ -257,7 +256,7 @@ impl Run<'_> {
                         self.v.checked += 1;
                         i = j + 1;
                         at = *revision;
-                    } else if expected[..i].contains(&got) || *revision <= at {
+                    } else if expected[..i].iter().any(|e| e.same_change(&got)) || *revision <= at {
                         self.v.duplicates += 1;
                         self.v
                             .fail(format!("{}: {got:?} again or out of order", self.here()));
