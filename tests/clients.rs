@@ -80,9 +80,7 @@ async fn informer_follows_etcd(mut informer: Command) {
     // finds the cache not ready (UNAVAILABLE at once) and retries.
     let forwarder = Forwarder::start(&etcd.client_url).await;
     forwarder.cut();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &forwarder.url)
-        .replace("QUEUE", "64");
+    let yaml = pods_yaml(&forwarder.url, 64);
     let config = Config::from_yaml(&yaml).unwrap();
     let first = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = first.local_addr().unwrap();

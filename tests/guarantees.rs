@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use watchproxy::config::Config;
 use watchproxy_check::writer::Writes;
 use watchproxy_check::{Check, Options, Report};
 use watchproxy_testkit::{free_port, EtcdCluster};
@@ -33,8 +34,13 @@ fn options(etcd: &Etcd, watchproxy: String, seed: u64) -> Options {
 }
 
 fn replicas(etcd: &Etcd, watchproxy: Vec<String>, seed: u64) -> Options {
+    options_on(etcd.client_url.clone(), watchproxy, seed)
+}
+
+/// The campaign's check on etcd `members` (separated by commas).
+fn options_on(members: String, watchproxy: Vec<String>, seed: u64) -> Options {
     Options {
-        etcd: etcd.client_url.clone(),
+        etcd: members,
         watchproxy,
         resource: "pods".into(),
         prefix: "/registry/pods".into(),
@@ -141,13 +147,13 @@ async fn etcd_killed_and_restarted() {
     let mut etcd = Etcd::start().await;
     let proxy = Proxy::start(&etcd.client_url).await;
     let options = options(&etcd, format!("http://{}", proxy.addr), 4);
-    let mut check = Check::start(options).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    etcd.restart().await;
-    check.writes_done().await.unwrap();
-    let report = check.finish().await.unwrap();
-    show("etcd killed (kill -9) and restarted", &report);
-    assert!(report.passed(), "{report}");
+    through(
+        "etcd killed (kill -9) and restarted",
+        options,
+        etcd.restart(),
+        async {},
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +197,7 @@ struct Process {
 impl Process {
     fn start(etcd: &Etcd, port: u16) -> Process {
         let config = tempfile::NamedTempFile::new().unwrap();
-        let yaml = PODS_CONFIG
-            .replace("ETCD", &etcd.client_url)
-            .replace("QUEUE", "256")
-            + &format!("listen: 127.0.0.1:{port}\n");
+        let yaml = pods_yaml(&etcd.client_url, 256) + &format!("listen: 127.0.0.1:{port}\n");
         std::fs::write(config.path(), yaml).unwrap();
         Self::spawn(config)
     }
@@ -234,31 +237,22 @@ async fn watchproxy_killed_and_restarted_every_client_resumes() {
     let port = free_port();
     let mut process = Process::start(&etcd, port);
     let url = format!("http://127.0.0.1:{port}");
-    let mut ready = false;
-    for _ in 0..100 {
-        if let Ok(mut c) =
-            watchproxy::pb::watch_proxy_client::WatchProxyClient::connect(url.clone()).await
-        {
-            let list = watchproxy::pb::ListRequest {
-                resource: "pods".into(),
-                ..Default::default()
-            };
-            if c.list(list).await.is_ok() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "watchproxy did not start");
-    let mut check = Check::start(options(&etcd, url, 6)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    process.kill_and_restart();
-    check.writes_done().await.unwrap();
-    let report = check.finish().await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(url.clone())
+        .unwrap()
+        .connect_lazy();
+    wait_ready(
+        &mut watchproxy::pb::watch_proxy_client::WatchProxyClient::new(channel),
+        "pods",
+    )
+    .await;
+    let report = through(
+        "watchproxy killed (kill -9) and restarted",
+        options(&etcd, url, 6),
+        async { process.kill_and_restart() },
+        async {},
+    )
+    .await;
     drop(process);
-    show("watchproxy killed (kill -9) and restarted", &report);
-    assert!(report.passed(), "{report}");
     assert_eq!(
         report.relists, WATCHERS as u64,
         "every client resumed (no OUT_OF_RANGE, no second list): {report}"
@@ -269,32 +263,28 @@ async fn watchproxy_killed_and_restarted_every_client_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_move_between_two_replicas_mid_stream() {
     let etcd = Etcd::start().await;
-    let config = || {
-        watchproxy::config::Config::from_yaml(
-            &PODS_CONFIG
-                .replace("ETCD", &etcd.client_url)
-                .replace("QUEUE", "256"),
-        )
-        .unwrap()
-    };
+    let config = || Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
     let mut a = Proxy::start(&etcd.client_url).await;
     let mut b = Proxy::start(&etcd.client_url).await;
     let (a_addr, b_addr) = (a.addr, b.addr);
     let urls = vec![format!("http://{a_addr}"), format!("http://{b_addr}")];
-    let mut check = Check::start(replicas(&etcd, urls, 7)).await.unwrap();
     // A rolling restart under the writes: each replica's clients move to
     // the other one with the versions they had.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    a.stop().await;
-    let a = Proxy::start_on(config(), listener_at(a_addr).await).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    b.stop().await;
-    let b = Proxy::start_on(config(), listener_at(b_addr).await).await;
-    check.writes_done().await.unwrap();
-    let report = check.finish().await.unwrap();
+    let rolling = async {
+        a.stop().await;
+        a = Proxy::start_on(config(), listener_at(a_addr).await).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        b.stop().await;
+        b = Proxy::start_on(config(), listener_at(b_addr).await).await;
+    };
+    let report = through(
+        "two replicas, each restarted under the writes",
+        replicas(&etcd, urls, 7),
+        rolling,
+        async {},
+    )
+    .await;
     drop((a, b));
-    show("two replicas, each restarted under the writes", &report);
-    assert!(report.passed(), "{report}");
     assert!(report.resumes >= WATCHERS, "the clients moved: {report}");
     assert_eq!(
         report.relists, WATCHERS as u64,
@@ -330,32 +320,10 @@ where
 {
     let mut cluster = EtcdCluster::start(3).await;
     let urls = cluster.client_urls();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &urls.join("\", \""))
-        .replace("QUEUE", "256");
-    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
-    let options = Options {
-        etcd: urls.join(","),
-        watchproxy: vec![format!("http://{}", proxy.addr)],
-        resource: "pods".into(),
-        prefix: "/registry/pods".into(),
-        watchers: WATCHERS,
-        rate: 40,
-        duration: writes(),
-        settle: Duration::from_secs(20),
-        seed,
-        misbehave: false,
-        identities: Vec::new(),
-        writes: Writes::Mixed,
-        readers: 0,
-    };
-    let mut check = Check::start(options).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    fault(&mut cluster).await;
-    check.writes_done().await.unwrap();
-    let report = check.finish().await.unwrap();
-    show(name, &report);
-    assert!(report.passed(), "{name}:\n{report}");
+    let yaml = pods_yaml(&urls.join("\", \""), 256);
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let options = options_on(urls.join(","), vec![format!("http://{}", proxy.addr)], seed);
+    through(name, options, fault(&mut cluster), async {}).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,14 +412,7 @@ async fn ten_thousand_clients_reconnect_after_a_restart() {
         )
         .await;
     }
-    let config = || {
-        watchproxy::config::Config::from_yaml(
-            &PODS_CONFIG
-                .replace("ETCD", &etcd.client_url)
-                .replace("QUEUE", "64"),
-        )
-        .unwrap()
-    };
+    let config = || Config::from_yaml(&pods_yaml(&etcd.client_url, 64)).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut proxy = Proxy::start_on(config(), listener).await;
@@ -613,9 +574,7 @@ async fn node_identities_see_only_their_own_pods() {
         .map(|(token, node)| format!("- {{token: {token}, user: {node}}}\n"))
         .collect();
     std::fs::write(&tokens, entries).unwrap();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
+    let yaml = pods_yaml(&etcd.client_url, 64)
         + &format!(
             r#"
 auth:
@@ -631,7 +590,7 @@ authorization:
 "#,
             tokens.display()
         );
-    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
     let options = Options {
         identities,
         ..options(&etcd, format!("http://{}", proxy.addr), 12)
@@ -650,17 +609,7 @@ async fn latency_on_the_watch_stream_only() {
     let etcd = Etcd::start().await;
     let forwarder = Forwarder::start(&etcd.client_url).await;
     // Reads go to etcd straight, the watches through the forwarder.
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "256")
-        .replace(
-            "  request_timeout: 2s",
-            &format!(
-                "  request_timeout: 2s\n  watch_endpoints: [\"{}\"]",
-                forwarder.url
-            ),
-        );
-    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let proxy = Proxy::start_config(watches_through(&etcd, &forwarder)).await;
     let options = options(&etcd, format!("http://{}", proxy.addr), 13);
     through(
         "300 ms of latency on the watch stream only (reads straight to etcd)",
@@ -669,6 +618,19 @@ async fn latency_on_the_watch_stream_only() {
         async { forwarder.restore() },
     )
     .await;
+}
+
+/// The pods configuration with its watches through `forwarder`, its
+/// reads straight to `etcd`.
+fn watches_through(etcd: &Etcd, forwarder: &Forwarder) -> Config {
+    let yaml = pods_yaml(&etcd.client_url, 256).replace(
+        "  request_timeout: 2s",
+        &format!(
+            "  request_timeout: 2s\n  watch_endpoints: [\"{}\"]",
+            forwarder.url
+        ),
+    );
+    Config::from_yaml(&yaml).unwrap()
 }
 
 /// The freshness race end to end: keys created and deleted at once while
@@ -681,17 +643,7 @@ async fn keys_that_come_and_go_while_the_watch_lags_behind_the_reads() {
     let etcd = Etcd::start().await;
     let forwarder = Forwarder::start(&etcd.client_url).await;
     forwarder.delay(Duration::from_millis(300));
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "256")
-        .replace(
-            "  request_timeout: 2s",
-            &format!(
-                "  request_timeout: 2s\n  watch_endpoints: [\"{}\"]",
-                forwarder.url
-            ),
-        );
-    let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
+    let proxy = Proxy::start_config(watches_through(&etcd, &forwarder)).await;
     let options = Options {
         rate: 5,
         writes: Writes::Transients,
@@ -712,10 +664,8 @@ async fn keys_that_come_and_go_while_the_watch_lags_behind_the_reads() {
 async fn clients_move_between_replicas_as_their_connections_age() {
     let etcd = Etcd::start().await;
     let config = || {
-        watchproxy::config::Config::from_yaml(
-            &PODS_CONFIG
-                .replace("ETCD", &etcd.client_url)
-                .replace("QUEUE", "256")
+        Config::from_yaml(
+            &pods_yaml(&etcd.client_url, 256)
                 .replace("limits:\n", "limits:\n  max_connection_age: 2s\n"),
         )
         .unwrap()
@@ -723,11 +673,14 @@ async fn clients_move_between_replicas_as_their_connections_age() {
     let a = Proxy::start_config(config()).await;
     let b = Proxy::start_config(config()).await;
     let urls = vec![format!("http://{}", a.addr), format!("http://{}", b.addr)];
-    let check = Check::start(replicas(&etcd, urls, 15)).await.unwrap();
-    let report = check.finish().await.unwrap();
+    let report = through(
+        "two replicas, connections ending at 2 s of age",
+        replicas(&etcd, urls, 15),
+        async {},
+        async {},
+    )
+    .await;
     drop((a, b));
-    show("two replicas, connections ending at 2 s of age", &report);
-    assert!(report.passed(), "{report}");
     assert!(report.resumes >= WATCHERS, "the clients moved: {report}");
     assert_eq!(
         report.relists, WATCHERS as u64,

@@ -218,13 +218,10 @@ async fn with_on_history_lost_end_a_compaction_while_cut_off_ends_open_watches()
     let forwarder = Forwarder::start(&etcd.client_url).await;
     let mut ec = etcd.client().await;
     put_pod(&mut ec, "ns", "a", &[], "").await;
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &forwarder.url)
-        .replace("QUEUE", "64")
-        .replace(
-            "    indexed_fields: [spec.nodeName]\n",
-            "    indexed_fields: [spec.nodeName]\n    cache: {on_history_lost: end}\n",
-        );
+    let yaml = pods_yaml(&forwarder.url, 64).replace(
+        "    indexed_fields: [spec.nodeName]\n",
+        "    indexed_fields: [spec.nodeName]\n    cache: {on_history_lost: end}\n",
+    );
     let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
@@ -344,9 +341,7 @@ async fn a_stalled_watcher_falls_behind_and_catches_up_from_the_window_without_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_behind_the_window_is_ended_out_of_range_and_relists() {
     let etcd = Etcd::start().await;
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64");
+    let yaml = pods_yaml(&etcd.client_url, 64);
     let mut config = watchproxy::config::Config::from_yaml(&yaml).unwrap();
     let window = &mut config.resources[0].cache;
     (window.min_events, window.max_events, window.freshness) = (128, 128, Duration::ZERO);
@@ -501,13 +496,10 @@ async fn a_connection_that_does_not_answer_pings_is_closed_and_one_that_does_sta
 async fn an_aged_connection_ends_its_watches_with_the_version_to_resume_from() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        .replace(
-            "limits:\n",
-            "limits:\n  max_connection_age: 2s\n  max_connection_age_grace: 1s\n",
-        );
+    let yaml = pods_yaml(&etcd.client_url, 64).replace(
+        "limits:\n",
+        "limits:\n  max_connection_age: 2s\n  max_connection_age_grace: 1s\n",
+    );
     let proxy = Proxy::start_config(watchproxy::config::Config::from_yaml(&yaml).unwrap()).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;

@@ -67,6 +67,14 @@ pub async fn listener_at(addr: SocketAddr) -> tokio::net::TcpListener {
     panic!("cannot bind {addr} again");
 }
 
+/// [`PODS_CONFIG`] for `etcd_url` (one or more endpoints) with a watcher
+/// queue of `queue`, as YAML to amend.
+pub fn pods_yaml(etcd_url: &str, queue: usize) -> String {
+    PODS_CONFIG
+        .replace("ETCD", etcd_url)
+        .replace("QUEUE", &queue.to_string())
+}
+
 /// watchproxy served in-process; stopped on drop.
 pub struct Proxy {
     pub addr: SocketAddr,
@@ -83,10 +91,7 @@ impl Proxy {
     }
 
     pub async fn start_with(etcd_url: &str, queue: usize) -> Proxy {
-        let yaml = PODS_CONFIG
-            .replace("ETCD", etcd_url)
-            .replace("QUEUE", &queue.to_string());
-        Self::start_config(Config::from_yaml(&yaml).unwrap()).await
+        Self::start_config(Config::from_yaml(&pods_yaml(etcd_url, queue)).unwrap()).await
     }
 
     pub async fn start_config(config: Config) -> Proxy {
