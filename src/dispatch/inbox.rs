@@ -194,30 +194,24 @@ impl Inbox {
             };
             let shown = match delivery {
                 _ if q.behind => continue,
-                Delivery::Event(view) if view.revision > q.start => {
-                    // The last place is kept for `Behind`.
+                // Without room, the watcher reads the window, which shows
+                // the end of a resync too. The last place is kept for
+                // `Behind`.
+                shown @ (Delivery::Event(_) | Delivery::ResyncEnd(_))
+                    if shown.revision() > q.start =>
+                {
                     if q.items.len() + 1 >= q.capacity {
                         q.behind = true;
                         q.counters.fell_behind.inc();
                         Delivery::Behind
                     } else {
-                        Delivery::Event(view)
+                        shown
                     }
                 }
                 Delivery::Bookmark(revision)
                     if revision > q.start && q.items.len() + 1 < q.capacity =>
                 {
                     Delivery::Bookmark(revision)
-                }
-                // Without room, the window shows the end of the resync.
-                Delivery::ResyncEnd(revision) if revision > q.start => {
-                    if q.items.len() + 1 >= q.capacity {
-                        q.behind = true;
-                        q.counters.fell_behind.inc();
-                        Delivery::Behind
-                    } else {
-                        Delivery::ResyncEnd(revision)
-                    }
                 }
                 // The history the watcher stands in is gone: it reads the
                 // window, and learns so there.

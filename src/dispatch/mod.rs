@@ -87,6 +87,18 @@ pub enum Delivery {
     Behind,
 }
 
+impl Delivery {
+    /// The revision the watcher has seen through once it has this; 0 for
+    /// `Behind`.
+    fn revision(&self) -> Revision {
+        match self {
+            Delivery::Event(view) => view.revision,
+            Delivery::Bookmark(r) | Delivery::ResyncEnd(r) => *r,
+            Delivery::Behind => 0,
+        }
+    }
+}
+
 /// How an event looks to a watcher with predicate `p`: starts matching is
 /// ADDED, keeps matching is MODIFIED, stops matching is DELETED (with the
 /// previous state), never matched is nothing.
