@@ -1,0 +1,15 @@
+"""A client for watchproxy: List, Get and Watch with decoded error
+details, and an informer that mirrors a resource into an indexed store.
+
+    from watchproxy import Client, Informer
+    client = Client("127.0.0.1:50051")
+    inf = Informer(client, "pods", indexers={"node": lambda o: [o.json["spec"]["nodeName"]]})
+    inf.start(); inf.wait_synced(timeout=30)
+    inf.store.by_index("node", "node-7")
+"""
+
+from watchproxy.client import TLS, Client, Obj, Watch
+from watchproxy.errors import DOMAIN, StatusError
+from watchproxy.informer import Informer, Store
+
+__all__ = ["Client", "Informer", "Obj", "Store", "StatusError", "TLS", "Watch", "DOMAIN"]

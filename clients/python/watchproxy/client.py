@@ -1,0 +1,158 @@
+"""A client over the generated stubs: one target or several replicas
+(round robin, moving off a replica that goes away), TLS, and a bearer
+token sent with every call."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from watchproxy.errors import StatusError
+from watchproxy.v1 import watchproxy_pb2 as pb
+from watchproxy.v1 import watchproxy_pb2_grpc as pb_grpc
+
+MATCH = {
+    "": pb.RESOURCE_VERSION_MATCH_UNSPECIFIED,
+    "not-older-than": pb.RESOURCE_VERSION_MATCH_NOT_OLDER_THAN,
+    "exact": pb.RESOURCE_VERSION_MATCH_EXACT,
+}
+
+
+class Obj:
+    """An object as watchproxy serves it; `json` is the value parsed (None
+    when the value is not JSON), parsed on first use."""
+
+    __slots__ = ("key", "namespace", "name", "resource_version", "labels", "value", "_json")
+
+    def __init__(self, o: "pb.Object"):
+        self.key: str = o.key
+        self.namespace: str = o.namespace
+        self.name: str = o.name
+        self.resource_version: str = o.resource_version
+        self.labels: Dict[str, str] = dict(o.labels)
+        self.value: bytes = o.value
+        self._json = None
+
+    @property
+    def json(self):
+        if self._json is None:
+            try:
+                self._json = json.loads(self.value)
+            except ValueError:
+                return None
+        return self._json
+
+    def __repr__(self) -> str:
+        return f"Obj({self.namespace}/{self.name}@{self.resource_version})"
+
+
+@dataclass
+class TLS:
+    """TLS to the server: `ca` to trust (system roots when None), and a
+    client certificate and key where the server asks for one. Each is PEM
+    bytes or a file path."""
+
+    ca: Union[bytes, str, None] = None
+    cert: Union[bytes, str, None] = None
+    key: Union[bytes, str, None] = None
+    # The name the server's certificate must carry, when not the target's.
+    server_name: Optional[str] = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def pem(v):
+            if isinstance(v, str):
+                with open(v, "rb") as f:
+                    return f.read()
+            return v
+        return grpc.ssl_channel_credentials(pem(self.ca), pem(self.key), pem(self.cert))
+
+
+class Watch:
+    """An open watch: iterate for events; `cancel()` ends it from another
+    thread. A failure is raised as StatusError."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __iter__(self) -> Iterator["pb.WatchEvent"]:
+        try:
+            yield from self._call
+        except grpc.RpcError as e:
+            raise StatusError.from_rpc_error(e) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class Client:
+    """`target` is "host:port", or any gRPC target: "dns:///name:port" (a
+    headless Service: every replica) or "ipv4:10.0.0.1:50051,10.0.0.2:50051".
+    Calls are balanced round robin over what the target names."""
+
+    def __init__(self, target: str, tls: Union[TLS, bool, None] = None, token: Optional[str] = None,
+                 options: Sequence[Tuple[str, object]] = ()):
+        opts = [("grpc.lb_policy_name", "round_robin"),
+                ("grpc.max_receive_message_length", -1),
+                ("grpc.keepalive_time_ms", 30000), *options]
+        if tls:
+            creds = (tls if isinstance(tls, TLS) else TLS()).credentials()
+            server_name = tls.server_name if isinstance(tls, TLS) else None
+            if server_name:
+                opts.append(("grpc.ssl_target_name_override", server_name))
+            self.channel = grpc.secure_channel(target, creds, options=opts)
+        else:
+            self.channel = grpc.insecure_channel(target, options=opts)
+        self.stub = pb_grpc.WatchProxyStub(self.channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def list(self, resource: str, namespace: str = "", label_selector: str = "", field_selector: str = "",
+             resource_version: str = "", match: str = "", limit: int = 0, continue_token: str = "",
+             timeout: Optional[float] = None) -> "pb.ListResponse":
+        """One page of a List (`match`: "", "not-older-than" or "exact")."""
+        req = pb.ListRequest(resource=resource, namespace=namespace, label_selector=label_selector,
+                             field_selector=field_selector, resource_version=resource_version,
+                             resource_version_match=MATCH[match], limit=limit, continue_token=continue_token)
+        try:
+            return self.stub.List(req, metadata=self._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise StatusError.from_rpc_error(e) from None
+
+    def list_all(self, resource: str, page_size: int = 500, **query) -> Tuple[List[Obj], str]:
+        """Every page of one List at one version: the objects and that version."""
+        items: List[Obj] = []
+        token = ""
+        while True:
+            page = self.list(resource, limit=page_size, continue_token=token, **query)
+            items.extend(Obj(o) for o in page.items)
+            token = page.continue_token
+            if not token:
+                return items, page.resource_version
+
+    def get(self, resource: str, namespace: str, name: str, resource_version: str = "",
+            timeout: Optional[float] = None) -> Obj:
+        req = pb.GetRequest(resource=resource, namespace=namespace, name=name, resource_version=resource_version)
+        try:
+            return Obj(self.stub.Get(req, metadata=self._metadata, timeout=timeout))
+        except grpc.RpcError as e:
+            raise StatusError.from_rpc_error(e) from None
+
+    def watch(self, resource: str, resource_version: str = "", namespace: str = "", name: str = "",
+              label_selector: str = "", field_selector: str = "", allow_bookmarks: bool = True,
+              send_initial_events: bool = False, timeout_seconds: int = 0) -> Watch:
+        req = pb.WatchRequest(resource=resource, namespace=namespace, name=name, label_selector=label_selector,
+                              field_selector=field_selector, resource_version=resource_version,
+                              allow_bookmarks=allow_bookmarks, send_initial_events=send_initial_events,
+                              timeout_seconds=timeout_seconds)
+        return Watch(self.stub.Watch(req, metadata=self._metadata))

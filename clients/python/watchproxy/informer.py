@@ -1,0 +1,293 @@
+"""An informer, as Kubernetes' client-go has it: list a resource, watch
+from the list's version, keep an indexed local copy, call handlers with
+what changed. A broken watch resumes from the last version it has every
+event of, so a restart or a move between replicas costs no list; it lists
+again only when the server says its version is gone, and the handlers then
+see just the difference."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+from watchproxy.client import Client, Obj, Watch
+from watchproxy.errors import StatusError
+from watchproxy.v1 import watchproxy_pb2 as pb
+
+log = logging.getLogger("watchproxy")
+
+Key = Tuple[str, str]
+IndexFn = Callable[[Obj], Iterable[str]]
+
+
+class Store:
+    """The informer's copy: safe to read from any thread while it runs."""
+
+    def __init__(self, indexers: Optional[Dict[str, IndexFn]] = None):
+        self._lock = threading.RLock()
+        self._objects: Dict[Key, Obj] = {}
+        self._indexers = dict(indexers or {})
+        self._indices: Dict[str, Dict[str, Set[Key]]] = {name: {} for name in self._indexers}
+
+    def get(self, namespace: str, name: str) -> Optional[Obj]:
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def list(self) -> List[Obj]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def by_index(self, index: str, value: str) -> List[Obj]:
+        with self._lock:
+            keys = self._indices[index].get(value, ())
+            return [self._objects[k] for k in keys]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+    def _file(self, key: Key, obj: Obj, add: bool) -> None:
+        for name, index in self._indexers.items():
+            values = self._indices[name]
+            try:
+                filed = list(index(obj))
+            except Exception:  # an indexer that cannot read this object files it nowhere
+                log.exception("indexer %r failed on %s/%s", name, obj.namespace, obj.name)
+                continue
+            for value in filed:
+                if add:
+                    values.setdefault(value, set()).add(key)
+                elif value in values:
+                    values[value].discard(key)
+                    if not values[value]:
+                        del values[value]
+
+    def _put(self, obj: Obj) -> Optional[Obj]:
+        key = (obj.namespace, obj.name)
+        old = self._objects.get(key)
+        if old is not None:
+            self._file(key, old, False)
+        self._objects[key] = obj
+        self._file(key, obj, True)
+        return old
+
+    def _remove(self, key: Key) -> Optional[Obj]:
+        old = self._objects.pop(key, None)
+        if old is not None:
+            self._file(key, old, False)
+        return old
+
+    def _apply(self, obj: Obj, deleted: bool):
+        """One watch event: ("add", obj) | ("update", old, new) | ("delete", obj) | None."""
+        with self._lock:
+            if deleted:
+                return ("delete", obj) if self._remove((obj.namespace, obj.name)) is not None else None
+            old = self._put(obj)
+            return ("add", obj) if old is None else ("update", old, obj)
+
+    def _replace(self, items: List[Obj]):
+        """A list's items replace the copy; the changes that made the old
+        copy the new one (an object at the same version is no change)."""
+        with self._lock:
+            gone = set(self._objects)
+            changes = []
+            for obj in items:
+                key = (obj.namespace, obj.name)
+                gone.discard(key)
+                have = self._objects.get(key)
+                if have is not None and have.resource_version == obj.resource_version and have.value == obj.value:
+                    continue
+                old = self._put(obj)
+                changes.append(("add", obj) if old is None else ("update", old, obj))
+            for key in gone:
+                changes.append(("delete", self._remove(key)))
+            return changes
+
+
+class _Cursor:
+    """`complete` is the last version with all its events here: one
+    version can carry several events (a transaction), so the latest one
+    seen is complete only once a later version or a bookmark arrives."""
+
+    def __init__(self, version: int):
+        self.complete = self.seen = version
+
+    def event(self, version: int) -> None:
+        if version > self.seen:
+            self.complete, self.seen = self.seen, version
+
+    def bookmark(self, version: int) -> None:
+        self.seen = max(self.seen, version)
+        self.complete = self.seen
+
+
+class _Backoff:
+    """Doubling waits up to a ceiling, jittered in the upper half of each
+    step so clients a replica dropped together do not return together,
+    never shorter than the server's advice."""
+
+    def __init__(self, first: float = 0.2, ceiling: float = 30.0):
+        self.first, self.ceiling, self.step = first, ceiling, first
+
+    def next(self, advised: Optional[float] = None) -> float:
+        step, self.step = self.step, min(self.step * 2, self.ceiling)
+        return max(random.uniform(step / 2, step), advised or 0.0)
+
+    def reset(self) -> None:
+        self.step = self.first
+
+
+class Informer:
+    """Mirrors `resource` (optionally one namespace and selectors) into
+    `store`, calling the handlers on its own thread in the order the store
+    took the changes."""
+
+    def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
+                 field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500):
+        self.client, self.resource = client, resource
+        self._query = dict(namespace=namespace, label_selector=label_selector, field_selector=field_selector)
+        self._page_size = page_size
+        self.store = Store(indexers)
+        self._handlers: List[dict] = []
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._watch: Optional[Watch] = None
+        self._version = ""
+        self._backoff = _Backoff()
+        # The error that stopped it, when no retry could mend it.
+        self.error: Optional[StatusError] = None
+        self.lists = self.resumes = 0
+
+    def add_handler(self, on_add: Optional[Callable[[Obj], None]] = None,
+                    on_update: Optional[Callable[[Obj, Obj], None]] = None,
+                    on_delete: Optional[Callable[[Obj], None]] = None,
+                    on_relist: Optional[Callable[[str, bool], None]] = None) -> None:
+        """`on_relist(resource_version, resync)` follows the changes of a
+        list (or of a resync the server sent) that brought the store to
+        `resource_version`."""
+        self._handlers.append(dict(add=on_add, update=on_update, delete=on_delete, relist=on_relist))
+
+    @property
+    def resource_version(self) -> str:
+        """The version of the last change or bookmark the store took."""
+        return self._version
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: Optional[float] = None) -> bool:
+        """True once the first list is in the store; raises the error that
+        stopped the informer before it synced."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._synced.wait(0.05):
+            if self.error is not None:
+                raise self.error
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.resource}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: Optional[float] = 10) -> None:
+        self._stopping.set()
+        watch = self._watch
+        if watch is not None:
+            watch.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _notify(self, kind: str, *args) -> None:
+        for h in self._handlers:
+            fn = h[kind]
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:  # a failing handler must not stop the informer
+                log.exception("%s handler failed", kind)
+
+    def _changed(self, change) -> None:
+        if change is not None:
+            self._notify(change[0], *change[1:])
+
+    def _pause(self, what: str, err: StatusError) -> bool:
+        """Waits before a retry; False when none can help."""
+        if err.is_permanent:
+            log.error("%s %s failed (%s %s); informer stopped: %s", self.resource, what, err.code.name,
+                      err.reason, err.message)
+            self.error = err
+            return False
+        wait = self._backoff.next(err.retry_delay)
+        verb = "unavailable" if err.code.name == "UNAVAILABLE" else "failed"
+        log.warning("%s %s %s (%s %s); retrying in %.2fs", self.resource, what, verb, err.code.name,
+                    err.reason, wait)
+        return not self._stopping.wait(wait)
+
+    def _relist(self) -> int:
+        items, version = self.client.list_all(self.resource, page_size=self._page_size, **self._query)
+        changes = self.store._replace(items)
+        log.info("%s listed %d objects at %s (%d changes)", self.resource, len(items), version, len(changes))
+        for change in changes:
+            self._changed(change)
+        self._notify("relist", version, False)
+        self._version = version
+        self.lists += 1
+        self._synced.set()
+        self._backoff.reset()
+        return int(version)
+
+    def _follow(self, cursor: _Cursor) -> None:
+        watch = self.client.watch(self.resource, resource_version=str(cursor.complete), **self._query)
+        self._watch = watch
+        if self._stopping.is_set():
+            watch.cancel()
+        for ev in watch:
+            self._backoff.reset()
+            rv = ev.object.resource_version
+            if ev.type == pb.EVENT_TYPE_BOOKMARK:
+                cursor.bookmark(int(rv))
+                if ev.resync:
+                    self._notify("relist", rv, True)
+            elif ev.type in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED, pb.EVENT_TYPE_DELETED):
+                cursor.event(int(rv))
+                self._changed(self.store._apply(Obj(ev.object), ev.type == pb.EVENT_TYPE_DELETED))
+            else:
+                log.warning("%s: skipped an event of unknown type %d", self.resource, ev.type)
+                continue
+            self._version = str(cursor.seen)
+
+    def _run(self) -> None:
+        resume: Optional[int] = None
+        while not self._stopping.is_set():
+            if resume is None:
+                try:
+                    resume = self._relist()
+                except StatusError as e:
+                    if not self._pause("list", e):
+                        return
+                    continue
+            cursor = _Cursor(resume)
+            try:
+                self._follow(cursor)
+                resume = cursor.complete
+                if self._stopping.wait(self._backoff.next()):
+                    return
+            except StatusError as e:
+                if self._stopping.is_set():
+                    return
+                if e.is_gone:
+                    log.warning("%s too old (%s %s); listing again", self.resource, e.code.name, e.reason)
+                    resume = None
+                    continue
+                if not self._pause("watch", e):
+                    return
+                named = int(e.resume_resource_version or 0)
+                resume = max(cursor.complete, named)
+                self.resumes += 1
+                log.info("%s resuming from %d after %s %s", self.resource, resume, e.code.name, e.reason)

@@ -1,0 +1,192 @@
+//! A typed client over the generated stubs: one or more replicas (calls
+//! are balanced across them, and move when one goes away), TLS, and a
+//! bearer token sent with every call.
+
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::Code;
+
+use crate::error::Error;
+use crate::pb::watch_proxy_client::WatchProxyClient;
+use crate::pb::{GetRequest, ListRequest, ListResponse, Object, WatchEvent, WatchRequest};
+
+type Stub = WatchProxyClient<InterceptedService<Channel, Credentials>>;
+
+/// A connection to watchproxy; cheap to clone, and clones share it.
+#[derive(Clone)]
+pub struct Client {
+    stub: Stub,
+}
+
+/// How a [`Client`] connects.
+#[derive(Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    tls: Option<ClientTlsConfig>,
+    token: Option<String>,
+    connect_timeout: Duration,
+}
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct Credentials(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+impl ClientBuilder {
+    /// Another replica to balance calls over; a call whose replica goes
+    /// away is retried by its caller on the others.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoints.push(endpoint.into());
+        self
+    }
+
+    /// TLS to the server (an `https://` endpoint): the CA to trust, and a
+    /// client certificate where the server asks for one.
+    pub fn tls(mut self, tls: ClientTlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// A bearer token (a static token or a JWT) sent with every call.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A client that connects on its first call, and reconnects as needed:
+    /// what an informer that must outlive a replica wants.
+    pub fn connect_lazy(self) -> Result<Client, Error> {
+        let mut endpoints = self.endpoints()?;
+        let channel = match endpoints.len() {
+            1 => endpoints.remove(0).connect_lazy(),
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
+        self.client(channel)
+    }
+
+    /// Connects now, so a wrong address or certificate fails here (with
+    /// several replicas, connections are made as calls need them).
+    pub async fn connect(self) -> Result<Client, Error> {
+        let mut endpoints = self.endpoints()?;
+        let channel = match endpoints.len() {
+            1 => endpoints.remove(0).connect().await?,
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
+        self.client(channel)
+    }
+
+    fn endpoints(&self) -> Result<Vec<Endpoint>, Error> {
+        if self.endpoints.is_empty() {
+            return Err(Error::local(Code::InvalidArgument, "no endpoint"));
+        }
+        let mut endpoints = Vec::with_capacity(self.endpoints.len());
+        for uri in &self.endpoints {
+            let mut endpoint = Endpoint::from_shared(uri.clone())
+                .map_err(|e| Error::local(Code::InvalidArgument, format!("endpoint {uri:?}: {e}")))?
+                .connect_timeout(self.connect_timeout)
+                .http2_keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_while_idle(true);
+            if let Some(tls) = &self.tls {
+                endpoint = endpoint.tls_config(tls.clone())?;
+            }
+            endpoints.push(endpoint);
+        }
+        Ok(endpoints)
+    }
+
+    fn client(&self, channel: Channel) -> Result<Client, Error> {
+        let credentials = match &self.token {
+            Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
+                Error::local(Code::InvalidArgument, "the token is not valid header text")
+            })?),
+            None => None,
+        };
+        let stub = WatchProxyClient::with_interceptor(channel, Credentials(credentials))
+            .max_decoding_message_size(usize::MAX);
+        Ok(Client { stub })
+    }
+}
+
+impl Client {
+    /// `endpoint` is `http://host:port` or, with [`ClientBuilder::tls`],
+    /// `https://host:port`.
+    pub fn builder(endpoint: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            endpoints: vec![endpoint.into()],
+            tls: None,
+            token: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
+        Client::builder(endpoint).connect().await
+    }
+
+    /// One page of a List.
+    pub async fn list(&self, request: ListRequest) -> Result<ListResponse, Error> {
+        Ok(self.stub.clone().list(request).await?.into_inner())
+    }
+
+    /// Every page of a List at one version: the items and that version.
+    pub async fn list_all(&self, mut request: ListRequest) -> Result<(Vec<Object>, String), Error> {
+        let mut items = Vec::new();
+        loop {
+            let page = self.list(request.clone()).await?;
+            items.extend(page.items);
+            if page.continue_token.is_empty() {
+                return Ok((items, page.resource_version));
+            }
+            request.continue_token = page.continue_token;
+        }
+    }
+
+    pub async fn get(&self, request: GetRequest) -> Result<Object, Error> {
+        Ok(self.stub.clone().get(request).await?.into_inner())
+    }
+
+    pub async fn watch(&self, request: WatchRequest) -> Result<Watch, Error> {
+        let stream = self.stub.clone().watch(request).await?.into_inner();
+        Ok(Watch { stream })
+    }
+
+    /// The generated stub, for what this client does not wrap.
+    pub fn stub(&self) -> Stub {
+        self.stub.clone()
+    }
+}
+
+/// An open watch.
+pub struct Watch {
+    stream: tonic::Streaming<WatchEvent>,
+}
+
+impl Watch {
+    /// The next event; `Ok(None)` when the server ended the watch without
+    /// an error (its `timeout_seconds` passed).
+    pub async fn next(&mut self) -> Result<Option<WatchEvent>, Error> {
+        Ok(self.stream.message().await?)
+    }
+}
