@@ -12,8 +12,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use etcd_client::GetOptions;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use watchproxy::config::Config;
+use watchproxy_client::{Client, Event, EventStream, Informer, Store};
 
 fn python() -> Command {
     let ok = Command::new("python3")
@@ -155,20 +157,7 @@ async fn informer_follows_etcd(mut informer: Command) {
     assert!(out.status.success(), "informer failed: {seen:#?}");
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let got: BTreeMap<String, String> = serde_json::from_value(result["objects"].clone()).unwrap();
-    let want: BTreeMap<String, String> = ec
-        .get("/registry/pods/", Some(GetOptions::new().with_prefix()))
-        .await
-        .unwrap()
-        .kvs()
-        .iter()
-        .filter(|kv| String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_owned(),
-                kv.mod_revision().to_string(),
-            )
-        })
-        .collect();
+    let want = web_pods(&mut ec).await;
     assert_eq!(got, want, "the informer's copy is etcd's state");
     assert!(seen.iter().any(|l| l.contains("too old")), "{seen:#?}");
     assert!(result["resumes"].as_u64().unwrap() >= 2, "{result}");
@@ -185,4 +174,166 @@ async fn informer_follows_etcd(mut informer: Command) {
             "{event} with {reason}: {seen:#?}"
         );
     }
+}
+
+/// The Rust informer's copy: key → resource version.
+fn copy_of(store: &Store) -> BTreeMap<String, String> {
+    let objects = store.list().into_iter();
+    objects
+        .map(|o| (o.key.clone(), o.resource_version.clone()))
+        .collect()
+}
+
+/// Everything the informer has told its subscriber so far.
+fn drain(events: &mut EventStream) -> Vec<Event> {
+    let mut got = Vec::new();
+    while let Ok(e) = events.as_mut().try_recv() {
+        got.push(e);
+    }
+    got
+}
+
+async fn write_randomly(ec: &mut etcd_client::Client, rng: &mut StdRng, n: usize) {
+    for _ in 0..n {
+        let name = format!("p{}", rng.random_range(0..20));
+        if rng.random_bool(0.2) {
+            delete_key(ec, &format!("/registry/pods/ns/{name}")).await;
+        } else {
+            let app = if rng.random_bool(0.6) { "web" } else { "db" };
+            let node = format!("node-{}", rng.random_range(0..3));
+            put_pod(ec, "ns", &name, &[("app", app)], &node).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let mut rng = StdRng::seed_from_u64(25);
+    write_randomly(&mut ec, &mut rng, 30).await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    forwarder.cut();
+    let config = Config::from_yaml(&pods_yaml(&forwarder.url, 64)).unwrap();
+    let first = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = first.local_addr().unwrap();
+    let mut proxy = Proxy::start_on(config.clone(), first).await;
+
+    let client = Client::builder(format!("http://{addr}"))
+        .connect_lazy()
+        .unwrap();
+    let mut informer = Informer::new(client, "pods")
+        .label_selector("app=web")
+        .page_size(7)
+        .backoff(Duration::from_millis(50), Duration::from_secs(1))
+        .index("node", |pod| {
+            let node = pod
+                .json()
+                .and_then(|v| v["spec"]["nodeName"].as_str().map(String::from));
+            node.into_iter().collect()
+        });
+    let mut events = informer.events(4096);
+    let running = informer.start();
+    // Not ready: the informer retries (NOT_READY) until the cache is.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!running.has_synced());
+    forwarder.restore();
+    tokio::time::timeout(Duration::from_secs(20), running.wait_until_synced())
+        .await
+        .expect("synced")
+        .unwrap();
+    let store = running.store();
+    assert_eq!(copy_of(&store), web_pods(&mut ec).await);
+
+    write_randomly(&mut ec, &mut rng, 60).await;
+    let want = web_pods(&mut ec).await;
+    wait_until("the copy follows etcd", || copy_of(&store) == want).await;
+
+    // A restart: the informer resumes, no list.
+    proxy.stop().await;
+    write_randomly(&mut ec, &mut rng, 10).await;
+    let mut proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
+    write_randomly(&mut ec, &mut rng, 10).await;
+    let want = web_pods(&mut ec).await;
+    wait_until("the copy follows etcd across a restart", || {
+        copy_of(&store) == want
+    })
+    .await;
+    assert_eq!(running.stats().lists, 1, "{:?}", running.stats());
+    assert!(running.stats().resumes >= 1, "{:?}", running.stats());
+
+    // A restart after etcd compacted past the informer's version: it
+    // lists again, and its subscriber sees the difference, each change
+    // once.
+    let before = drain(&mut events);
+    assert!(matches!(
+        before.last(),
+        Some(Event::Added(_) | Event::Modified { .. } | Event::Deleted(_))
+    ));
+    proxy.stop().await;
+    let have = copy_of(&store);
+    let named = |key: &str| key.rsplit('/').next().unwrap().to_owned();
+    let (gone, changed) = {
+        let mut keys = have.keys().map(|k| named(k));
+        (keys.next().unwrap(), keys.next().unwrap())
+    };
+    delete_key(&mut ec, &format!("/registry/pods/ns/{gone}")).await;
+    put_pod(
+        &mut ec,
+        "ns",
+        &changed,
+        &[("app", "web"), ("v", "2")],
+        "node-1",
+    )
+    .await;
+    put_pod(&mut ec, "ns", "new", &[("app", "web")], "node-2").await;
+    let now = put_pod(&mut ec, "ns", "unseen", &[("app", "db")], "node-2").await;
+    ec.compact(now as i64, None).await.unwrap();
+    let _proxy = Proxy::start_on(config, listener_at(addr).await).await;
+    let want = web_pods(&mut ec).await;
+    wait_until("the copy is etcd's after the list", || {
+        copy_of(&store) == want
+    })
+    .await;
+    assert_eq!(running.stats().lists, 2, "{:?}", running.stats());
+    let mut difference: Vec<(String, &str)> = drain(&mut events)
+        .into_iter()
+        .map(|e| match e {
+            Event::Added(o) => (o.name.clone(), "added"),
+            Event::Modified { new, .. } => (new.name.clone(), "modified"),
+            Event::Deleted(o) => (o.name.clone(), "deleted"),
+            Event::Relisted { resync, .. } => {
+                ("".into(), if resync { "resync" } else { "relisted" })
+            }
+        })
+        .collect();
+    difference.sort();
+    let mut expected = vec![
+        (String::new(), "relisted"),
+        (changed, "modified"),
+        (gone, "deleted"),
+        ("new".into(), "added"),
+    ];
+    expected.sort();
+    assert_eq!(difference, expected);
+
+    // The index follows the objects.
+    for node in ["node-0", "node-1", "node-2"] {
+        let mut indexed: Vec<String> = store
+            .by_index("node", node)
+            .iter()
+            .map(|o| o.key.clone())
+            .collect();
+        indexed.sort();
+        let filed: Vec<String> = store
+            .list()
+            .into_iter()
+            .filter(|o| o.json().unwrap()["spec"]["nodeName"] == node)
+            .map(|o| o.key.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(indexed, filed, "{node}");
+    }
+    running.stop().await.unwrap();
 }

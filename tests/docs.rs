@@ -1,20 +1,12 @@
 //! The proto's comments and the README's status table say what the code
-//! sends: every ErrorInfo reason, with its status code.
+//! sends: every ErrorInfo reason, with its status code; the clients know
+//! every reason, and the Python stubs are the proto's.
 
-use tonic::Code;
+mod common;
+
+use common::code_name;
 use watchproxy::api::error::REASONS;
-
-/// `OutOfRange` as the protocol spells it: `OUT_OF_RANGE`.
-fn code_name(code: Code) -> String {
-    let mut out = String::new();
-    for (i, c) in format!("{code:?}").chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    out
-}
+use watchproxy_client::Reason;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
@@ -80,4 +72,30 @@ fn the_proto_names_every_reason_with_its_code() {
         let want = (code_name(*c), reason.to_string());
         assert!(listed.contains(&want), "proto: {} with {}", want.1, want.0);
     }
+}
+
+#[test]
+fn the_rust_client_knows_every_reason() {
+    for (reason, _) in REASONS {
+        let parsed = Reason::parse(reason);
+        assert!(!matches!(parsed, Reason::Other(_)), "{reason}");
+        assert_eq!(parsed.as_str(), *reason);
+    }
+    assert_eq!(Reason::KNOWN.len(), REASONS.len());
+}
+
+#[test]
+fn the_python_stubs_are_generated_from_the_proto() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("python3")
+        .env("PYTHONPATH", format!("{dir}/clients/python"))
+        .arg(format!("{dir}/clients/python/tests/stubs_current.py"))
+        .arg(format!("{dir}/proto"))
+        .output()
+        .expect("python3 with grpcio-tools is required: run ./scripts/install-deps.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -384,3 +384,37 @@ pub fn test_leaf(
     let cert = params.signed_by(&key, ca).unwrap();
     (cert.pem(), key.serialize_pem())
 }
+
+/// etcd's pods labelled app=web: key → mod revision, as an informer with
+/// the selector `app=web` must end up holding.
+pub async fn web_pods(c: &mut Client) -> std::collections::BTreeMap<String, String> {
+    let all = c
+        .get(
+            "/registry/pods/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    all.kvs()
+        .iter()
+        .filter(|kv| String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_owned(),
+                kv.mod_revision().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `OutOfRange` as the protocol (and grpcio) spells it: `OUT_OF_RANGE`.
+pub fn code_name(code: tonic::Code) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
