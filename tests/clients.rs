@@ -6,9 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -17,65 +15,20 @@ use rand::{Rng, SeedableRng};
 use watchproxy::config::Config;
 use watchproxy_client::{Client, Event, EventStream, Informer, Store};
 
-fn python() -> Command {
-    let ok = Command::new("python3")
-        .args(["-c", "import grpc, grpc_tools, grpc_status"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "python3 with grpcio, grpcio-tools and grpcio-status is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools grpcio-status)");
-    let mut c = Command::new("python3");
-    c.env(
-        "PYTHONPATH",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-    )
-    .arg(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/python/informer.py"
-    ));
-    c
-}
-
-fn node() -> Command {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node");
-    let ok = Command::new("node")
-        .arg("--version")
-        .status()
-        .is_ok_and(|s| s.success())
-        && std::path::Path::new(dir)
-            .join("node_modules/@grpc/grpc-js")
-            .is_dir();
-    assert!(ok, "Node.js with the example's packages is required: run ./scripts/install-deps.sh (npm ci --prefix examples/node)");
-    let mut c = Command::new("node");
-    c.arg(format!("{dir}/informer.js"));
-    c
-}
-
-/// Waits for the informer to log `event` for the `nth` time.
-fn wait_for_log(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, event: &str, nth: usize) {
-    while seen.iter().filter(|l| l.contains(event)).count() < nth {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| {
-                panic!("no {event:?} #{nth} from the informer; it said: {seen:#?}")
-            });
-        seen.push(line);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() {
-    informer_follows_etcd(python()).await;
+    informer_follows_etcd(python_informer()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
-    informer_follows_etcd(node()).await;
+    informer_follows_etcd(node_informer()).await;
 }
 
 /// Runs `informer` (its command and script) through a start before the
 /// cache is ready, writes, a restart, and a restart after etcd compacted
 /// past its version.
-async fn informer_follows_etcd(mut informer: Command) {
+async fn informer_follows_etcd(informer: Command) {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for i in 0..10 {
@@ -92,30 +45,10 @@ async fn informer_follows_etcd(mut informer: Command) {
     let addr = first.local_addr().unwrap();
     let mut proxy = Proxy::start_on(config.clone(), first).await;
 
-    let mut child = informer
-        .args([
-            &addr.to_string(),
-            "pods",
-            "--selector",
-            "app=web",
-            "--until",
-            "stop",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "list unavailable", 1));
+    let mut informer = External::spawn(informer, &addr.to_string(), "app=web", "stop");
+    tokio::task::block_in_place(|| informer.wait_for_log("list unavailable", 1));
     forwarder.restore();
-    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "listed", 1));
+    tokio::task::block_in_place(|| informer.wait_for_log("listed", 1));
 
     // Changes the informer follows: an update, a new object, a deletion,
     // and an object that starts matching the selector.
@@ -136,7 +69,7 @@ async fn informer_follows_etcd(mut informer: Command) {
     proxy.stop().await;
     put_pod(&mut ec, "ns", "p12", &[("app", "web")], "").await;
     let mut proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
-    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "resuming", 1));
+    tokio::task::block_in_place(|| informer.wait_for_log("resuming", 1));
     put_pod(&mut ec, "ns", "p14", &[("app", "web")], "").await;
     wait_until("p12 and p14 are sent to the informer", || {
         sent(&proxy) >= 2.0
@@ -150,12 +83,10 @@ async fn informer_follows_etcd(mut informer: Command) {
     let now = put_pod(&mut ec, "ns", "p16", &[("app", "web")], "").await;
     ec.compact(now as i64, None).await.unwrap();
     let _proxy = Proxy::start_on(config, listener_at(addr).await).await;
-    tokio::task::block_in_place(|| wait_for_log(&lines, &mut seen, "listed", 2));
+    tokio::task::block_in_place(|| informer.wait_for_log("listed", 2));
     put_pod(&mut ec, "ns", "stop", &[("app", "web")], "").await;
 
-    let out = tokio::task::block_in_place(|| child.wait_with_output()).unwrap();
-    assert!(out.status.success(), "informer failed: {seen:#?}");
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (result, seen) = tokio::task::block_in_place(|| informer.finish());
     let got: BTreeMap<String, String> = serde_json::from_value(result["objects"].clone()).unwrap();
     let want = web_pods(&mut ec).await;
     assert_eq!(got, want, "the informer's copy is etcd's state");

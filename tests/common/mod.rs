@@ -16,9 +16,12 @@ use watchproxy::pb::{self, WatchEvent};
 use watchproxy::Listeners;
 
 mod forwarder;
+mod informers;
 
 #[allow(unused_imports)]
 pub use forwarder::Forwarder;
+#[allow(unused_imports)]
+pub use informers::{node_informer, python_informer, External};
 pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
 /// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64 and `limits`

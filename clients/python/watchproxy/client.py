@@ -97,6 +97,10 @@ class Client:
         opts = [("grpc.lb_policy_name", "round_robin"),
                 ("grpc.max_receive_message_length", -1),
                 ("grpc.keepalive_time_ms", 30000), *options]
+        if "," in target and not any(k == "grpc.default_authority" for k, _ in options):
+            # grpcio would send the whole address list as :authority, which
+            # HTTP/2 servers refuse; the first address stands for them all.
+            opts.append(("grpc.default_authority", target.split(":", 1)[1].split(",")[0].lstrip("/")))
         if tls:
             creds = (tls if isinstance(tls, TLS) else TLS()).credentials()
             server_name = tls.server_name if isinstance(tls, TLS) else None

@@ -225,8 +225,10 @@ class Informer:
             return False
         wait = self._backoff.next(err.retry_delay)
         verb = "unavailable" if err.code.name == "UNAVAILABLE" else "failed"
-        log.warning("%s %s %s (%s %s); retrying in %.2fs", self.resource, what, verb, err.code.name,
-                    err.reason, wait)
+        # A replica going away or a connection reaching its age is a planned move.
+        planned = err.reason in ("SHUTTING_DOWN", "CONNECTION_AGED")
+        log.log(logging.INFO if planned else logging.WARNING, "%s %s %s (%s %s); retrying in %.2fs: %s",
+                self.resource, what, verb, err.code.name, err.reason, wait, err.message)
         return not self._stopping.wait(wait)
 
     def _relist(self) -> int:

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::client::Client;
-use crate::error::Error;
+use crate::error::{Error, Reason};
 use crate::pb::{EventType, ListRequest, Object, WatchRequest};
 use crate::store::{Change, IndexFn, Store};
 
@@ -339,7 +339,16 @@ impl Reflector {
             return Err(e.clone());
         }
         let wait = self.backoff.next(e.retry_delay());
-        warn!(resource = %self.query.resource, call, error = %e, ?wait, "retrying");
+        // A replica going away or a connection reaching its age is a
+        // planned move.
+        if matches!(
+            e.reason(),
+            Some(Reason::ShuttingDown | Reason::ConnectionAged)
+        ) {
+            info!(resource = %self.query.resource, call, error = %e, ?wait, "moving");
+        } else {
+            warn!(resource = %self.query.resource, call, error = %e, ?wait, "retrying");
+        }
         tokio::time::sleep(wait).await;
         Ok(())
     }
