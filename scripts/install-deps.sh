@@ -30,10 +30,11 @@ if ! command -v helm >/dev/null 2>&1; then
   rm -rf "$tmp"
   command -v helm >/dev/null 2>&1 || echo "helm was installed in $bin; add it to PATH" >&2
 fi
-# The Python client example, run by the tests.
-if ! python3 -c 'import grpc, grpc_tools, grpc_status' >/dev/null 2>&1; then
-  echo "installing grpcio, grpcio-tools and grpcio-status ..." >&2
-  python3 -m pip install -q grpcio grpcio-tools grpcio-status
+# The Python client package (its requirements, checked by importing its
+# stubs) and grpcio-tools, which the tests use.
+if ! PYTHONPATH=clients/python python3 -c 'import grpc_tools, watchproxy.v1.watchproxy_pb2_grpc, watchproxy' >/dev/null 2>&1; then
+  echo "installing the Python client package (grpcio, grpcio-status, protobuf) and grpcio-tools ..." >&2
+  python3 -m pip install -q ./clients/python grpcio-tools
 fi
 # The Node.js client example, run by the tests.
 if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then

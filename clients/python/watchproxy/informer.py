@@ -161,6 +161,9 @@ class Informer:
         # The error that stopped it, when no retry could mend it.
         self.error: Optional[StatusError] = None
         self.lists = self.resumes = 0
+        # Seconds the last list took, its pages, the store's update and the
+        # handlers' calls included.
+        self.last_list_seconds = 0.0
 
     def add_handler(self, on_add: Optional[Callable[[Obj], None]] = None,
                     on_update: Optional[Callable[[Obj, Obj], None]] = None,
@@ -232,6 +235,7 @@ class Informer:
         return not self._stopping.wait(wait)
 
     def _relist(self) -> int:
+        started = time.monotonic()
         items, version = self.client.list_all(self.resource, page_size=self._page_size, **self._query)
         changes = self.store._replace(items)
         log.info("%s listed %d objects at %s (%d changes)", self.resource, len(items), version, len(changes))
@@ -239,6 +243,7 @@ class Informer:
             self._changed(change)
         self._notify("relist", version, False)
         self._version = version
+        self.last_list_seconds = time.monotonic() - started
         self.lists += 1
         self._synced.set()
         self._backoff.reset()

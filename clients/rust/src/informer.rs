@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
@@ -76,6 +76,9 @@ pub struct Stats {
     pub resumes: u64,
     /// Watch events received (bookmarks included).
     pub events: u64,
+    /// How long the last list took, its pages, the store's update and the
+    /// subscribers' taking of the difference included.
+    pub last_list: Duration,
 }
 
 #[derive(Default)]
@@ -85,6 +88,7 @@ struct Shared {
     lists: AtomicU64,
     resumes: AtomicU64,
     events: AtomicU64,
+    last_list: Mutex<Duration>,
 }
 
 impl Informer {
@@ -225,6 +229,7 @@ impl Running {
             lists: self.shared.lists.load(Ordering::Relaxed),
             resumes: self.shared.resumes.load(Ordering::Relaxed),
             events: self.shared.events.load(Ordering::Relaxed),
+            last_list: *self.shared.last_list.lock(),
         }
     }
 
@@ -362,21 +367,25 @@ impl Reflector {
     /// Lists every page at one version into the store and tells
     /// subscribers the difference; the list's version.
     async fn relist(&mut self) -> Result<u64, Error> {
+        let started = Instant::now();
         let (items, version) = self.client.list_all(self.query.clone()).await?;
         let at = version_of(&version)?;
         let changes = self.store.replace(items);
+        // Synced means the store holds the list: a subscriber that waits
+        // for it before reading its events must not hold up their sending.
+        *self.shared.version.lock() = version.clone();
+        self.shared.lists.fetch_add(1, Ordering::Relaxed);
+        self.synced.send_replace(true);
         info!(resource = %self.query.resource, version = at, changes = changes.len(), "listed");
         for change in changes {
             self.emit(change.into()).await;
         }
         self.emit(Event::Relisted {
-            resource_version: version.clone(),
+            resource_version: version,
             resync: false,
         })
         .await;
-        *self.shared.version.lock() = version;
-        self.shared.lists.fetch_add(1, Ordering::Relaxed);
-        self.synced.send_replace(true);
+        *self.shared.last_list.lock() = started.elapsed();
         Ok(at)
     }
 
