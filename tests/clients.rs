@@ -1,7 +1,9 @@
-//! Clients in other languages: the informers in examples/python and
-//! examples/node list, watch with a selector, resume after watchproxy
-//! restarts and list again when their version has expired, each ending
-//! with etcd's state.
+//! The clients' informers against a real etcd: the Rust crate's and the
+//! Python package's (through its CLI's handlers) follow random writes, a
+//! start before the cache is ready, a restart, a resync and a relist, and
+//! see each difference once; the Python and Node examples resume across
+//! restarts and list again when their version has expired. Each ends with
+//! etcd's state.
 
 mod common;
 
@@ -107,11 +109,16 @@ async fn informer_follows_etcd(informer: Command) {
     }
 }
 
-/// The Rust informer's copy: key → resource version.
+/// The Rust informer's copy: key → value.
 fn copy_of(store: &Store) -> BTreeMap<String, String> {
     let objects = store.list().into_iter();
     objects
-        .map(|o| (o.key.clone(), o.resource_version.clone()))
+        .map(|o| {
+            (
+                o.key.clone(),
+                String::from_utf8_lossy(&o.value).into_owned(),
+            )
+        })
         .collect()
 }
 
@@ -138,7 +145,8 @@ async fn write_randomly(ec: &mut etcd_client::Client, rng: &mut StdRng, n: usize
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once() {
+async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_as_its_difference_once(
+) {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     let mut rng = StdRng::seed_from_u64(25);
@@ -165,6 +173,7 @@ async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once
         });
     let mut events = informer.events(4096);
     let running = informer.start();
+    let python = Mirror::start(&addr.to_string(), "app=web");
     // Not ready: the informer retries (NOT_READY) until the cache is.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!running.has_synced());
@@ -174,10 +183,10 @@ async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once
         .expect("synced")
         .unwrap();
     let store = running.store();
-    assert_eq!(copy_of(&store), web_pods(&mut ec).await);
+    assert_eq!(copy_of(&store), web_pod_values(&mut ec).await);
 
     write_randomly(&mut ec, &mut rng, 60).await;
-    let want = web_pods(&mut ec).await;
+    let want = web_pod_values(&mut ec).await;
     wait_until("the copy follows etcd", || copy_of(&store) == want).await;
 
     // A restart: the informer resumes, no list.
@@ -185,7 +194,7 @@ async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once
     write_randomly(&mut ec, &mut rng, 10).await;
     let mut proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
     write_randomly(&mut ec, &mut rng, 10).await;
-    let want = web_pods(&mut ec).await;
+    let want = web_pod_values(&mut ec).await;
     wait_until("the copy follows etcd across a restart", || {
         copy_of(&store) == want
     })
@@ -193,60 +202,93 @@ async fn the_rust_informer_follows_etcd_and_sees_a_relist_as_its_difference_once
     assert_eq!(running.stats().lists, 1, "{:?}", running.stats());
     assert!(running.stats().resumes >= 1, "{:?}", running.stats());
 
-    // A restart after etcd compacted past the informer's version: it
-    // lists again, and its subscriber sees the difference, each change
-    // once.
-    let before = drain(&mut events);
-    assert!(matches!(
-        before.last(),
-        Some(Event::Added(_) | Event::Modified { .. } | Event::Deleted(_))
-    ));
-    proxy.stop().await;
-    let have = copy_of(&store);
-    let named = |key: &str| key.rsplit('/').next().unwrap().to_owned();
-    let (gone, changed) = {
-        let mut keys = have.keys().map(|k| named(k));
-        (keys.next().unwrap(), keys.next().unwrap())
-    };
-    delete_key(&mut ec, &format!("/registry/pods/ns/{gone}")).await;
-    put_pod(
-        &mut ec,
-        "ns",
-        &changed,
-        &[("app", "web"), ("v", "2")],
-        "node-1",
-    )
-    .await;
-    put_pod(&mut ec, "ns", "new", &[("app", "web")], "node-2").await;
-    let now = put_pod(&mut ec, "ns", "unseen", &[("app", "db")], "node-2").await;
-    ec.compact(now as i64, None).await.unwrap();
-    let _proxy = Proxy::start_on(config, listener_at(addr).await).await;
-    let want = web_pods(&mut ec).await;
-    wait_until("the copy is etcd's after the list", || {
-        copy_of(&store) == want
-    })
-    .await;
-    assert_eq!(running.stats().lists, 2, "{:?}", running.stats());
-    let mut difference: Vec<(String, &str)> = drain(&mut events)
-        .into_iter()
-        .map(|e| match e {
-            Event::Added(o) => (o.name.clone(), "added"),
-            Event::Modified { new, .. } => (new.name.clone(), "modified"),
-            Event::Deleted(o) => (o.name.clone(), "deleted"),
-            Event::Relisted { resync, .. } => {
-                ("".into(), if resync { "resync" } else { "relisted" })
-            }
+    // Two ways the history since the informers' version is lost, each
+    // seen by the Rust informer's subscriber and the Python informer's
+    // handlers as the difference, each change once, then the marker:
+    // - etcd compacts while watchproxy is cut off from it: watchproxy
+    //   resyncs the open watches (marked events), no list;
+    // - etcd compacts while watchproxy is down: the informers' resume is
+    //   too old, and they list again.
+    let mut lists = 1;
+    for (phase, marker) in [("resync", "resync"), ("relist", "relisted")] {
+        let want = web_pod_values(&mut ec).await;
+        wait_until("the Python informer follows etcd", || python.copy() == want).await;
+        python.take();
+        // What came before this phase.
+        drain(&mut events);
+        let named = |key: &String| key.rsplit('/').next().unwrap().to_owned();
+        let mut names = want.keys().map(named);
+        let (gone, changed) = (names.next().unwrap(), names.next().unwrap());
+        let new = format!("new-{phase}");
+        if phase == "resync" {
+            forwarder.cut();
+        } else {
+            proxy.stop().await;
+        }
+        delete_key(&mut ec, &format!("/registry/pods/ns/{gone}")).await;
+        put_pod(
+            &mut ec,
+            "ns",
+            &changed,
+            &[("app", "web"), ("v", phase)],
+            "node-1",
+        )
+        .await;
+        put_pod(&mut ec, "ns", &new, &[("app", "web")], "node-2").await;
+        let now = put_pod(
+            &mut ec,
+            "ns",
+            "unseen",
+            &[("app", "db"), ("v", phase)],
+            "node-2",
+        )
+        .await;
+        ec.compact(now as i64, None).await.unwrap();
+        if phase == "resync" {
+            forwarder.restore();
+        } else {
+            proxy = Proxy::start_on(config.clone(), listener_at(addr).await).await;
+            lists += 1;
+        }
+        let want = web_pod_values(&mut ec).await;
+        wait_until("the Rust informer's copy is etcd's", || {
+            copy_of(&store) == want
         })
-        .collect();
-    difference.sort();
-    let mut expected = vec![
-        (String::new(), "relisted"),
-        (changed, "modified"),
-        (gone, "deleted"),
-        ("new".into(), "added"),
-    ];
-    expected.sort();
-    assert_eq!(difference, expected);
+        .await;
+        assert_eq!(
+            running.stats().lists,
+            lists,
+            "{phase}: {:?}",
+            running.stats()
+        );
+        let mut expected = vec![
+            (String::new(), marker),
+            (changed, "modified"),
+            (gone, "deleted"),
+            (new, "added"),
+        ];
+        expected.sort();
+        let rust = (drain(&mut events).into_iter())
+            .map(|e| match e {
+                Event::Added(o) => (o.name.clone(), "added"),
+                Event::Modified { new, .. } => (new.name.clone(), "modified"),
+                Event::Deleted(o) => (o.name.clone(), "deleted"),
+                Event::Relisted { resync, .. } => {
+                    (String::new(), if resync { "resync" } else { "relisted" })
+                }
+            })
+            .collect::<std::collections::BTreeSet<_>>();
+        let rust: Vec<_> = rust.into_iter().collect();
+        assert_eq!(rust, expected, "{phase}: the Rust informer's subscriber");
+        wait_until("the Python informer's marker", || python.saw_marker()).await;
+        let mut by_python = python.take();
+        by_python.sort();
+        assert_eq!(
+            by_python, expected,
+            "{phase}: the Python informer's handlers"
+        );
+    }
+    let _proxy = proxy;
 
     // The index follows the objects.
     for node in ["node-0", "node-1", "node-2"] {

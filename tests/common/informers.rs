@@ -5,19 +5,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The Python example, on the package in this tree.
-pub fn python_informer() -> Command {
+/// python3 with the package in this tree on its path.
+fn python3() -> Command {
     let ok = Command::new("python3")
         .args(["-c", "import grpc, grpc_tools, grpc_status"])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "python3 with grpcio, grpcio-tools and grpcio-status is required: run ./scripts/install-deps.sh (pip install grpcio grpcio-tools grpcio-status)");
+    assert!(ok, "python3 with grpcio, grpcio-tools and grpcio-status is required: run ./scripts/install-deps.sh (pip install ./clients/python grpcio-tools)");
     let mut c = Command::new("python3");
     c.env(
         "PYTHONPATH",
         concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-    )
-    .arg(concat!(
+    );
+    c
+}
+
+/// The Python example, a user of the package.
+pub fn python_informer() -> Command {
+    let mut c = python3();
+    c.arg(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/python/informer.py"
     ));
@@ -89,5 +95,101 @@ impl External {
         self.seen.extend(self.lines.try_iter());
         assert!(out.status.success(), "informer failed: {:#?}", self.seen);
         (serde_json::from_slice(&out.stdout).unwrap(), self.seen)
+    }
+}
+
+/// `python -m watchproxy mirror`: the Python package's Informer, its
+/// handlers printing each change.
+pub struct Mirror {
+    child: Child,
+    lines: mpsc::Receiver<serde_json::Value>,
+    /// Its copy, from every change printed so far: key → value.
+    objects: std::cell::RefCell<std::collections::BTreeMap<String, String>>,
+    /// Changes since the last `take`, as (name, kind); a marker is
+    /// ("", "relisted" | "resync").
+    recent: std::cell::RefCell<Vec<(String, &'static str)>>,
+}
+
+impl Mirror {
+    pub fn start(target: &str, selector: &str) -> Mirror {
+        let mut child = python3()
+            .args([
+                "-m",
+                "watchproxy",
+                target,
+                "mirror",
+                "pods",
+                "--selector",
+                selector,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Mirror {
+            child,
+            lines,
+            objects: Default::default(),
+            recent: Default::default(),
+        }
+    }
+
+    fn read(&self) {
+        for line in self.lines.try_iter() {
+            let kind = match line["type"].as_str().unwrap() {
+                "ADDED" => "added",
+                "MODIFIED" => "modified",
+                "DELETED" => "deleted",
+                _ if line["resync"] == true => "resync",
+                _ => "relisted",
+            };
+            let name = line["name"].as_str().unwrap_or("").to_owned();
+            if !name.is_empty() {
+                let key = format!(
+                    "/registry/pods/{}/{name}",
+                    line["namespace"].as_str().unwrap()
+                );
+                let mut objects = self.objects.borrow_mut();
+                match kind {
+                    "deleted" => objects.remove(&key),
+                    _ => objects.insert(key, line["value"].as_str().unwrap().to_owned()),
+                };
+            }
+            self.recent.borrow_mut().push((name, kind));
+        }
+    }
+
+    /// Its copy: key → value.
+    pub fn copy(&self) -> std::collections::BTreeMap<String, String> {
+        self.read();
+        self.objects.borrow().clone()
+    }
+
+    /// Whether a list or resync marker came since the last `take`.
+    pub fn saw_marker(&self) -> bool {
+        self.read();
+        self.recent.borrow().iter().any(|(name, _)| name.is_empty())
+    }
+
+    /// The changes since the last `take`.
+    pub fn take(&self) -> Vec<(String, &'static str)> {
+        self.read();
+        std::mem::take(&mut *self.recent.borrow_mut())
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -21,7 +21,7 @@ mod informers;
 #[allow(unused_imports)]
 pub use forwarder::Forwarder;
 #[allow(unused_imports)]
-pub use informers::{node_informer, python_informer, External};
+pub use informers::{node_informer, python_informer, External, Mirror};
 pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
 /// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64 and `limits`
@@ -391,6 +391,20 @@ pub fn test_leaf(
 /// etcd's pods labelled app=web: key → mod revision, as an informer with
 /// the selector `app=web` must end up holding.
 pub async fn web_pods(c: &mut Client) -> std::collections::BTreeMap<String, String> {
+    web_pods_by(c, |kv| kv.mod_revision().to_string()).await
+}
+
+/// etcd's pods labelled app=web: key → value. A resync's events carry
+/// the version the lost history starts from, not each object's, so a
+/// copy made through one is compared by value.
+pub async fn web_pod_values(c: &mut Client) -> std::collections::BTreeMap<String, String> {
+    web_pods_by(c, |kv| String::from_utf8_lossy(kv.value()).into_owned()).await
+}
+
+async fn web_pods_by(
+    c: &mut Client,
+    f: impl Fn(&etcd_client::KeyValue) -> String,
+) -> std::collections::BTreeMap<String, String> {
     let all = c
         .get(
             "/registry/pods/",
@@ -401,12 +415,7 @@ pub async fn web_pods(c: &mut Client) -> std::collections::BTreeMap<String, Stri
     all.kvs()
         .iter()
         .filter(|kv| String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_owned(),
-                kv.mod_revision().to_string(),
-            )
-        })
+        .map(|kv| (kv.key_str().unwrap().to_owned(), f(kv)))
         .collect()
 }
 
