@@ -226,3 +226,80 @@ async fn rotated_files_serve_new_handshakes_while_open_watches_go_on() {
     let e = take_events(&mut watch, 1).await;
     assert_eq!(summary(&e[0]), (EventType::Added, "ns/after".into(), rev));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_and_python_clients_speak_mutual_tls() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[("app", "web")], "").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (test_ca("server ca"), test_ca("client ca"));
+    let server = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tls = TlsConfig {
+        cert_file: write(dir.path(), "tls.crt", &server.0),
+        key_file: write(dir.path(), "tls.key", &server.1),
+        client_ca_file: Some(write(dir.path(), "ca.crt", &client_ca.pem())),
+        client_auth: Some(ClientAuth::Required),
+    };
+    let proxy = Proxy::start_config(config(&etcd, tls, ServePath::Fast)).await;
+    let (cert, key) = test_leaf(&client_ca, "alice", &[], false);
+    let trust = |ca: &str| {
+        watchproxy_client::ClientTlsConfig::new()
+            .ca_certificate(watchproxy_client::Certificate::from_pem(ca))
+            .identity(watchproxy_client::Identity::from_pem(&cert, &key))
+            .domain_name("localhost")
+    };
+    let endpoint = format!("https://{}", proxy.addr);
+
+    // A server certificate from another CA fails at connect, clearly.
+    let other = test_ca("other ca").pem();
+    let refused = (watchproxy_client::Client::builder(&endpoint).tls(trust(&other)))
+        .connect()
+        .await
+        .err()
+        .expect("a server the CA did not sign is refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+
+    let client = (watchproxy_client::Client::builder(&endpoint).tls(trust(&server_ca.pem())))
+        .connect()
+        .await
+        .unwrap();
+    let informer = watchproxy_client::Informer::new(client, "pods").start();
+    tokio::time::timeout(Duration::from_secs(20), informer.wait_until_synced())
+        .await
+        .expect("synced over mTLS")
+        .unwrap();
+    assert!(informer.store().get("ns", "a").is_some());
+
+    let file = |name: &str, text: &str| write(dir.path(), name, text).display().to_string();
+    let (ca, cert, key) = (
+        file("client-trust.crt", &server_ca.pem()),
+        file("client.crt", &cert),
+        file("client.key", &key),
+    );
+    let out = std::process::Command::new("python3")
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
+        )
+        .args([
+            "-m",
+            "watchproxy",
+            "--ca",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+        ])
+        .arg(format!("localhost:{}", proxy.addr.port()))
+        .args(["get", "pods", "ns", "a"])
+        .output()
+        .expect("python3 with the package's requirements: run ./scripts/install-deps.sh");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && printed.contains(r#""name": "a""#),
+        "{printed} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
