@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
+use rcgen::{CertifiedIssuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -23,6 +24,23 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
     path
+}
+
+/// The server's TLS files, written in `dir`: a certificate for
+/// `localhost` from `ca`, and `client_ca` to require client certificates
+/// from.
+fn server_tls(
+    dir: &Path,
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    client_ca: Option<&CertifiedIssuer<'static, KeyPair>>,
+) -> TlsConfig {
+    let (cert, key) = test_leaf(ca, "watchproxy", &["localhost"], false);
+    TlsConfig {
+        cert_file: write(dir, "tls.crt", &cert),
+        key_file: write(dir, "tls.key", &key),
+        client_ca_file: client_ca.map(|c| write(dir, "ca.crt", &c.pem())),
+        client_auth: client_ca.map(|_| ClientAuth::Required),
+    }
 }
 
 fn config(etcd: &Etcd, tls: TlsConfig, path: ServePath) -> Config {
@@ -81,13 +99,7 @@ async fn mutual_tls_admits_only_certificates_from_the_client_ca(path: ServePath)
         test_ca("client ca"),
         test_ca("other ca"),
     );
-    let server = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = TlsConfig {
-        cert_file: write(dir.path(), "tls.crt", &server.0),
-        key_file: write(dir.path(), "tls.key", &server.1),
-        client_ca_file: Some(write(dir.path(), "ca.crt", &client_ca.pem())),
-        client_auth: Some(ClientAuth::Required),
-    };
+    let tls = server_tls(dir.path(), &server_ca, Some(&client_ca));
     let mut config = config(&etcd, tls, path);
     // The certificate names the caller: only alice may read.
     config.authorization = Some(
@@ -184,13 +196,7 @@ async fn rotated_files_serve_new_handshakes_while_open_watches_go_on() {
     let mut ec = etcd.client().await;
     let dir = tempfile::tempdir().unwrap();
     let (old_ca, new_ca) = (test_ca("old ca"), test_ca("new ca"));
-    let old = test_leaf(&old_ca, "watchproxy", &["localhost"], false);
-    let tls = TlsConfig {
-        cert_file: write(dir.path(), "tls.crt", &old.0),
-        key_file: write(dir.path(), "tls.key", &old.1),
-        client_ca_file: None,
-        client_auth: None,
-    };
+    let tls = server_tls(dir.path(), &old_ca, None);
     let cert_file = tls.cert_file.clone();
     let proxy = Proxy::start_config(config(&etcd, tls, ServePath::Fast)).await;
     let mut first = client(&proxy, &old_ca.pem(), None).await.unwrap();
@@ -234,13 +240,7 @@ async fn the_rust_and_python_clients_speak_mutual_tls() {
     put_pod(&mut ec, "ns", "a", &[("app", "web")], "").await;
     let dir = tempfile::tempdir().unwrap();
     let (server_ca, client_ca) = (test_ca("server ca"), test_ca("client ca"));
-    let server = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = TlsConfig {
-        cert_file: write(dir.path(), "tls.crt", &server.0),
-        key_file: write(dir.path(), "tls.key", &server.1),
-        client_ca_file: Some(write(dir.path(), "ca.crt", &client_ca.pem())),
-        client_auth: Some(ClientAuth::Required),
-    };
+    let tls = server_tls(dir.path(), &server_ca, Some(&client_ca));
     let proxy = Proxy::start_config(config(&etcd, tls, ServePath::Fast)).await;
     let (cert, key) = test_leaf(&client_ca, "alice", &[], false);
     let trust = |ca: &str| {

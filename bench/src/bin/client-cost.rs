@@ -111,43 +111,18 @@ async fn informer(endpoint: String, bare: bool) -> anyhow::Result<()> {
     let mut events = informer.events(4096);
     let running = informer.start();
     running.wait_until_synced().await?;
-    let me = std::process::id().to_string();
-    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(200), events.next()).await {
-        let _ = e;
-    }
-    let synced_cpu = cpu_seconds(&me);
-    println!(
-        "{}",
-        serde_json::json!({"synced_cpu": synced_cpu, "objects": running.store().len()})
-    );
-    let (done_tx, mut done) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = std::io::stdin().read_line(&mut String::new());
-        let _ = done_tx.send(());
-    });
-    let mut changes = 0u64;
-    loop {
-        tokio::select! {
-            _ = &mut done => break,
-            e = events.next() => match e {
-                Some(Event::Modified { .. } | Event::Added(_) | Event::Deleted(_)) => changes += 1,
-                Some(Event::Relisted { .. }) => {}
-                None => break,
-            },
-        }
-    }
-    let cpu = cpu_seconds(&me) - synced_cpu;
-    println!(
-        "{}",
-        serde_json::json!({"cpu": cpu, "changes": changes, "stats": format!("{:?}", running.stats())})
-    );
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), events.next()).await {}
+    let changes = events.map(|e| !matches!(e, Event::Relisted { .. }));
+    count_until_stdin_closes(changes, running.store().len(), || {
+        format!("{:?}", running.stats())
+    })
+    .await?;
     running.stop().await?;
     Ok(())
 }
 
 /// The floor: one watch from the current version, its events counted.
 async fn bare_watch(client: Client) -> anyhow::Result<()> {
-    let me = std::process::id().to_string();
     let list = client
         .list(ListRequest {
             resource: "pods".into(),
@@ -155,29 +130,42 @@ async fn bare_watch(client: Client) -> anyhow::Result<()> {
             ..Default::default()
         })
         .await?;
-    let mut watch = client
+    let watch = client
         .watch(WatchRequest {
             resource: "pods".into(),
             resource_version: list.resource_version,
             ..Default::default()
         })
         .await?;
+    let changes = watch.map_while(|e| e.ok()).map(|_| true);
+    count_until_stdin_closes(changes, 0, || "bare watch".into()).await
+}
+
+/// Prints the CPU used so far, then counts the `true`s of `changes` until
+/// stdin closes, and prints the CPU used since with the count.
+async fn count_until_stdin_closes(
+    mut changes: impl tokio_stream::Stream<Item = bool> + Unpin,
+    objects: usize,
+    stats: impl Fn() -> String,
+) -> anyhow::Result<()> {
+    let me = std::process::id().to_string();
     let synced_cpu = cpu_seconds(&me);
     println!(
         "{}",
-        serde_json::json!({"synced_cpu": synced_cpu, "objects": 0})
+        serde_json::json!({"synced_cpu": synced_cpu, "objects": objects})
     );
     let (done_tx, mut done) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = std::io::stdin().read_line(&mut String::new());
         let _ = done_tx.send(());
     });
-    let mut changes = 0u64;
+    let mut counted = 0u64;
     loop {
         tokio::select! {
             _ = &mut done => break,
-            e = watch.next() => match e? {
-                Some(_) => changes += 1,
+            change = changes.next() => match change {
+                Some(true) => counted += 1,
+                Some(false) => {}
                 None => break,
             },
         }
@@ -185,7 +173,7 @@ async fn bare_watch(client: Client) -> anyhow::Result<()> {
     let cpu = cpu_seconds(&me) - synced_cpu;
     println!(
         "{}",
-        serde_json::json!({"cpu": cpu, "changes": changes, "stats": "bare watch"})
+        serde_json::json!({"cpu": cpu, "changes": counted, "stats": stats()})
     );
     Ok(())
 }

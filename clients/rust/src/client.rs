@@ -178,9 +178,21 @@ impl Client {
     }
 }
 
-/// An open watch.
+/// An open watch; also a `Stream` of its events.
 pub struct Watch {
     stream: tonic::Streaming<WatchEvent>,
+}
+
+impl futures_core::Stream for Watch {
+    type Item = Result<WatchEvent, Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let next = std::pin::Pin::new(&mut self.stream).poll_next(cx);
+        next.map(|event| event.map(|e| e.map_err(Error::from)))
+    }
 }
 
 impl Watch {
