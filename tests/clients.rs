@@ -166,10 +166,7 @@ async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_
         .page_size(7)
         .backoff(Duration::from_millis(50), Duration::from_secs(1))
         .index("node", |pod| {
-            let node = pod
-                .json()
-                .and_then(|v| v["spec"]["nodeName"].as_str().map(String::from));
-            node.into_iter().collect()
+            pod.field("spec.nodeName").into_iter().collect()
         });
     let mut events = informer.events(4096);
     let running = informer.start();

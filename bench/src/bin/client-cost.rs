@@ -103,10 +103,7 @@ async fn informer(endpoint: String, bare: bool) -> anyhow::Result<()> {
         return bare_watch(client).await;
     }
     let mut informer = Informer::new(client, "pods").index("node", |pod| {
-        let node = pod
-            .json()
-            .and_then(|v| v["spec"]["nodeName"].as_str().map(String::from));
-        node.into_iter().collect()
+        pod.field("spec.nodeName").into_iter().collect()
     });
     let mut events = informer.events(4096);
     let running = informer.start();

@@ -41,10 +41,7 @@ async fn main() -> anyhow::Result<()> {
     let mut informer = Informer::new(builder.connect_lazy()?, "pods")
         .field_selector(format!("spec.nodeName={}", args.node))
         .index("phase", |pod| {
-            let phase = pod
-                .json()
-                .and_then(|v| v["status"]["phase"].as_str().map(String::from));
-            phase.into_iter().collect()
+            pod.field("status.phase").into_iter().collect()
         });
     let mut events = informer.events(1024);
     let running = informer.start();

@@ -33,6 +33,14 @@ pub mod pb {
         pub fn json(&self) -> Option<serde_json::Value> {
             serde_json::from_slice(&self.value).ok()
         }
+
+        /// The string at a dotted path of the JSON value, such as
+        /// `spec.nodeName`: what an index usually files an object under.
+        pub fn field(&self, path: &str) -> Option<String> {
+            let value = self.json()?;
+            let found = path.split('.').try_fold(&value, |v, step| v.get(step))?;
+            found.as_str().map(String::from)
+        }
     }
 }
 
@@ -42,3 +50,24 @@ pub use informer::{Event, EventStream, Informer, Running, Stats};
 pub use store::{IndexFn, ObjectKey, Store};
 pub use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 pub use tonic::Code;
+
+#[cfg(test)]
+mod tests {
+    use super::pb::Object;
+
+    #[test]
+    fn a_field_is_read_at_its_dotted_path() {
+        let pod = Object {
+            value: br#"{"spec":{"nodeName":"node-7","replicas":3},"status":{}}"#.to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(pod.field("spec.nodeName").as_deref(), Some("node-7"));
+        assert_eq!(pod.field("spec.replicas"), None, "not a string");
+        assert_eq!(pod.field("status.phase"), None);
+        let raw = Object {
+            value: b"\x00\x01".to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(raw.field("spec.nodeName"), None);
+    }
+}
