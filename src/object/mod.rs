@@ -2,6 +2,7 @@
 //! events, and resource versions.
 
 mod decode;
+mod projection;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +12,7 @@ use bytes::Bytes;
 
 use crate::config::{ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
+pub use projection::{Projection, ProjectionError};
 
 /// `metadata.labels` of an object.
 pub type Labels = BTreeMap<String, String>;
