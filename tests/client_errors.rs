@@ -225,6 +225,7 @@ async fn every_error_class_is_decoded_alike_by_the_rust_client_and_by_grpcio() {
                 namespace: "ns".into(),
                 name: "a".into(),
                 resource_version: too_large.clone(),
+                ..Default::default()
             }))
             .await
             .unwrap_err(),

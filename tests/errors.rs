@@ -169,6 +169,7 @@ async fn bad_requests_get_the_status_a_client_can_act_on() {
                 namespace: "ns".into(),
                 name: "p0".into(),
                 resource_version: "x".into(),
+                ..Default::default()
             },
             Code::InvalidArgument,
         ),

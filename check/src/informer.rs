@@ -117,6 +117,7 @@ pub async fn run(
         allow_bookmarks: bookmarks,
         send_initial_events: initial,
         timeout_seconds: 0,
+        ..Default::default()
     };
     let mut resume: Option<u64> = None;
     let mut at = shared.lock().await.id % replicas.len();

@@ -11,7 +11,7 @@ use super::query::{GetQuery, ListAt, ListQuery};
 use super::wire::object_pb;
 use super::{Api, Served};
 use crate::cache::{NotInWindow, Snapshot};
-use crate::object::{Object, Resource, Revision};
+use crate::object::{Object, Projection, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
 use crate::source::{EtcdError, ObjectsPage};
@@ -32,6 +32,15 @@ impl Api {
         s: &Served,
         q: ListQuery,
     ) -> Result<pb::ListResponse, ApiError> {
+        let projection = q.projection.clone();
+        let mut page = self.read_page(s, q).await?;
+        if let Some(projection) = projection {
+            page.items.iter_mut().for_each(|o| project(&projection, o));
+        }
+        Ok(page)
+    }
+
+    async fn read_page(&self, s: &Served, q: ListQuery) -> Result<pb::ListResponse, ApiError> {
         let (predicate, limit, scope) = (&q.predicate, q.limit, q.token_scope);
         match q.at {
             ListAt::Continue(token) => {
@@ -86,7 +95,11 @@ impl Api {
                 page.items.into_iter().next()
             }
         };
-        found.ok_or(ApiError::NotFound { key: q.key })
+        let mut found = found.ok_or(ApiError::NotFound { key: q.key })?;
+        if let Some(projection) = &q.projection {
+            project(projection, &mut found);
+        }
+        Ok(found)
     }
 
     /// A page of the state at `revision` read from etcd, for revisions the
@@ -128,6 +141,13 @@ impl Api {
             from_etcd: true,
         };
         Ok(page_response(resource, items.iter(), page))
+    }
+}
+
+/// Cuts an object's value to what `projection` keeps.
+fn project(projection: &Projection, o: &mut pb::Object) {
+    if let Some(value) = projection.cut(&o.value) {
+        o.value = value.into();
     }
 }
 

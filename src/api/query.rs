@@ -1,12 +1,14 @@
 //! Requests checked at the edge: each becomes a typed query, or an error
 //! that names the field at fault. The handlers read only these.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::auth::Scope;
 use super::continue_token::ContinueToken;
 use super::error::ApiError;
-use crate::object::{RequestedVersion, Resource, Revision};
+use crate::config::ValueFormat;
+use crate::object::{Projection, RequestedVersion, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
 
@@ -38,9 +40,31 @@ pub(super) fn scoped(
     Ok(own.within(alternatives))
 }
 
+/// The projection a request asks for; none for the whole value.
+fn projection(
+    resource: &Resource,
+    fields: &[String],
+    metadata_only: bool,
+) -> Result<Option<Arc<Projection>>, ApiError> {
+    let projection = Projection::new(fields, metadata_only)
+        .map_err(|e| ApiError::invalid("fields", e.to_string()))?;
+    if projection.is_some() && resource.format == ValueFormat::Raw {
+        return Err(ApiError::invalid(
+            "fields",
+            format!(
+                "{} holds raw values; only JSON values can be projected",
+                resource.name
+            ),
+        ));
+    }
+    Ok(projection.map(Arc::new))
+}
+
 #[derive(Debug)]
 pub struct ListQuery {
     pub predicate: Predicate,
+    /// What of each value is sent; none: all of it.
+    pub projection: Option<Arc<Projection>>,
     pub at: ListAt,
     /// Objects per page; `usize::MAX` for all of them.
     pub limit: usize,
@@ -106,6 +130,7 @@ impl ListQuery {
         };
         Ok(Self {
             predicate,
+            projection: projection(resource, &req.fields, req.metadata_only)?,
             at,
             limit,
             token_scope,
@@ -119,6 +144,7 @@ pub struct GetQuery {
     /// Selects the one object, as the caller may see it.
     pub predicate: Predicate,
     pub version: RequestedVersion,
+    pub projection: Option<Arc<Projection>>,
 }
 
 impl GetQuery {
@@ -146,6 +172,7 @@ impl GetQuery {
             key: resource.key(&req.namespace, &req.name),
             predicate: scoped(resource, &req.namespace, &req.name, "", "", scope)?,
             version: RequestedVersion::parse(&req.resource_version)?,
+            projection: projection(resource, &req.fields, req.metadata_only)?,
         })
     }
 }
@@ -153,6 +180,7 @@ impl GetQuery {
 #[derive(Debug)]
 pub struct WatchQuery {
     pub predicate: Predicate,
+    pub projection: Option<Arc<Projection>>,
     pub version: RequestedVersion,
     /// The current state first, as ADDED events; implied by a start at the
     /// latest or any version.
@@ -188,6 +216,7 @@ impl WatchQuery {
         };
         Ok(Self {
             predicate,
+            projection: projection(resource, &req.fields, req.metadata_only)?,
             version: RequestedVersion::parse(&req.resource_version)?,
             send_initial_events: req.send_initial_events,
             allow_bookmarks: req.allow_bookmarks,
@@ -262,6 +291,7 @@ mod tests {
                     namespace: ns.into(),
                     name: name.into(),
                     resource_version: String::new(),
+                    ..Default::default()
                 },
                 &r,
                 &Scope::unrestricted(),

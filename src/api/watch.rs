@@ -16,7 +16,7 @@ use super::user_limits::WatchPlace;
 use super::wire::{encode_bookmark, encode_event, WatchMessage};
 use super::{Api, Served};
 use crate::cache::{WatchCache, WatchFrom, WatchStart};
-use crate::dispatch::{Inbox, Next, Place, Watcher};
+use crate::dispatch::{Inbox, Next, Place, Wants, Watcher};
 use crate::object::{EventType, Object, RequestedVersion, Revision};
 use crate::telemetry::{EndReason, ResourceMetrics};
 
@@ -59,7 +59,15 @@ impl Api {
         };
         let start = s
             .cache
-            .watch(&inbox, q.predicate, from, q.allow_bookmarks)
+            .watch(
+                &inbox,
+                Wants {
+                    predicate: q.predicate,
+                    projection: q.projection,
+                },
+                from,
+                q.allow_bookmarks,
+            )
             .map_err(|too_old| ApiError::TooOld {
                 requested: match from {
                     WatchFrom::Revision(requested) => requested,
@@ -74,7 +82,7 @@ impl Api {
         let initial: Vec<Arc<Object>> = match state {
             Some(snapshot) => snapshot
                 .select(resource, watcher.predicate(), None)
-                .cloned()
+                .map(|o| watcher.show(o.clone()))
                 .collect(),
             None => Vec::new(),
         };

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::{CacheConfig, OnHistoryLost};
-use crate::dispatch::{Dispatcher, Inbox, Subscription, Trigger, Watcher, Window};
+use crate::dispatch::{Dispatcher, Inbox, Subscription, Trigger, Wants, Watcher, Window};
 use crate::object::{Event, Object, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
@@ -292,10 +292,11 @@ impl WatchCache {
     pub fn watch(
         &self,
         inbox: &Arc<Inbox>,
-        predicate: Predicate,
+        wants: impl Into<Wants>,
         from: WatchFrom,
         bookmarks: bool,
     ) -> Result<WatchStart, TooOld> {
+        let wants = wants.into();
         let s = self.state.lock();
         let (state, revision) = match from {
             // Events up to the snapshot's revision are skipped for this
@@ -314,19 +315,14 @@ impl WatchCache {
                 (None, r)
             }
         };
-        let trigger = self.trigger(&predicate, &s.indexes);
+        let trigger = self.trigger(&wants.predicate, &s.indexes);
         let behind = state.is_none();
-        let subscription = self.dispatcher.register(
-            inbox,
-            predicate.clone(),
-            trigger,
-            revision,
-            bookmarks,
-            behind,
-        );
+        let subscription =
+            self.dispatcher
+                .register(inbox, wants.clone(), trigger, revision, bookmarks, behind);
         Ok(WatchStart {
             state,
-            watcher: Watcher::new(subscription, predicate, revision, behind),
+            watcher: Watcher::new(subscription, wants, revision, behind),
         })
     }
 }

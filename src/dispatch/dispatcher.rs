@@ -2,7 +2,7 @@
 //! index, each event queued to those it concerns, and due bookmarks.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
@@ -14,13 +14,19 @@ use tokio::time::Instant;
 use super::inbox::{Counters, Inbox, Mailbox, Place, QueueSpec};
 use super::posts::{Posts, POST_PARCELS};
 use super::trigger::{Trigger, TriggerIndex};
-use super::{transition, transition_by, Delivery, Encode, View};
-use crate::object::{Event, Revision};
+use super::{transition, transition_by, Delivery, Encode, View, Wants};
+use crate::object::{Event, Projection, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
 
+/// An event's views by the type they show it as.
+type ByType = [Option<Arc<View>>; 3];
+
 struct Entry {
     predicate: Predicate,
+    /// Interned in [`Watchers::projections`], so watchers with equal
+    /// projections share one view (and encoding) of an event.
+    projection: Option<Arc<Projection>>,
     /// The predicate says no more than the watcher's trigger set, so being
     /// reached through that set decides a match without reading it.
     trigger_decides: bool,
@@ -44,6 +50,8 @@ pub(super) struct Watchers {
     posts: Posts,
     /// No more events will come: the cache's writer is gone.
     closed: bool,
+    /// The distinct projections of the watchers, with how many use each.
+    projections: HashMap<Arc<Projection>, usize>,
 }
 
 /// The watchers of one resource.
@@ -88,6 +96,14 @@ impl Drop for Subscription {
         let mut w = self.dispatcher.watchers.lock();
         if let Some(entry) = w.index.remove(self.id) {
             w.posts.leave(entry.post);
+            if let Some(p) = entry.projection {
+                if let Some(users) = w.projections.get_mut(&p) {
+                    *users -= 1;
+                    if *users == 0 {
+                        w.projections.remove(&p);
+                    }
+                }
+            }
         }
         self.dispatcher.metrics.watchers.set(w.index.len() as i64);
     }
@@ -103,6 +119,7 @@ impl Dispatcher {
                 revision: 0,
                 posts: Posts::default(),
                 closed: false,
+                projections: HashMap::new(),
             }),
             queue_len,
             bookmark_interval,
@@ -129,12 +146,16 @@ impl Dispatcher {
     pub fn register(
         self: &Arc<Self>,
         inbox: &Arc<Inbox>,
-        predicate: Predicate,
+        wants: impl Into<Wants>,
         trigger: Trigger,
         start: Revision,
         bookmarks: bool,
         behind: bool,
     ) -> Subscription {
+        let Wants {
+            predicate,
+            projection,
+        } = wants.into();
         let mailbox = inbox.open(QueueSpec {
             capacity: self.queue_len,
             start,
@@ -169,8 +190,14 @@ impl Dispatcher {
             Trigger::Key(_) => predicate.is_only_name(),
             Trigger::Field { field, .. } => predicate.is_only_field_pin(*field),
         };
+        let projection = projection.map(|p| {
+            let (shared, users) = w.projections.remove_entry(&p).unwrap_or((p, 0));
+            w.projections.insert(shared.clone(), users + 1);
+            shared
+        });
         let entry = Entry {
             predicate,
+            projection,
             trigger_decides,
             start,
             to: mailbox.address(),
@@ -208,8 +235,10 @@ impl Dispatcher {
         w.revision = w.revision.max(last.revision);
         let Watchers { index, posts, .. } = w;
         for event in events {
-            // One view (and encoding) per type this event is delivered as.
-            let mut views: [Option<Arc<View>>; 3] = [None, None, None];
+            // One view (and encoding) per type this event is delivered as,
+            // and per projection.
+            let mut views: ByType = [None, None, None];
+            let mut projected: Vec<(Arc<Projection>, ByType)> = Vec::new();
             index.for_each_candidate(event, |_, entry, via| {
                 if event.revision <= entry.start {
                     return;
@@ -221,7 +250,24 @@ impl Dispatcher {
                 let Some((kind, object)) = seen else {
                     return;
                 };
-                let view = views[kind as usize].get_or_insert_with(|| {
+                let slot = match &entry.projection {
+                    None => &mut views[kind as usize],
+                    Some(p) => {
+                        let at = match projected.iter().position(|(q, _)| Arc::ptr_eq(q, p)) {
+                            Some(at) => at,
+                            None => {
+                                projected.push((p.clone(), [None, None, None]));
+                                projected.len() - 1
+                            }
+                        };
+                        &mut projected[at].1[kind as usize]
+                    }
+                };
+                let view = slot.get_or_insert_with(|| {
+                    let object = match &entry.projection {
+                        Some(p) => p.apply(&object),
+                        None => object,
+                    };
                     let encoded = self.encode.as_ref().map(|encode| {
                         encodings += 1;
                         encode(kind, &object, event.revision, event.resync_from)
@@ -259,6 +305,7 @@ impl Dispatcher {
         }
         w.posts = Posts::default();
         w.bookmarks_due.clear();
+        w.projections.clear();
         self.metrics.watchers.set(0);
         drop(w);
         wakes.into_iter().for_each(Waker::wake);

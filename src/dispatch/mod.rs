@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::object::{Event, EventType, Object, Revision, TooOld};
+use crate::object::{Event, EventType, Object, Projection, Revision, TooOld};
 use crate::selector::Predicate;
 pub use dispatcher::{Dispatcher, Subscription};
 pub use inbox::{Inbox, Mailbox, Place};
@@ -56,7 +56,35 @@ impl Encoded {
     }
 }
 
-/// An event as the watchers of one type see it, shared by all of them.
+/// What a watcher is shown: the objects its predicate matches, cut to
+/// its projection.
+#[derive(Debug, Clone, Default)]
+pub struct Wants {
+    pub predicate: Predicate,
+    pub projection: Option<Arc<Projection>>,
+}
+
+impl From<Predicate> for Wants {
+    fn from(predicate: Predicate) -> Wants {
+        Wants {
+            predicate,
+            projection: None,
+        }
+    }
+}
+
+impl Wants {
+    /// `o` as this watcher is shown it.
+    pub fn show(&self, o: Arc<Object>) -> Arc<Object> {
+        match &self.projection {
+            Some(p) => p.apply(&o),
+            None => o,
+        }
+    }
+}
+
+/// An event as the watchers of one type (and projection) see it, shared
+/// by all of them.
 #[derive(Debug)]
 pub struct View {
     pub kind: EventType,
@@ -65,8 +93,8 @@ pub struct View {
     pub revision: Revision,
     /// See [`Event::resync_from`].
     pub resync_from: Option<Revision>,
-    /// The encoded change, made once per event and type (when the
-    /// dispatcher has an encoder).
+    /// The encoded change, made once per event, type and projection (when
+    /// the dispatcher has an encoder).
     pub encoded: Option<Encoded>,
 }
 

@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use super::{transition, Delivery, Place, Subscription, View, Window};
-use crate::object::Revision;
+use super::{transition, Delivery, Place, Subscription, View, Wants, Window};
+use crate::object::{Object, Revision};
 use crate::selector::Predicate;
 
 /// How many window events a watcher that is behind reads per turn.
@@ -62,7 +62,7 @@ impl Position {
 /// A registered watcher with its predicate and position.
 pub struct Watcher {
     subscription: Subscription,
-    predicate: Predicate,
+    wants: Wants,
     at: Position,
     /// Reading the window instead of the queue.
     behind: bool,
@@ -76,13 +76,13 @@ impl Watcher {
     /// must first read the window after it.
     pub(crate) fn new(
         subscription: Subscription,
-        predicate: Predicate,
+        wants: Wants,
         revision: Revision,
         behind: bool,
     ) -> Self {
         Self {
             subscription,
-            predicate,
+            wants,
             at: Position::through(revision),
             behind,
             replay: VecDeque::new(),
@@ -96,7 +96,12 @@ impl Watcher {
     }
 
     pub fn predicate(&self) -> &Predicate {
-        &self.predicate
+        &self.wants.predicate
+    }
+
+    /// `o` as this watcher is shown it (cut to its projection).
+    pub fn show(&self, o: Arc<Object>) -> Arc<Object> {
+        self.wants.show(o)
     }
 
     /// The revision of the last change shown (or of the start or the last
@@ -193,7 +198,7 @@ impl Watcher {
                 } else {
                     resync_end = Some(e.revision);
                 }
-                let Some((kind, object)) = transition(&self.predicate, e) else {
+                let Some((kind, object)) = transition(&self.wants.predicate, e) else {
                     continue;
                 };
                 if e.revision == self.at.revision && skip > 0 {
@@ -202,7 +207,7 @@ impl Watcher {
                 }
                 self.replay.push_back(Next::Event(Arc::new(View {
                     kind,
-                    object,
+                    object: self.wants.show(object),
                     revision: e.revision,
                     resync_from: e.resync_from,
                     encoded: None,

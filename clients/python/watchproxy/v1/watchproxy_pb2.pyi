@@ -53,7 +53,7 @@ class Object(_message.Message):
     def __init__(self, key: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "resource_version", "resource_version_match", "limit", "continue_token")
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "resource_version", "resource_version_match", "limit", "continue_token", "fields", "metadata_only")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,8 @@ class ListRequest(_message.Message):
     RESOURCE_VERSION_MATCH_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     label_selector: str
@@ -70,7 +72,9 @@ class ListRequest(_message.Message):
     resource_version_match: ResourceVersionMatch
     limit: int
     continue_token: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., resource_version_match: _Optional[_Union[ResourceVersionMatch, str]] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ...) -> None: ...
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    metadata_only: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., resource_version_match: _Optional[_Union[ResourceVersionMatch, str]] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count")
@@ -85,19 +89,23 @@ class ListResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "resource_version")
+    __slots__ = ("resource", "namespace", "name", "resource_version", "fields", "metadata_only")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
     resource_version: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ...) -> None: ...
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    metadata_only: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds")
+    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds", "fields", "metadata_only")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +115,8 @@ class WatchRequest(_message.Message):
     ALLOW_BOOKMARKS_FIELD_NUMBER: _ClassVar[int]
     SEND_INITIAL_EVENTS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -116,7 +126,9 @@ class WatchRequest(_message.Message):
     allow_bookmarks: bool
     send_initial_events: bool
     timeout_seconds: int
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ...) -> None: ...
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    metadata_only: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("type", "object", "initial_events_end", "resync")
