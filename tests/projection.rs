@@ -186,3 +186,54 @@ async fn a_projected_stream_is_the_full_stream_masked_and_each_projection_is_enc
     let encodings = proxy.metric("watchproxy_encodings_total", "resource=\"pods\"") - before;
     assert_eq!(encodings, (writes * (1 + masks.len())) as f64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_and_python_informers_keep_only_the_paths_asked_for() {
+    let (etcd, proxy, _client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[("app", "web")], "node-1").await;
+    let client = watchproxy_client::Client::builder(format!("http://{}", proxy.addr))
+        .connect_lazy()
+        .unwrap();
+    let informer = watchproxy_client::Informer::new(client, "pods")
+        .fields(["spec.nodeName"])
+        .index("node", |pod| {
+            pod.field("spec.nodeName").into_iter().collect()
+        })
+        .start();
+    informer.wait_until_synced().await.unwrap();
+    put_pod(&mut ec, "ns", "b", &[("app", "web")], "node-1").await;
+    let store = informer.store();
+    wait_until("b arrives", || store.by_index("node", "node-1").len() == 2).await;
+    for pod in store.list() {
+        assert_eq!(pod.json().unwrap(), json!({"spec": {"nodeName": "node-1"}}));
+    }
+
+    let script = format!(
+        r#"
+import json
+from watchproxy import Client, Informer
+inf = Informer(Client("{}"), "pods", metadata_only=True)
+inf.start(); assert inf.wait_synced(timeout=30)
+print(json.dumps(sorted(list(o.json) for o in inf.store.list())))
+inf.stop()
+"#,
+        proxy.addr
+    );
+    let out = std::process::Command::new("python3")
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
+        )
+        .args(["-c", &script])
+        .output()
+        .expect("python3 with the package's requirements: run ./scripts/install-deps.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(keys, json!([["metadata"], ["metadata"]]));
+    informer.stop().await.unwrap();
+}

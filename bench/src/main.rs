@@ -150,6 +150,12 @@ struct Args {
     /// The floor has no flow control and runs without them.
     #[arg(long, default_value_t = 0)]
     stalled: usize,
+    /// Projections the watchproxy watchers ask for, `;`-separated, each a
+    /// `,`-separated list of dotted paths (`-` for the whole value):
+    /// watcher i takes the (i mod n)th. E.g. `metadata` or
+    /// `metadata;metadata.annotations,spec.nodeName,status.phase;-`.
+    #[arg(long)]
+    projections: Option<String>,
 
     /// Serve as the floor target on this address (the run starts it).
     #[arg(long, hide = true)]
@@ -175,6 +181,8 @@ struct Report {
     writes_per_s: f64,
     deliveries_per_s: f64,
     useful_per_s: f64,
+    /// Bytes of a watch event, on average (watchproxy targets).
+    bytes_per_delivery: f64,
     latency_ms_p50: f64,
     latency_ms_p99: f64,
     latency_ms_max: f64,
@@ -304,6 +312,18 @@ fn object(i: usize, nodes: usize, bytes: usize, sent: u128) -> String {
     )
 }
 
+/// The paths watcher `i` keeps, from `--projections`.
+fn projection_of(projections: Option<&str>, i: usize) -> Vec<String> {
+    let Some(all) = projections else {
+        return Vec::new();
+    };
+    let choices: Vec<&str> = all.split(';').collect();
+    match choices[i % choices.len()] {
+        "-" | "" => Vec::new(),
+        paths => paths.split(',').map(String::from).collect(),
+    }
+}
+
 fn now_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -340,6 +360,8 @@ fn parse(value: &[u8]) -> (u128, &[u8]) {
 #[derive(Default)]
 struct Seen {
     received: u64,
+    /// Bytes of the watch events received (watchproxy targets).
+    bytes: u64,
     useful: u64,
     /// The watch ended with this error before the run stopped it.
     ended: Option<String>,
@@ -609,6 +631,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                         String::new()
                     },
                     resource_version: start_rev.to_string(),
+                    fields: projection_of(args.projections.as_deref(), i),
                     ..Default::default()
                 };
                 let mut req = tonic::Request::new(req);
@@ -629,6 +652,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                                     break;
                                 }
                                 Ok(Some(e)) if e.r#type != EventType::Bookmark as i32 => {
+                                    seen.bytes += prost::Message::encoded_len(&e) as u64;
                                     let value = e.object.map(|o| o.value).unwrap_or_default();
                                     if seen.record(&value, None) {
                                         counted.fetch_add(1, Ordering::Relaxed);
@@ -742,6 +766,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 ..Seen::default()
             });
         all.received += seen.received;
+        all.bytes += seen.bytes;
         all.useful += seen.useful;
         all.latencies.extend(seen.latencies);
         if let Some(why) = seen.ended {
@@ -763,6 +788,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         writes_per_s: total as f64 / write_seconds,
         deliveries_per_s: all.received as f64 / write_seconds,
         useful_per_s: all.useful as f64 / write_seconds,
+        bytes_per_delivery: all.bytes as f64 / all.received.max(1) as f64,
         latency_ms_p50: pct(0.50),
         latency_ms_p99: pct(0.99),
         latency_ms_max: pct(1.0),
@@ -836,11 +862,12 @@ async fn main() -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "{:<19} {:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>13}",
+        "{:<19} {:>8} {:>12} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>13}",
         "target",
         "writes/s",
         "deliveries/s",
         "useful/s",
+        "B/event",
         "p50 ms",
         "p99 ms",
         "max ms",
@@ -901,7 +928,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// One target's line of the table.
 fn row(r: &Report) -> String {
-    format!("{:<19} {:>8.0} {:>12.0} {:>11.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)
+    format!("{:<19} {:>8.0} {:>12.0} {:>11.0} {:>8.0} {:>9.2} {:>9.2} {:>9.1} {:>8} {:>10.2} {:>9.2} {:>9.2} {:>10.0} {:>10.0} {:>13.0}", r.target, r.writes_per_s, r.deliveries_per_s, r.useful_per_s, r.bytes_per_delivery, r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max, r.missed, r.server_cpu_s, r.etcd_cpu_s, r.front_cpu_s, r.etcd_peak_rss_mib, r.front_peak_rss_mib, r.front_rss_end_mib)
 }
 
 /// One target's rounds as one report: the median of each rate, latency
@@ -933,6 +960,7 @@ fn median(rounds: &[Report]) -> Report {
         writes_per_s: mid(|r| r.writes_per_s),
         deliveries_per_s: mid(|r| r.deliveries_per_s),
         useful_per_s: mid(|r| r.useful_per_s),
+        bytes_per_delivery: mid(|r| r.bytes_per_delivery),
         latency_ms_p50: mid(|r| r.latency_ms_p50),
         latency_ms_p99: mid(|r| r.latency_ms_p99),
         latency_ms_max: mid(|r| r.latency_ms_max),

@@ -248,8 +248,9 @@ mod tests {
             ListQuery::parse(&req, &r, &Scope::unrestricted(), 0)
         };
         type Spoil = fn(&mut pb::ListRequest);
-        let cases: [(Spoil, &str); 7] = [
+        let cases: [(Spoil, &str); 8] = [
             (|r| r.limit = -1, "limit"),
+            (|r| r.fields = vec!["spec..nodeName".into()], "fields"),
             (|r| r.resource_version = "x".into(), "resource_version"),
             (|r| r.resource_version_match = 9, "resource_version_match"),
             (|r| r.label_selector = "a in".into(), "label_selector"),

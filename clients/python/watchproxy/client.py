@@ -123,11 +123,14 @@ class Client:
 
     def list(self, resource: str, namespace: str = "", label_selector: str = "", field_selector: str = "",
              resource_version: str = "", match: str = "", limit: int = 0, continue_token: str = "",
+             fields: Sequence[str] = (), metadata_only: bool = False,
              timeout: Optional[float] = None) -> "pb.ListResponse":
-        """One page of a List (`match`: "", "not-older-than" or "exact")."""
+        """One page of a List (`match`: "", "not-older-than" or "exact";
+        `fields`/`metadata_only`: the paths of each value to keep)."""
         req = pb.ListRequest(resource=resource, namespace=namespace, label_selector=label_selector,
                              field_selector=field_selector, resource_version=resource_version,
-                             resource_version_match=MATCH[match], limit=limit, continue_token=continue_token)
+                             resource_version_match=MATCH[match], limit=limit, continue_token=continue_token,
+                             fields=fields, metadata_only=metadata_only)
         try:
             return self.stub.List(req, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
@@ -145,8 +148,9 @@ class Client:
                 return items, page.resource_version
 
     def get(self, resource: str, namespace: str, name: str, resource_version: str = "",
-            timeout: Optional[float] = None) -> Obj:
-        req = pb.GetRequest(resource=resource, namespace=namespace, name=name, resource_version=resource_version)
+            fields: Sequence[str] = (), metadata_only: bool = False, timeout: Optional[float] = None) -> Obj:
+        req = pb.GetRequest(resource=resource, namespace=namespace, name=name, resource_version=resource_version,
+                            fields=fields, metadata_only=metadata_only)
         try:
             return Obj(self.stub.Get(req, metadata=self._metadata, timeout=timeout))
         except grpc.RpcError as e:
@@ -154,9 +158,10 @@ class Client:
 
     def watch(self, resource: str, resource_version: str = "", namespace: str = "", name: str = "",
               label_selector: str = "", field_selector: str = "", allow_bookmarks: bool = True,
-              send_initial_events: bool = False, timeout_seconds: int = 0) -> Watch:
+              send_initial_events: bool = False, timeout_seconds: int = 0, fields: Sequence[str] = (),
+              metadata_only: bool = False) -> Watch:
         req = pb.WatchRequest(resource=resource, namespace=namespace, name=name, label_selector=label_selector,
                               field_selector=field_selector, resource_version=resource_version,
                               allow_bookmarks=allow_bookmarks, send_initial_events=send_initial_events,
-                              timeout_seconds=timeout_seconds)
+                              timeout_seconds=timeout_seconds, fields=fields, metadata_only=metadata_only)
         return Watch(self.stub.Watch(req, metadata=self._metadata))

@@ -146,9 +146,12 @@ class Informer:
     took the changes."""
 
     def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
-                 field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500):
+                 field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500,
+                 fields: Iterable[str] = (), metadata_only: bool = False):
         self.client, self.resource = client, resource
-        self._query = dict(namespace=namespace, label_selector=label_selector, field_selector=field_selector)
+        # `fields`/`metadata_only`: the paths of each value to keep.
+        self._query = dict(namespace=namespace, label_selector=label_selector, field_selector=field_selector,
+                           fields=tuple(fields), metadata_only=metadata_only)
         self._page_size = page_size
         self.store = Store(indexers)
         self._handlers: List[dict] = []

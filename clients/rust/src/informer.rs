@@ -122,6 +122,19 @@ impl Informer {
         self
     }
 
+    /// Keeps only these dotted paths of each value (`spec.nodeName`,
+    /// `status.phase`); selectors still see whole objects.
+    pub fn fields(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Informer {
+        self.query.fields = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Keeps only the `metadata` of each value.
+    pub fn metadata_only(mut self) -> Informer {
+        self.query.metadata_only = true;
+        self
+    }
+
     /// Items per List page.
     pub fn page_size(mut self, items: i64) -> Informer {
         self.query.limit = items;
@@ -396,6 +409,8 @@ impl Reflector {
             namespace: self.query.namespace.clone(),
             label_selector: self.query.label_selector.clone(),
             field_selector: self.query.field_selector.clone(),
+            fields: self.query.fields.clone(),
+            metadata_only: self.query.metadata_only,
             resource_version: cursor.complete.to_string(),
             allow_bookmarks: true,
             ..Default::default()
