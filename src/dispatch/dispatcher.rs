@@ -15,12 +15,30 @@ use super::inbox::{Counters, Inbox, Mailbox, Place, QueueSpec};
 use super::posts::{Posts, POST_PARCELS};
 use super::trigger::{Trigger, TriggerIndex};
 use super::{transition, transition_by, Delivery, Encode, View, Wants};
-use crate::object::{Event, Projection, Revision};
+use crate::object::{Event, EventType, Object, Projection, Revision};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
 
 /// An event's views by the type they show it as.
 type ByType = [Option<Arc<View>>; 3];
+
+/// Where the view of `kind` for projection `p` goes (by identity: the
+/// dispatcher interns projections).
+#[inline(never)]
+fn projected_slot<'a>(
+    projected: &'a mut Vec<(Arc<Projection>, ByType)>,
+    p: &Arc<Projection>,
+    kind: EventType,
+) -> &'a mut Option<Arc<View>> {
+    let at = match projected.iter().position(|(q, _)| Arc::ptr_eq(q, p)) {
+        Some(at) => at,
+        None => {
+            projected.push((p.clone(), [None, None, None]));
+            projected.len() - 1
+        }
+    };
+    &mut projected[at].1[kind as usize]
+}
 
 struct Entry {
     predicate: Predicate,
@@ -252,34 +270,16 @@ impl Dispatcher {
                 };
                 let slot = match &entry.projection {
                     None => &mut views[kind as usize],
-                    Some(p) => {
-                        let at = match projected.iter().position(|(q, _)| Arc::ptr_eq(q, p)) {
-                            Some(at) => at,
-                            None => {
-                                projected.push((p.clone(), [None, None, None]));
-                                projected.len() - 1
-                            }
-                        };
-                        &mut projected[at].1[kind as usize]
+                    Some(p) => projected_slot(&mut projected, p, kind),
+                };
+                let view = match slot {
+                    Some(view) => view,
+                    None => {
+                        encodings += u64::from(self.encode.is_some());
+                        let projection = entry.projection.as_deref();
+                        slot.insert(self.view(kind, object, projection, event))
                     }
                 };
-                let view = slot.get_or_insert_with(|| {
-                    let object = match &entry.projection {
-                        Some(p) => p.apply(&object),
-                        None => object,
-                    };
-                    let encoded = self.encode.as_ref().map(|encode| {
-                        encodings += 1;
-                        encode(kind, &object, event.revision, event.resync_from)
-                    });
-                    Arc::new(View {
-                        kind,
-                        object,
-                        revision: event.revision,
-                        resync_from: event.resync_from,
-                        encoded,
-                    })
-                });
                 posts.send(entry.post, entry.to, Delivery::Event(view.clone()));
             });
             if posts.parcels >= POST_PARCELS {
@@ -290,6 +290,32 @@ impl Dispatcher {
         drop(guard);
         self.wake(wakes);
         self.metrics.encodings.inc_by(encodings);
+    }
+
+    /// An event as the watchers of one type and projection see it, encoded
+    /// once for them all. Out of line: made once per event and type, while
+    /// the loop around it runs per watcher.
+    #[inline(never)]
+    fn view(
+        &self,
+        kind: EventType,
+        object: Arc<Object>,
+        projection: Option<&Projection>,
+        event: &Event,
+    ) -> Arc<View> {
+        let object = match projection {
+            Some(p) => p.apply(&object),
+            None => object,
+        };
+        let encoded = (self.encode.as_ref())
+            .map(|encode| encode(kind, &object, event.revision, event.resync_from));
+        Arc::new(View {
+            kind,
+            object,
+            revision: event.revision,
+            resync_from: event.resync_from,
+            encoded,
+        })
     }
 
     /// Ends every watcher's queue after what it holds, and any registered
