@@ -235,5 +235,34 @@ inf.stop()
     );
     let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(keys, json!([["metadata"], ["metadata"]]));
+    // And its command line.
+    let out = std::process::Command::new("python3")
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
+        )
+        .args([
+            "-m",
+            "watchproxy",
+            &proxy.addr.to_string(),
+            "get",
+            "pods",
+            "ns",
+            "a",
+        ])
+        .args(["--fields", "spec.nodeName,metadata.name"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cut: Value = serde_json::from_str(printed["value"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        cut,
+        json!({"metadata": {"name": "a"}, "spec": {"nodeName": "node-1"}})
+    );
     informer.stop().await.unwrap();
 }

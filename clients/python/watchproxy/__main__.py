@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     for a in ("resource", "namespace", "name"):
         get.add_argument(a)
     get.add_argument("--resource-version", default="")
+    for c in cmds.choices.values():
+        c.add_argument("--fields", default="", help="comma-separated dotted paths of each value to keep")
+        c.add_argument("--metadata-only", action="store_true", help="keep only the metadata of each value")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -57,25 +60,26 @@ def main(argv=None) -> int:
         with open(args.token_file) as f:
             token = f.read().strip()
     client = Client(args.target, tls=tls, token=token)
+    cut = dict(fields=[f for f in args.fields.split(",") if f], metadata_only=args.metadata_only)
     try:
         if args.command == "get":
-            _print(**_obj(client.get(args.resource, args.namespace, args.name, args.resource_version)))
+            _print(**_obj(client.get(args.resource, args.namespace, args.name, args.resource_version, **cut)))
         elif args.command == "list":
             resp = client.list(args.resource, namespace=args.namespace, label_selector=args.selector,
                                field_selector=args.field_selector, resource_version=args.resource_version,
-                               match=args.match, limit=args.limit)
+                               match=args.match, limit=args.limit, **cut)
             for o in resp.items:
                 _print(**_obj(o))
             _print(resource_version=resp.resource_version, continue_token=resp.continue_token)
         elif args.command == "watch":
             watch = client.watch(args.resource, resource_version=args.resource_version, namespace=args.namespace,
                                  label_selector=args.selector, field_selector=args.field_selector,
-                                 timeout_seconds=args.timeout_seconds)
+                                 timeout_seconds=args.timeout_seconds, **cut)
             for ev in watch:
                 _print(type=pb.EventType.Name(ev.type), resync=ev.resync, **_obj(ev.object))
         else:
             inf = Informer(client, args.resource, namespace=args.namespace, label_selector=args.selector,
-                           field_selector=args.field_selector)
+                           field_selector=args.field_selector, **cut)
             inf.add_handler(on_add=lambda o: _print(type="ADDED", **_obj(o)),
                             on_update=lambda old, new: _print(type="MODIFIED", **_obj(new)),
                             on_delete=lambda o: _print(type="DELETED", **_obj(o)),
