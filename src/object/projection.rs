@@ -3,11 +3,12 @@
 //! whole object; only what is sent is cut. A projected value is a JSON
 //! object with the same nesting, holding only those paths.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 
 use super::Object;
 
@@ -66,17 +67,15 @@ impl Projection {
         Ok(Some(Projection { paths }))
     }
 
-    /// The value cut to the paths; a value that is not a JSON object is
-    /// kept whole (raw resources refuse projections before this).
+    /// The value cut to the paths; none for a value that is not a JSON
+    /// object (raw resources refuse projections before this). The kept
+    /// parts are copied as they are written, never parsed into a tree.
     pub fn cut(&self, value: &[u8]) -> Option<Vec<u8>> {
-        let Ok(Value::Object(whole)) = serde_json::from_slice::<Value>(value) else {
-            return None;
-        };
-        let mut kept = Map::new();
-        for path in &self.paths {
-            keep(&whole, path, &mut kept);
-        }
-        serde_json::to_vec(&Value::Object(kept)).ok()
+        let text = std::str::from_utf8(value).ok()?;
+        let paths: Vec<&[String]> = self.paths.iter().map(Vec::as_slice).collect();
+        let mut out = Vec::with_capacity(value.len().min(1024));
+        cut_object(text, &paths, &mut out)?;
+        Some(out)
     }
 
     /// `o` with its value cut, encoded once as it will be sent.
@@ -101,29 +100,46 @@ impl Projection {
     }
 }
 
-/// Copies what `path` names in `from` into `into`, with its nesting.
-fn keep(from: &Map<String, Value>, path: &[String], into: &mut Map<String, Value>) {
-    let Some((step, rest)) = path.split_first() else {
-        return;
-    };
-    let Some(found) = from.get(step) else { return };
-    if rest.is_empty() {
-        into.insert(step.clone(), found.clone());
-        return;
-    }
-    // A path goes on through objects only; through anything else it
-    // keeps nothing.
-    if let Value::Object(inner) = found {
-        let slot = into
-            .entry(step.clone())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(slot) = slot {
-            keep(inner, rest, slot);
-            if slot.is_empty() {
-                into.remove(step);
+/// Writes the JSON object `text` cut to `paths` (sorted, none inside
+/// another) to `out`; none when `text` is not an object. A member's value
+/// is read only as far as a path goes into it.
+fn cut_object(text: &str, paths: &[&[String]], out: &mut Vec<u8>) -> Option<()> {
+    // The last of repeated keys counts, as when the value is read whole.
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
+    out.push(b'{');
+    let mut first = true;
+    let mut rest = paths;
+    while let Some(path) = rest.first() {
+        let step = &path[0];
+        let group = rest.iter().take_while(|p| &p[0] == step).count();
+        let (same, next) = rest.split_at(group);
+        rest = next;
+        let Some(found) = members.get(step) else {
+            continue;
+        };
+        let mark = out.len();
+        if !first {
+            out.push(b',');
+        }
+        out.extend_from_slice(serde_json::to_string(step).ok()?.as_bytes());
+        out.push(b':');
+        if same[0].len() == 1 {
+            // The whole member (no other path can be inside it).
+            out.extend_from_slice(found.get().as_bytes());
+        } else {
+            let inner: Vec<&[String]> = same.iter().map(|p| &p[1..]).collect();
+            // A path goes on through objects only; through anything else,
+            // or to nothing inside, it keeps nothing.
+            let start = out.len();
+            if cut_object(found.get(), &inner, out).is_none() || out.len() - start == 2 {
+                out.truncate(mark);
+                continue;
             }
         }
+        first = false;
     }
+    out.push(b'}');
+    Some(())
 }
 
 #[cfg(test)]
@@ -135,8 +151,59 @@ mod tests {
         Projection::new(&fields, metadata_only).unwrap()
     }
 
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
     fn cut(p: &Projection, v: serde_json::Value) -> serde_json::Value {
         serde_json::from_slice(&p.cut(v.to_string().as_bytes()).unwrap()).unwrap()
+    }
+
+    /// The cut as a whole value read into a tree says it: the oracle.
+    fn cut_by_tree(p: &Projection, value: &[u8]) -> Option<Value> {
+        fn keep(from: &Map<String, Value>, path: &[String], into: &mut Map<String, Value>) {
+            let Some((step, rest)) = path.split_first() else {
+                return;
+            };
+            let Some(found) = from.get(step) else { return };
+            if rest.is_empty() {
+                into.insert(step.clone(), found.clone());
+                return;
+            }
+            if let Value::Object(inner) = found {
+                let mut kept = match into.get(step) {
+                    Some(Value::Object(had)) => had.clone(),
+                    _ => Map::new(),
+                };
+                keep(inner, rest, &mut kept);
+                if !kept.is_empty() {
+                    into.insert(step.clone(), Value::Object(kept));
+                }
+            }
+        }
+        let Ok(Value::Object(whole)) = serde_json::from_slice::<Value>(value) else {
+            return None;
+        };
+        let mut kept = Map::new();
+        for path in &p.paths {
+            keep(&whole, path, &mut kept);
+        }
+        Some(Value::Object(kept))
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config())]
+        #[test]
+        fn fuzz_the_cut_against_a_whole_tree(
+            doc in crate::fuzzing::bytes("json_value"),
+            picks in proptest::collection::vec(0usize..8, 1..4),
+        ) {
+            let known = ["metadata", "metadata.name", "metadata.labels", "spec.nodeName",
+                "status", "status.phase", "spec.containers.image", "a.b.c"];
+            let fields: Vec<String> = picks.iter().map(|&i| known[i].to_owned()).collect();
+            let p = Projection::new(&fields, false).unwrap().unwrap();
+            let by_bytes = p.cut(&doc).map(|b| serde_json::from_slice::<Value>(&b).expect("the cut is JSON"));
+            prop_assert_eq!(by_bytes, cut_by_tree(&p, &doc));
+        }
     }
 
     #[test]
