@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::dispatch::{transition, Next};
-use crate::object::EventType;
+use crate::dispatch::{transition, Next, Wants};
+use crate::object::{EventType, Projection};
 use crate::telemetry::Metrics;
 use futures::FutureExt;
 
@@ -67,6 +67,8 @@ struct WatcherSpec {
     /// several selectors (none: no narrowing).
     within: Vec<(&'static str, String)>,
     reads: Vec<usize>,
+    /// The paths it keeps of each value (none: the whole value).
+    projection: Option<&'static [&'static str]>,
 }
 
 fn watcher() -> impl Strategy<Value = WatcherSpec> {
@@ -91,8 +93,24 @@ fn watcher() -> impl Strategy<Value = WatcherSpec> {
         ),
         0..3,
     );
-    (joins, scope, labels, node, phase, reads, within).prop_map(
-        |((joins_after, replays), (namespace, name), labels, node, phase, reads, within)| {
+    let projection = prop::sample::select(vec![
+        None,
+        None,
+        Some(&["metadata"][..]),
+        Some(&["spec.nodeName", "metadata.labels"][..]),
+        Some(&["status"][..]),
+    ]);
+    (joins, scope, labels, node, phase, reads, within, projection).prop_map(
+        |(
+            (joins_after, replays),
+            (namespace, name),
+            labels,
+            node,
+            phase,
+            reads,
+            within,
+            projection,
+        )| {
             let mut fields = Vec::new();
             if let Some(n) = node {
                 fields.push(format!("spec.nodeName={}", NODES[n]));
@@ -122,6 +140,7 @@ fn watcher() -> impl Strategy<Value = WatcherSpec> {
                     })
                     .collect(),
                 reads,
+                projection,
             }
         },
     )
@@ -178,8 +197,11 @@ proptest! {
                     Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),
                     None => WatchFrom::State,
                 };
-                let watcher = cache.watch(&Inbox::solo(), p.clone(), from, false).unwrap().watcher;
-                subs.push((p, watcher.revision(), watcher, &w.reads, Vec::new()));
+                let fields: Vec<String> = w.projection.unwrap_or_default().iter().map(|f| f.to_string()).collect();
+                let projection = Projection::new(&fields, false).unwrap().map(Arc::new);
+                let wants = Wants { predicate: p.clone(), projection: projection.clone() };
+                let watcher = cache.watch(&Inbox::solo(), wants, from, false).unwrap().watcher;
+                subs.push((p, watcher.revision(), watcher, &w.reads, Vec::new(), projection));
             }
             let revision = i as Revision + 2;
             let mut changes = Vec::new();
@@ -197,7 +219,7 @@ proptest! {
             }
             writer.apply(changes);
             states.push((revision, model.clone()));
-            for (_, _, watcher, reads, got) in &mut subs {
+            for (_, _, watcher, reads, got, _) in &mut subs {
                 for _ in 0..reads[i] {
                     match watcher.next(&cache).now_or_never() {
                         Some(Next::Event(v)) => got.push((v.kind, (*v.object).clone(), v.revision)),
@@ -235,11 +257,16 @@ proptest! {
             }
         }
 
-        for (p, from, mut watcher, _, mut got) in subs {
+        for (p, from, mut watcher, _, mut got, projection) in subs {
+            // Shown cut to its projection, as a brute-force cut of each.
+            let shown = |o: Arc<Object>| match &projection {
+                Some(cut) => (*cut.apply(&o)).clone(),
+                None => (*o).clone(),
+            };
             let want: Vec<(EventType, Object, Revision)> = history
                 .iter()
                 .filter(|e| e.revision > from)
-                .filter_map(|e| transition(&p, e).map(|(t, o)| (t, (*o).clone(), e.revision)))
+                .filter_map(|e| transition(&p, e).map(|(t, o)| (t, shown(o), e.revision)))
                 .collect();
             while let Some(next) = watcher.next(&cache).now_or_never() {
                 let Next::Event(v) = next else { panic!("{next:?}") };
