@@ -8,7 +8,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use prost::Message;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
@@ -53,9 +52,7 @@ impl Resource {
             labels,
             value: Bytes::copy_from_slice(value),
         };
-        let wire = Bytes::from(pb.encode_to_vec());
-        // The value is the last field written, so it is the end of `wire`.
-        let value = wire.slice(wire.len() - value.len()..);
+        let (wire, value) = super::wire_of(&pb);
         // Taken back from the message rather than copied into it.
         let crate::pb::Object {
             namespace,

@@ -117,6 +117,15 @@ pub fn range_end(prefix: &str) -> String {
     format!("{}0", &prefix[..prefix.len() - 1])
 }
 
+/// An object's `watchproxy.v1.Object` encoding, and its value as a slice
+/// of it: the value is the last field written, so it is the encoding's end.
+pub(crate) fn wire_of(pb: &crate::pb::Object) -> (Bytes, Bytes) {
+    use prost::Message;
+    let wire = Bytes::from(pb.encode_to_vec());
+    let value = wire.slice(wire.len() - pb.value.len()..);
+    (wire, value)
+}
+
 /// One stored object. Shared by `Arc` between the store, the event window
 /// and every watcher it is sent to; never copied per watcher.
 #[derive(Debug, Clone, PartialEq, Eq)]

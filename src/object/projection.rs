@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use prost::Message;
 use serde_json::value::RawValue;
 
 use super::Object;
@@ -79,9 +78,9 @@ impl Projection {
     }
 
     /// `o` with its value cut, encoded once as it will be sent.
-    pub fn apply(&self, o: &Object) -> Arc<Object> {
+    pub fn apply(&self, o: &Arc<Object>) -> Arc<Object> {
         let Some(value) = self.cut(&o.value) else {
-            return Arc::new(o.clone());
+            return o.clone();
         };
         let pb = crate::pb::Object {
             key: o.key.to_string(),
@@ -91,11 +90,11 @@ impl Projection {
             labels: o.labels.clone(),
             value: Bytes::from(value),
         };
-        let wire = Bytes::from(pb.encode_to_vec());
+        let (wire, value) = super::wire_of(&pb);
         Arc::new(Object {
-            value: wire.slice(wire.len() - pb.value.len()..),
+            value,
             wire,
-            ..o.clone()
+            ..(**o).clone()
         })
     }
 }
@@ -152,6 +151,7 @@ mod tests {
     }
 
     use proptest::prelude::*;
+    use prost::Message;
     use serde_json::{Map, Value};
 
     fn cut(p: &Projection, v: serde_json::Value) -> serde_json::Value {
@@ -266,7 +266,7 @@ mod tests {
         let r = crate::object::Resource::for_tests(&[]);
         let value = br#"{"metadata":{"name":"a"},"spec":{"big":"xxxxxxxx"}}"#;
         let o = r.decode(b"/p/ns/a", value, 7).unwrap();
-        let p = paths(&[], true).unwrap().apply(&o);
+        let p = paths(&[], true).unwrap().apply(&Arc::new(o.clone()));
         assert_eq!(&p.value[..], br#"{"metadata":{"name":"a"}}"#);
         let decoded = crate::pb::Object::decode(p.wire.clone()).unwrap();
         assert_eq!(decoded.value, p.value);
