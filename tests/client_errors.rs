@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use serde_json::Value;
 use watchproxy::config::Config;
@@ -79,11 +77,7 @@ fn from_python(line: &Value) -> Decoded {
 fn python(dir: &std::path::Path, addr: &str, token: &str, args: &[&str]) -> Decoded {
     let token_file = dir.join(format!("{token}.txt"));
     std::fs::write(&token_file, token).unwrap();
-    let out = Command::new("python3")
-        .env(
-            "PYTHONPATH",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-        )
+    let out = python3()
         .args(["-m", "watchproxy", "--token-file"])
         .arg(&token_file)
         .arg(addr)

@@ -87,8 +87,7 @@ fn the_rust_client_knows_every_reason() {
 #[test]
 fn the_python_stubs_are_generated_from_the_proto() {
     let dir = env!("CARGO_MANIFEST_DIR");
-    let out = std::process::Command::new("python3")
-        .env("PYTHONPATH", format!("{dir}/clients/python"))
+    let out = common::python3()
         .arg(format!("{dir}/clients/python/tests/stubs_current.py"))
         .arg(format!("{dir}/proto"))
         .output()

@@ -220,11 +220,7 @@ inf.stop()
 "#,
         proxy.addr
     );
-    let out = std::process::Command::new("python3")
-        .env(
-            "PYTHONPATH",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-        )
+    let out = python3()
         .args(["-c", &script])
         .output()
         .expect("python3 with the package's requirements: run ./scripts/install-deps.sh");
@@ -236,11 +232,7 @@ inf.stop()
     let keys: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(keys, json!([["metadata"], ["metadata"]]));
     // And its command line.
-    let out = std::process::Command::new("python3")
-        .env(
-            "PYTHONPATH",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-        )
+    let out = python3()
         .args([
             "-m",
             "watchproxy",

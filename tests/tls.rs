@@ -277,11 +277,7 @@ async fn the_rust_and_python_clients_speak_mutual_tls() {
         file("client.crt", &cert),
         file("client.key", &key),
     );
-    let out = std::process::Command::new("python3")
-        .env(
-            "PYTHONPATH",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
-        )
+    let out = python3()
         .args([
             "-m",
             "watchproxy",

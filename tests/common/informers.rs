@@ -5,8 +5,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// python3 with the package in this tree on its path.
-fn python3() -> Command {
+/// python3 with the Python package in this tree on its path (and its
+/// requirements installed, or the test fails saying how to install them).
+pub fn python3() -> Command {
     let ok = Command::new("python3")
         .args(["-c", "import grpc, grpc_tools, grpc_status"])
         .status()

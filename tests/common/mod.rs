@@ -21,7 +21,7 @@ mod informers;
 #[allow(unused_imports)]
 pub use forwarder::Forwarder;
 #[allow(unused_imports)]
-pub use informers::{node_informer, python_informer, External, Mirror};
+pub use informers::{node_informer, python3, python_informer, External, Mirror};
 pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
 /// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64 and `limits`
