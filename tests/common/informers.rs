@@ -46,6 +46,17 @@ pub fn node_informer() -> Command {
     c
 }
 
+/// The lines a child writes to `pipe`, read on a thread of their own.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    lines
+}
+
 /// A running example informer and the log lines it wrote so far.
 pub struct External {
     child: Child,
@@ -63,13 +74,7 @@ impl External {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let lines = lines_of(child.stderr.take().unwrap());
         External {
             child,
             lines,
@@ -103,7 +108,7 @@ impl External {
 /// handlers printing each change.
 pub struct Mirror {
     child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
+    lines: mpsc::Receiver<String>,
     /// Its copy, from every change printed so far: key → value.
     objects: std::cell::RefCell<std::collections::BTreeMap<String, String>>,
     /// Changes since the last `take`, as (name, kind); a marker is
@@ -127,15 +132,7 @@ impl Mirror {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    let _ = tx.send(v);
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         Mirror {
             child,
             lines,
@@ -145,7 +142,8 @@ impl Mirror {
     }
 
     fn read(&self) {
-        for line in self.lines.try_iter() {
+        let printed = self.lines.try_iter();
+        for line in printed.filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok()) {
             let kind = match line["type"].as_str().unwrap() {
                 "ADDED" => "added",
                 "MODIFIED" => "modified",
