@@ -77,6 +77,7 @@ mod tests {
             labels: Default::default(),
             fields: vec!["x".to_owned(), node.to_owned()].into(),
             value: Default::default(),
+            shard_hashes: Default::default(),
             wire: Default::default(),
         }
     }

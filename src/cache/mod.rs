@@ -276,14 +276,21 @@ impl WatchCache {
         {
             return Trigger::Key(Arc::from(key));
         }
-        predicate
+        let pinned = predicate
             .pinned_fields()
             .filter_map(|(field, value)| Some((indexes.lookup(field, value)?.len(), field, value)))
-            .min_by_key(|(objects, _, _)| *objects)
-            .map_or(Trigger::All, |(_, field, value)| Trigger::Field {
+            .min_by_key(|(objects, _, _)| *objects);
+        match (pinned, predicate.shard()) {
+            (Some((_, field, value)), _) => Trigger::Field {
                 field,
                 value: value.to_owned(),
-            })
+            },
+            (None, Some(shard)) => Trigger::Shard {
+                field: shard.field(),
+                ranges: shard.ranges().into(),
+            },
+            (None, None) => Trigger::All,
+        }
     }
 
     /// Registers a watcher whose deliveries wait in `inbox`. Capturing its

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::dispatch::{transition, Next, Wants};
 use crate::object::{EventType, Projection};
+use crate::selector::Shard;
 use crate::telemetry::Metrics;
 use futures::FutureExt;
 
@@ -69,6 +70,9 @@ struct WatcherSpec {
     reads: Vec<usize>,
     /// The paths it keeps of each value (none: the whole value).
     projection: Option<&'static [&'static str]>,
+    /// The shard it asks for: a shard field, and ranges whose ends are
+    /// picked from [`cuts`].
+    shard: Option<(&'static str, Vec<(usize, usize)>)>,
 }
 
 fn watcher() -> impl Strategy<Value = WatcherSpec> {
@@ -100,50 +104,75 @@ fn watcher() -> impl Strategy<Value = WatcherSpec> {
         Some(&["spec.nodeName", "metadata.labels"][..]),
         Some(&["status"][..]),
     ]);
-    (joins, scope, labels, node, phase, reads, within, projection).prop_map(
-        |(
-            (joins_after, replays),
-            (namespace, name),
-            labels,
-            node,
-            phase,
-            reads,
-            within,
-            projection,
-        )| {
-            let mut fields = Vec::new();
-            if let Some(n) = node {
-                fields.push(format!("spec.nodeName={}", NODES[n]));
-            }
-            if let Some((p, eq)) = phase {
-                fields.push(format!(
-                    "status.phase{}{}",
-                    if eq { "=" } else { "!=" },
-                    PHASES[p]
-                ));
-            }
-            WatcherSpec {
-                joins_after,
-                replays,
-                namespace,
-                name,
-                labels,
-                fields: fields.join(","),
-                within: within
-                    .into_iter()
-                    .map(|(l, n)| {
-                        (
-                            l,
-                            n.map(|n| format!("spec.nodeName={}", NODES[n]))
-                                .unwrap_or_default(),
-                        )
-                    })
-                    .collect(),
-                reads,
-                projection,
-            }
-        },
+    let shard = prop::option::weighted(
+        0.4,
+        (
+            prop::sample::select(vec!["metadata.name", "spec.nodeName", "metadata.namespace"]),
+            prop::collection::vec((0..20usize, 0..20usize), 1..3),
+        ),
+    );
+    (
+        (joins, scope, labels, node, phase),
+        (reads, within, projection, shard),
     )
+        .prop_map(
+            |(
+                ((joins_after, replays), (namespace, name), labels, node, phase),
+                (reads, within, projection, shard),
+            )| {
+                let mut fields = Vec::new();
+                if let Some(n) = node {
+                    fields.push(format!("spec.nodeName={}", NODES[n]));
+                }
+                if let Some((p, eq)) = phase {
+                    fields.push(format!(
+                        "status.phase{}{}",
+                        if eq { "=" } else { "!=" },
+                        PHASES[p]
+                    ));
+                }
+                WatcherSpec {
+                    joins_after,
+                    replays,
+                    namespace,
+                    name,
+                    labels,
+                    fields: fields.join(","),
+                    within: within
+                        .into_iter()
+                        .map(|(l, n)| {
+                            (
+                                l,
+                                n.map(|n| format!("spec.nodeName={}", NODES[n]))
+                                    .unwrap_or_default(),
+                            )
+                        })
+                        .collect(),
+                    reads,
+                    projection,
+                    shard,
+                }
+            },
+        )
+}
+
+/// Where shard ranges of `field` may start and end: at the hashes of the
+/// values it takes here and just after them (so a range can hold one
+/// value and not another that hashes close by), and at 0.
+fn cuts(field: &str) -> Vec<u64> {
+    let values: Vec<String> = match field {
+        "spec.nodeName" => NODES.iter().map(|n| n.to_string()).collect(),
+        "metadata.namespace" => (0..2).map(|k| key_of(k).0).collect(),
+        _ => (0..6).map(|k| key_of(k).1).collect(),
+    };
+    let hashes = values.iter().map(|v| crate::object::shard_hash(v));
+    let mut cuts: Vec<u64> = hashes
+        .flat_map(|h| [h, h.wrapping_add(1)])
+        .chain([0])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -189,9 +218,21 @@ proptest! {
                     .iter()
                     .map(|(l, f)| Predicate::new(&r, "", "", l, f).unwrap())
                     .collect();
+                let shard = w.shard.as_ref().map(|(field, ends)| {
+                    let cuts = cuts(field);
+                    let ranges = ends.iter().map(|&(a, b)| {
+                        let (a, b) = (cuts[a % cuts.len()], cuts[b % cuts.len()]);
+                        match (a.min(b), a.max(b)) {
+                            (lo, hi) if lo == hi => (lo, 0),
+                            (lo, hi) => (lo, hi),
+                        }
+                    });
+                    Shard::new(&r, field, ranges).unwrap()
+                });
                 let p = Predicate::new(&r, w.namespace, w.name, w.labels, &w.fields)
                     .unwrap()
-                    .within(alternatives);
+                    .within(alternatives)
+                    .in_shard(shard);
                 let now = cache.progress().revision;
                 let from = match w.replays {
                     Some(back) => WatchFrom::Revision(now.saturating_sub(back).max(1)),

@@ -167,6 +167,7 @@ mod tests {
             labels: Default::default(),
             fields: Box::default(),
             value: Default::default(),
+            shard_hashes: Default::default(),
             wire: Default::default(),
         });
         Arc::new(Event::added(revision, o))

@@ -207,6 +207,7 @@ impl Dispatcher {
             }
             Trigger::Key(_) => predicate.is_only_name(),
             Trigger::Field { field, .. } => predicate.is_only_field_pin(*field),
+            Trigger::Shard { .. } => false,
         };
         let projection = projection.map(|p| {
             let (shared, users) = w.projections.remove_entry(&p).unwrap_or((p, 0));

@@ -6,6 +6,7 @@
 mod dispatcher;
 mod inbox;
 mod posts;
+mod shards;
 #[cfg(test)]
 mod tests;
 mod trigger;

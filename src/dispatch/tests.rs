@@ -22,6 +22,7 @@ fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {
         labels: Default::default(),
         fields: vec![node.to_owned()].into(),
         value: Default::default(),
+        shard_hashes: Default::default(),
         wire: Default::default(),
     })
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::shards::ShardSets;
 use crate::object::{Event, Object};
 
 /// Where a watcher is registered. Each watcher is in exactly one set, so
@@ -17,6 +18,12 @@ pub enum Trigger {
     /// Pins selectable field `field` (its position in the resource's
     /// selectable fields, which must be indexed) to `value`.
     Field { field: usize, value: String },
+    /// Selects a shard of shard field `field` (its position in the
+    /// resource's shard fields): hashes in `ranges` (inclusive, apart).
+    Shard {
+        field: usize,
+        ranges: Arc<[(u64, u64)]>,
+    },
 }
 
 type Set<T> = HashMap<u64, T>;
@@ -28,6 +35,9 @@ pub enum Via<'a> {
     All,
     Key(&'a str),
     Field(usize, &'a str),
+    /// A shard set: the watcher's own ranges decide, so it never lets
+    /// the set decide for it.
+    Shard,
 }
 
 impl Via<'_> {
@@ -37,6 +47,10 @@ impl Via<'_> {
             Via::All => true,
             Via::Key(k) => &*o.key == k,
             Via::Field(f, v) => o.fields.get(f).map(String::as_str) == Some(v),
+            Via::Shard => {
+                debug_assert!(false, "a shard set does not decide a match");
+                false
+            }
         }
     }
 }
@@ -52,6 +66,8 @@ pub struct TriggerIndex<T> {
     by_key: HashMap<Arc<str>, Set<T>>,
     /// One map per indexed field, by its position in the selectable fields.
     by_field: HashMap<usize, HashMap<String, Set<T>>>,
+    /// One index per shard field in use, by its position.
+    by_shard: HashMap<usize, ShardSets<T>>,
 }
 
 impl<T> Default for TriggerIndex<T> {
@@ -61,6 +77,7 @@ impl<T> Default for TriggerIndex<T> {
             all: HashMap::new(),
             by_key: HashMap::new(),
             by_field: HashMap::new(),
+            by_shard: HashMap::new(),
         }
     }
 }
@@ -80,6 +97,12 @@ impl<T> TriggerIndex<T> {
                 .or_default()
                 .entry(value.clone())
                 .or_default(),
+            Trigger::Shard { field, ranges } => {
+                let sets = self.by_shard.entry(*field).or_default();
+                sets.insert(id, ranges, watcher);
+                self.triggers.insert(id, trigger);
+                return;
+            }
         };
         set.insert(id, watcher);
         self.triggers.insert(id, trigger);
@@ -105,6 +128,14 @@ impl<T> TriggerIndex<T> {
                 }
                 w
             }
+            Trigger::Shard { field, ranges } => {
+                let sets = self.by_shard.get_mut(&field)?;
+                let w = sets.remove(id, &ranges);
+                if sets.is_empty() {
+                    self.by_shard.remove(&field);
+                }
+                w
+            }
         };
         removed
     }
@@ -116,6 +147,7 @@ impl<T> TriggerIndex<T> {
             Trigger::Field { field, value } => {
                 self.by_field.get_mut(field)?.get_mut(value)?.get_mut(&id)
             }
+            Trigger::Shard { field, .. } => self.by_shard.get_mut(field)?.get_mut(id),
         }
     }
 
@@ -127,10 +159,12 @@ impl<T> TriggerIndex<T> {
             .values()
             .flat_map(HashMap::values)
             .flat_map(Set::values);
+        let sharded = self.by_shard.values().flat_map(ShardSets::values);
         self.all
             .values()
             .chain(keyed)
             .chain(fielded)
+            .chain(sharded)
             .for_each(&mut f);
     }
 
@@ -142,12 +176,18 @@ impl<T> TriggerIndex<T> {
             .into_values()
             .flat_map(HashMap::into_values)
             .flat_map(Set::into_values);
-        self.all.into_values().chain(keyed).chain(fielded)
+        let sharded = self.by_shard.into_values().flat_map(ShardSets::into_values);
+        self.all
+            .into_values()
+            .chain(keyed)
+            .chain(fielded)
+            .chain(sharded)
     }
 
     /// Calls `f` for every watcher `event` can concern: those that pin
-    /// nothing, those on its key, and those pinned to its new or previous
-    /// value of an indexed field; each once.
+    /// nothing, those on its key, those pinned to its new or previous
+    /// value of an indexed field, and those whose shard holds its new or
+    /// previous hash; each once.
     pub fn for_each_candidate<'e>(
         &mut self,
         event: &'e Event,
@@ -174,6 +214,11 @@ impl<T> TriggerIndex<T> {
                     visit(set, Via::Field(field, v));
                 }
             }
+        }
+        for (&field, sets) in &mut self.by_shard {
+            let hash = |o: Option<&Arc<Object>>| o.map(|o| o.shard_hash(field));
+            let (now, before) = (hash(event.object()), hash(event.prev()));
+            sets.for_each_holding(now, before, |id, w| f(id, w, Via::Shard));
         }
     }
 }

@@ -39,10 +39,11 @@ impl Resource {
         revision: Revision,
     ) -> Result<Object, DecodeError> {
         let (namespace, name) = self.split_key(key)?;
-        let (labels, fields) = match self.format {
-            ValueFormat::Raw => (BTreeMap::new(), Box::default()),
+        let (labels, fields, uid) = match self.format {
+            ValueFormat::Raw => (BTreeMap::new(), Box::default(), String::new()),
             ValueFormat::Json => self.read_json(value)?,
         };
+        let shard_hashes = self.shard_hashes(&namespace, &name, &uid, &fields);
         let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
         let pb = crate::pb::Object {
             key: key.to_owned(),
@@ -67,6 +68,7 @@ impl Resource {
             revision,
             labels,
             fields,
+            shard_hashes,
             value,
             wire,
         })
@@ -106,7 +108,7 @@ impl Resource {
     /// whole object was most of the cost of reading a change. The result is
     /// the same as reading them from such a value (later duplicate keys
     /// win; a step into something other than an object finds nothing).
-    fn read_json(&self, value: &[u8]) -> Result<(Labels, Box<[String]>), DecodeError> {
+    fn read_json(&self, value: &[u8]) -> Result<(Labels, Box<[String]>, String), DecodeError> {
         let text = match std::str::from_utf8(value) {
             Ok(text) => text,
             Err(_) => {
@@ -121,10 +123,17 @@ impl Resource {
             .iter()
             .map(|f| f.split('.').collect())
             .collect();
-        let wants: Vec<Want> = std::iter::once(Want {
-            rest: &["metadata", "labels"],
-            target: Target::Labels,
-        })
+        let wants: Vec<Want> = [
+            Want {
+                rest: &["metadata", "labels"],
+                target: Target::Labels,
+            },
+            Want {
+                rest: &["metadata", "uid"],
+                target: Target::Uid,
+            },
+        ]
+        .into_iter()
         .chain(paths.iter().enumerate().map(|(i, p)| Want {
             rest: p,
             target: Target::Field(i),
@@ -132,6 +141,7 @@ impl Resource {
         .collect();
         let mut found = Found {
             labels: None,
+            uid: None,
             fields: vec![None; paths.len()],
             object: false,
         };
@@ -163,7 +173,7 @@ impl Resource {
             .iter()
             .map(|v| field_string(v.as_ref()))
             .collect();
-        Ok((labels, fields))
+        Ok((labels, fields, field_string(found.uid.as_ref())))
     }
 }
 
@@ -177,11 +187,13 @@ struct Want<'a> {
 #[derive(Clone, Copy)]
 enum Target {
     Labels,
+    Uid,
     Field(usize),
 }
 
 struct Found {
     labels: Option<serde_json::Value>,
+    uid: Option<serde_json::Value>,
     fields: Vec<Option<serde_json::Value>>,
     /// The document is an object (set by any object in it, and only
     /// objects are looked into).
@@ -192,6 +204,7 @@ impl Found {
     fn set(&mut self, target: Target, v: Option<serde_json::Value>) {
         match target {
             Target::Labels => self.labels = v,
+            Target::Uid => self.uid = v,
             Target::Field(i) => self.fields[i] = v,
         }
     }
@@ -382,7 +395,7 @@ mod tests {
         ));
     }
 
-    /// Labels and fields read from a whole `serde_json::Value`, as the
+    /// Labels, fields and the uid read from a whole `serde_json::Value`, as the
     /// one-pass reader must read them.
     fn read_by_value(r: &Resource, value: &[u8]) -> Result<(Labels, Vec<String>), String> {
         let doc: serde_json::Value = serde_json::from_slice(value).map_err(|_| "not json")?;
@@ -398,18 +411,18 @@ mod tests {
                 .ok_or("bad labels")?,
             Some(_) => return Err("bad labels".into()),
         };
-        let fields = r
-            .selectable_fields
-            .iter()
+        let fields = (r.selectable_fields.iter().map(String::as_str))
+            .chain(["metadata.uid"])
             .map(|path| field_string(path.split('.').try_fold(&doc, |v, step| v.get(step))))
             .collect();
         Ok((labels, fields))
     }
 
-    /// [`read_by_value`]'s answer, from the one-pass reader.
+    /// [`read_by_value`]'s answer (the uid after the fields), from the
+    /// one-pass reader.
     fn read_one_pass(r: &Resource, value: &[u8]) -> Result<(Labels, Vec<String>), String> {
         r.read_json(value)
-            .map(|(labels, fields)| (labels, fields.into_vec()))
+            .map(|(labels, fields, uid)| (labels, [fields.into_vec(), vec![uid]].concat()))
             .map_err(|e| match e {
                 DecodeError::NotJson(_) => "not json".to_string(),
                 DecodeError::NotJsonObject => "not an object".into(),

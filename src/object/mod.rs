@@ -3,6 +3,7 @@
 
 mod decode;
 mod projection;
+mod shard;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use crate::config::{ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
 pub use projection::{Projection, ProjectionError};
+pub use shard::shard_hash;
 
 /// `metadata.labels` of an object.
 pub type Labels = BTreeMap<String, String>;
@@ -139,6 +141,8 @@ pub struct Object {
     pub labels: Labels,
     /// Values of the resource's selectable fields, in configured order.
     pub fields: Box<[String]>,
+    /// The hashes of its shard fields ([`Resource::shard_fields`]).
+    pub shard_hashes: Box<[u64]>,
     /// The stored bytes; shares `wire`'s buffer.
     pub value: Bytes,
     /// The object as a `watchproxy.v1.Object` at its own revision, encoded

@@ -7,11 +7,13 @@
 
 mod field;
 mod label;
+mod shard;
 
 use crate::object::{Object, Resource};
 pub use field::FieldRef;
 use field::FieldRequirement;
 use label::LabelRequirement;
+pub use shard::{Shard, ShardError, MAX_RANGES};
 
 /// A selector that cannot be parsed; the message points at the bad part.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +34,7 @@ pub struct Predicate {
     /// What the caller is allowed to see, when authorization rules allow
     /// it through several selectors: an object must match one of them too.
     any_of: Vec<Predicate>,
+    shard: Option<Shard>,
 }
 
 impl Predicate {
@@ -49,7 +52,17 @@ impl Predicate {
             labels: label::parse(label_selector)?,
             fields: field::parse(field_selector, resource)?,
             any_of: Vec::new(),
+            shard: None,
         })
+    }
+
+    /// This predicate, narrowed to one shard.
+    pub fn in_shard(self, shard: Option<Shard>) -> Self {
+        Self { shard, ..self }
+    }
+
+    pub fn shard(&self) -> Option<&Shard> {
+        self.shard.as_ref()
     }
 
     /// This predicate, narrowed to objects that also match one of
@@ -80,7 +93,10 @@ impl Predicate {
 
     /// Whether the predicate filters by anything beyond namespace and name.
     pub fn has_selectors(&self) -> bool {
-        !self.labels.is_empty() || !self.fields.is_empty() || !self.any_of.is_empty()
+        !self.labels.is_empty()
+            || !self.fields.is_empty()
+            || !self.any_of.is_empty()
+            || self.shard.is_some()
     }
 
     /// The selectable fields this predicate pins to one value by equality:
@@ -100,6 +116,7 @@ impl Predicate {
             && self.name.is_none()
             && self.labels.is_empty()
             && self.any_of.is_empty()
+            && self.shard.is_none()
             && matches!(&self.fields[..], [r] if r.equals && r.field == FieldRef::Selectable(field))
     }
 
@@ -122,6 +139,7 @@ impl Predicate {
                 (v == r.value) == r.equals
             })
             && (self.any_of.is_empty() || self.any_of.iter().any(|p| p.matches(o)))
+            && self.shard.as_ref().is_none_or(|s| s.matches(o))
     }
 }
 
@@ -147,6 +165,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             fields: vec![node.to_string()].into(),
             value: Default::default(),
+            shard_hashes: Default::default(),
             wire: Default::default(),
         }
     }
