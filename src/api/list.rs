@@ -13,7 +13,7 @@ use super::{Api, Served};
 use crate::cache::{NotInWindow, Snapshot};
 use crate::object::{Object, Projection, Resource, Revision};
 use crate::pb;
-use crate::selector::Predicate;
+use crate::selector::{Predicate, Shard};
 use crate::source::{EtcdError, ObjectsPage};
 
 /// What a page says about the list it belongs to.
@@ -33,7 +33,9 @@ impl Api {
         q: ListQuery,
     ) -> Result<pb::ListResponse, ApiError> {
         let projection = q.projection.clone();
+        let shard = (q.predicate.shard()).map(|shard| shard_pb(&s.cache.resource, shard));
         let mut page = self.read_page(s, q).await?;
+        page.shard = shard;
         if let Some(projection) = projection {
             page.items.iter_mut().for_each(|o| project(&projection, o));
         }
@@ -207,5 +209,20 @@ fn page_response<'a>(
         resource_version: page.revision.to_string(),
         continue_token,
         remaining_item_count: page.remaining.filter(|_| page.more).map(|n| n as i64),
+        shard: None,
+    }
+}
+
+/// The shard a list covers, as the request would name it.
+fn shard_pb(resource: &Resource, shard: &Shard) -> pb::ShardSelector {
+    let field = resource
+        .shard_fields()
+        .nth(shard.field())
+        .unwrap_or_default();
+    pb::ShardSelector {
+        field: field.to_owned(),
+        ranges: (shard.half_open())
+            .map(|(start, end)| pb::HashRange { start, end })
+            .collect(),
     }
 }

@@ -10,7 +10,7 @@ use super::error::ApiError;
 use crate::config::ValueFormat;
 use crate::object::{Projection, RequestedVersion, Resource, Revision};
 use crate::pb;
-use crate::selector::Predicate;
+use crate::selector::{Predicate, Shard};
 
 /// Which state a List reads.
 #[derive(Debug)]
@@ -38,6 +38,18 @@ pub(super) fn scoped(
         .map(|(l, f)| Predicate::new(resource, "", "", l, f))
         .collect::<Result<_, _>>()?;
     Ok(own.within(alternatives))
+}
+
+/// The shard a request asks for; none for the whole resource.
+fn shard(
+    resource: &Resource,
+    shard: Option<&pb::ShardSelector>,
+) -> Result<Option<Shard>, ApiError> {
+    let Some(s) = shard else { return Ok(None) };
+    let ranges = s.ranges.iter().map(|r| (r.start, r.end));
+    Shard::new(resource, &s.field, ranges)
+        .map(Some)
+        .map_err(|e| ApiError::invalid("shard", e.to_string()))
 }
 
 /// The projection a request asks for; none for the whole value.
@@ -86,7 +98,8 @@ impl ListQuery {
             &req.label_selector,
             &req.field_selector,
             scope,
-        )?;
+        )?
+        .in_shard(shard(resource, req.shard.as_ref())?);
         let version = RequestedVersion::parse(&req.resource_version)?;
         let exact = match pb::ResourceVersionMatch::try_from(req.resource_version_match) {
             Ok(m) => m == pb::ResourceVersionMatch::Exact,
@@ -203,7 +216,8 @@ impl WatchQuery {
             &req.label_selector,
             &req.field_selector,
             scope,
-        )?;
+        )?
+        .in_shard(shard(resource, req.shard.as_ref())?);
         let timeout = match req.timeout_seconds {
             t if t < 0 => {
                 return Err(ApiError::invalid(

@@ -53,7 +53,7 @@ class Object(_message.Message):
     def __init__(self, key: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "resource_version", "resource_version_match", "limit", "continue_token", "fields", "metadata_only")
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "resource_version", "resource_version_match", "limit", "continue_token", "fields", "metadata_only", "shard")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class ListRequest(_message.Message):
     CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     label_selector: str
@@ -74,19 +75,38 @@ class ListRequest(_message.Message):
     continue_token: str
     fields: _containers.RepeatedScalarFieldContainer[str]
     metadata_only: bool
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., resource_version_match: _Optional[_Union[ResourceVersionMatch, str]] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
+    shard: ShardSelector
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., resource_version_match: _Optional[_Union[ResourceVersionMatch, str]] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ...) -> None: ...
+
+class ShardSelector(_message.Message):
+    __slots__ = ("field", "ranges")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    ranges: _containers.RepeatedCompositeFieldContainer[HashRange]
+    def __init__(self, field: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[HashRange, _Mapping]]] = ...) -> None: ...
+
+class HashRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count")
+    __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count", "shard")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REMAINING_ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[Object]
     resource_version: str
     continue_token: str
     remaining_item_count: int
-    def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ...) -> None: ...
+    shard: ShardSelector
+    def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "resource_version", "fields", "metadata_only")
@@ -105,7 +125,7 @@ class GetRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds", "fields", "metadata_only")
+    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds", "fields", "metadata_only", "shard")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +137,7 @@ class WatchRequest(_message.Message):
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -128,7 +149,8 @@ class WatchRequest(_message.Message):
     timeout_seconds: int
     fields: _containers.RepeatedScalarFieldContainer[str]
     metadata_only: bool
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
+    shard: ShardSelector
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("type", "object", "initial_events_end", "resync")
