@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use api::service::ApiService;
-use api::{Api, Served};
+use api::{Api, InitialStates, Served};
 use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
@@ -117,10 +117,11 @@ pub async fn run(
             Served {
                 cache,
                 freshness,
-                metrics: m,
+                metrics: m.clone(),
                 watch_slots: Arc::new(tokio::sync::Semaphore::new(
                     config.limits.max_watchers_per_resource,
                 )),
+                initial_states: Arc::new(InitialStates::new(config.watch.share_initial_state, m)),
             },
         );
     }

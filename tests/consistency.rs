@@ -374,7 +374,7 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     use std::collections::HashMap;
     use std::sync::Arc;
     use tokio_util::sync::CancellationToken;
-    use watchproxy::api::{Api, Served};
+    use watchproxy::api::{Api, InitialStates, Served};
     use watchproxy::cache::WatchCache;
     use watchproxy::dispatch::Dispatcher;
     use watchproxy::object::Resource;
@@ -423,6 +423,7 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
             freshness,
             metrics: m.clone(),
             watch_slots: Arc::new(tokio::sync::Semaphore::new(10)),
+            initial_states: Arc::new(InitialStates::new(true, m.clone())),
         },
     )]);
     let api = Api::new(

@@ -14,6 +14,7 @@ mod continue_token;
 pub mod error;
 pub mod health;
 mod http2;
+mod initial;
 mod list;
 pub mod query;
 mod reload;
@@ -42,6 +43,7 @@ use crate::telemetry::{Metrics, ResourceMetrics};
 use auth::{Auth, Caller, PeerCerts, Scope};
 use call::CallInfo;
 use error::ApiError;
+pub use initial::InitialStates;
 use query::{GetQuery, ListQuery, WatchQuery};
 use user_limits::UserLimits;
 pub use watch::WatchStream;
@@ -54,6 +56,7 @@ pub struct Served {
     pub metrics: ResourceMetrics,
     /// One permit per open watch of this resource.
     pub watch_slots: Arc<Semaphore>,
+    pub initial_states: Arc<InitialStates>,
 }
 
 /// The `WatchProxy` service.

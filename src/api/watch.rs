@@ -11,13 +11,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
 use super::error::ApiError;
+use super::initial::InitialCursor;
 use super::query::WatchQuery;
 use super::user_limits::WatchPlace;
-use super::wire::{encode_bookmark, encode_event, WatchMessage};
+use super::wire::{encode_bookmark, WatchMessage};
 use super::{Api, Served};
-use crate::cache::{WatchCache, WatchFrom, WatchStart};
+use crate::cache::{WatchCache, WatchFrom};
 use crate::dispatch::{Inbox, Next, Place, Wants, Watcher};
-use crate::object::{EventType, Object, RequestedVersion, Revision};
+use crate::object::{RequestedVersion, Revision, TooOld};
 use crate::telemetry::{EndReason, ResourceMetrics};
 
 impl Api {
@@ -47,50 +48,51 @@ impl Api {
                     scope: format!("for {}", resource.name),
                 })?,
         );
-        let from = match q.version {
-            RequestedVersion::At(n) if !q.send_initial_events => {
-                self.cache_for(s, q.version).await?;
-                WatchFrom::Revision(n)
-            }
-            v => {
-                self.cache_for(s, v).await?;
-                WatchFrom::State
-            }
+        let wants = Wants {
+            predicate: q.predicate,
+            projection: q.projection,
         };
-        let start = s
-            .cache
-            .watch(
-                &inbox,
-                Wants {
-                    predicate: q.predicate,
-                    projection: q.projection,
-                },
-                from,
-                q.allow_bookmarks,
-            )
-            .map_err(|too_old| ApiError::TooOld {
-                requested: match from {
-                    WatchFrom::Revision(requested) => requested,
-                    WatchFrom::State => s.cache.progress().revision,
-                },
+        let too_old = |requested: Revision| {
+            move |too_old: TooOld| ApiError::TooOld {
+                requested,
                 oldest: too_old.oldest,
                 current: s.cache.progress().revision,
-            })?;
-        let WatchStart { state, watcher } = start;
-        // The end of the initial state is marked only when it was sent.
-        let initial_end = (state.is_some() && q.send_initial_events).then(|| watcher.revision());
-        let initial: Vec<Arc<Object>> = match state {
-            Some(snapshot) => snapshot
-                .select(resource, watcher.predicate(), None)
-                .map(|o| watcher.show(o.clone()))
-                .collect(),
-            None => Vec::new(),
+            }
         };
+        let (watcher, initial) = match q.version {
+            RequestedVersion::At(n) if !q.send_initial_events => {
+                self.cache_for(s, q.version).await?;
+                let from = WatchFrom::Revision(n);
+                let start = (s.cache)
+                    .watch(&inbox, wants, from, q.allow_bookmarks)
+                    .map_err(too_old(n))?;
+                (start.watcher, None)
+            }
+            v => {
+                let fresh = self.cache_for(s, v).await?;
+                // The state may be older than the cache's, never older
+                // than the request allows.
+                let need = match v {
+                    RequestedVersion::Any => 0,
+                    RequestedVersion::At(n) => n,
+                    RequestedVersion::Latest => fresh.revision,
+                };
+                let (watcher, state) = s
+                    .initial_states
+                    .join(&s.cache, &inbox, wants, need, q.allow_bookmarks)
+                    .map_err(too_old(s.cache.progress().revision))?;
+                (watcher, Some(state))
+            }
+        };
+        // The end of the initial state is marked only when it was sent.
+        let initial_end = (initial.as_ref())
+            .filter(|_| q.send_initial_events)
+            .map(|state| state.revision());
         Ok(WatchStream {
             _slots: slots,
             cache: s.cache.clone(),
             watcher,
-            initial: initial.into_iter(),
+            initial: initial.map(InitialCursor::new),
             initial_end,
             allow_bookmarks: q.allow_bookmarks,
             timer: q.timeout.map(|t| Box::pin(tokio::time::sleep(t))),
@@ -113,7 +115,8 @@ pub struct WatchStream {
     _slots: (WatchPlace, OwnedSemaphorePermit, OwnedSemaphorePermit),
     cache: Arc<WatchCache>,
     watcher: Watcher,
-    initial: std::vec::IntoIter<Arc<Object>>,
+    /// The initial state still to send.
+    initial: Option<InitialCursor>,
     /// The bookmark that marks the end of the initial state, still to send.
     initial_end: Option<Revision>,
     allow_bookmarks: bool,
@@ -146,7 +149,7 @@ impl WatchStream {
     /// events were sent; none while the initial events are unfinished.
     pub fn connection_aged(&mut self) -> Status {
         self.end.reason = Some(EndReason::connection_aged);
-        let unfinished = self.initial.len() > 0 || self.initial_end.is_some();
+        let unfinished = self.initial.is_some() || self.initial_end.is_some();
         let last = (!unfinished).then(|| self.watcher.complete_revision());
         ApiError::ConnectionAged { last }.into()
     }
@@ -163,9 +166,12 @@ impl Stream for WatchStream {
         if this.end.reason.is_some() {
             return Poll::Ready(None);
         }
-        if let Some(o) = this.initial.next() {
-            let added = encode_event(EventType::Added, &o, o.revision, None);
-            return Poll::Ready(Some(Ok(WatchMessage::Own(added))));
+        if let Some(initial) = &mut this.initial {
+            match initial.next_message() {
+                Some(added) => return Poll::Ready(Some(Ok(WatchMessage::Own(added)))),
+                // Dropped, so the state goes with its last reader.
+                None => this.initial = None,
+            }
         }
         if let Some(revision) = this.initial_end.take() {
             return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(

@@ -214,6 +214,15 @@ pub struct WatchConfig {
     /// plain path, kept to measure against and as a way back).
     #[serde(default)]
     pub serve_path: ServePath,
+    /// Watches that start with the state at once (a rollout, a restart)
+    /// share one initial state per selector and projection, encoded once;
+    /// `false` encodes one per watch (the plain path, to measure against).
+    #[serde(default = "yes")]
+    pub share_initial_state: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// See [`WatchConfig::serve_path`].
@@ -342,6 +351,7 @@ impl Default for WatchConfig {
             watcher_queue: default_watcher_queue(),
             freshness_wait: default_freshness_wait(),
             serve_path: ServePath::Fast,
+            share_initial_state: true,
         }
     }
 }

@@ -14,7 +14,7 @@ pub enum FieldRef {
     Selectable(usize),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FieldRequirement {
     pub field: FieldRef,
     pub equals: bool,

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::SelectorError;
 use crate::object::Labels;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LabelOp {
     Equals(String),
     NotEquals(String),
@@ -16,7 +16,7 @@ pub enum LabelOp {
     DoesNotExist,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LabelRequirement {
     pub key: String,
     pub op: LabelOp,
@@ -37,7 +37,7 @@ impl LabelRequirement {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Token<'a> {
     Word(&'a str),
     Comma,

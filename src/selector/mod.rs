@@ -25,7 +25,7 @@ pub enum SelectorError {
 }
 
 /// Everything a request filters by: namespace, name and selectors.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Predicate {
     namespace: Option<String>,
     name: Option<String>,

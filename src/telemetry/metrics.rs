@@ -107,6 +107,9 @@ pub struct Metrics {
     events_received: Family<ResourceLabel, Counter>,
     deliveries: Family<ResourceLabel, Counter>,
     encodings: Family<ResourceLabel, Counter>,
+    initial_snapshots: Family<ResourceLabel, Counter>,
+    initial_snapshots_shared: Family<ResourceLabel, Counter>,
+    initial_snapshot_bytes: Family<ResourceLabel, Counter>,
     fell_behind: Family<ResourceLabel, Counter>,
     replayed: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
@@ -145,6 +148,9 @@ impl Default for Metrics {
             events_received: Family::default(),
             deliveries: Family::default(),
             encodings: Family::default(),
+            initial_snapshots: Family::default(),
+            initial_snapshots_shared: Family::default(),
+            initial_snapshot_bytes: Family::default(),
             fell_behind: Family::default(),
             replayed: Family::default(),
             undecodable: Family::default(),
@@ -175,6 +181,21 @@ impl Default for Metrics {
             "encodings",
             "Live events encoded for the wire; each is shared by every watcher it is delivered to",
             m.encodings.clone(),
+        );
+        r.register(
+            "initial_snapshots",
+            "Initial states made for watches that start with the state (each encoded once, for every watch that shares it)",
+            m.initial_snapshots.clone(),
+        );
+        r.register(
+            "initial_snapshots_shared",
+            "Watches that started with an initial state another watch was already reading",
+            m.initial_snapshots_shared.clone(),
+        );
+        r.register(
+            "initial_snapshot_bytes",
+            "Bytes of initial-state messages encoded (once per initial state, however many watches read it)",
+            m.initial_snapshot_bytes.clone(),
         );
         r.register(
             "watchers_fell_behind",
@@ -285,6 +306,9 @@ impl Metrics {
             events_received: self.events_received.get_or_create(&l).clone(),
             deliveries: self.deliveries.get_or_create(&l).clone(),
             encodings: self.encodings.get_or_create(&l).clone(),
+            initial_snapshots: self.initial_snapshots.get_or_create(&l).clone(),
+            initial_snapshots_shared: self.initial_snapshots_shared.get_or_create(&l).clone(),
+            initial_snapshot_bytes: self.initial_snapshot_bytes.get_or_create(&l).clone(),
             fell_behind: self.fell_behind.get_or_create(&l).clone(),
             replayed: self.replayed.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
@@ -355,6 +379,9 @@ pub struct ResourceMetrics {
     pub events_received: Counter,
     pub deliveries: Counter,
     pub encodings: Counter,
+    pub initial_snapshots: Counter,
+    pub initial_snapshots_shared: Counter,
+    pub initial_snapshot_bytes: Counter,
     pub fell_behind: Counter,
     pub replayed: Counter,
     pub undecodable: Counter,

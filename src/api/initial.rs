@@ -1,0 +1,186 @@
+//! Initial states shared by the watches that join together (a rollout, a
+//! replica restart, a storm of `send_initial_events`): the matching objects
+//! of a snapshot, cut to a projection and encoded once for every joiner
+//! that wants the same, built in chunks as the first of them reads, and
+//! dropped with the last. A joiner that finds one recent enough starts its
+//! watch at that snapshot's revision and reads the changes since from the
+//! event window.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::wire::encode_event;
+use crate::cache::{Snapshot, WatchCache, WatchFrom};
+use crate::dispatch::{Encoded, Inbox, Wants, Watcher};
+use crate::object::{EventType, Projection, Resource, Revision, TooOld};
+use crate::selector::Predicate;
+use crate::telemetry::ResourceMetrics;
+
+/// Objects encoded per turn of a joiner that reaches the end of what is
+/// built: the others wait at most this long for the lock.
+const CHUNK: usize = 256;
+
+/// What joiners share an initial state by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Wanted {
+    predicate: Predicate,
+    projection: Option<Arc<Projection>>,
+}
+
+/// The initial states of one resource that joiners are reading.
+pub struct InitialStates {
+    /// Off: each watch encodes its own (the plain path, to measure against).
+    share: bool,
+    live: Mutex<Live>,
+    metrics: ResourceMetrics,
+}
+
+#[derive(Default)]
+struct Live {
+    states: HashMap<Wanted, Weak<InitialState>>,
+    /// How many entries there were after the last sweep of dropped ones:
+    /// sweeping when the map has doubled keeps it linear.
+    swept: usize,
+}
+
+impl InitialStates {
+    pub fn new(share: bool, metrics: ResourceMetrics) -> Self {
+        Self {
+            share,
+            live: Mutex::default(),
+            metrics,
+        }
+    }
+
+    /// Registers a watcher that starts with the state (as of `need` or
+    /// later), and gives it the state to send first: one another joiner
+    /// is reading when there is one recent enough, else a new one.
+    pub fn join(
+        &self,
+        cache: &WatchCache,
+        inbox: &Arc<Inbox>,
+        wants: Wants,
+        need: Revision,
+        bookmarks: bool,
+    ) -> Result<(Watcher, Arc<InitialState>), TooOld> {
+        let wanted = Wanted {
+            predicate: wants.predicate.clone(),
+            projection: wants.projection.clone(),
+        };
+        if let Some(shared) = self.find(&wanted, need) {
+            // A window that no longer reaches it: start afresh.
+            let from = WatchFrom::Revision(shared.snapshot.revision);
+            if let Ok(start) = cache.watch(inbox, wants.clone(), from, bookmarks) {
+                self.metrics.initial_snapshots_shared.inc();
+                return Ok((start.watcher, shared));
+            }
+        }
+        let start = cache.watch(inbox, wants.clone(), WatchFrom::State, bookmarks)?;
+        let snapshot = match start.state {
+            Some(snapshot) => snapshot,
+            None => unreachable!("a watch from the state starts with it"),
+        };
+        let state = Arc::new(InitialState {
+            snapshot,
+            resource: cache.resource.clone(),
+            wants,
+            built: Mutex::default(),
+            metrics: self.metrics.clone(),
+        });
+        self.metrics.initial_snapshots.inc();
+        if self.share {
+            let mut live = self.live.lock();
+            live.states.insert(wanted, Arc::downgrade(&state));
+            if live.states.len() > 2 * live.swept.max(16) {
+                live.states.retain(|_, s| s.strong_count() > 0);
+                live.swept = live.states.len();
+            }
+        }
+        Ok((start.watcher, state))
+    }
+
+    fn find(&self, wanted: &Wanted, need: Revision) -> Option<Arc<InitialState>> {
+        if !self.share {
+            return None;
+        }
+        let live = self.live.lock();
+        let state = live.states.get(wanted)?.upgrade()?;
+        (state.snapshot.revision >= need).then_some(state)
+    }
+}
+
+/// The initial state of the joiners that want the same objects of one
+/// snapshot.
+pub struct InitialState {
+    snapshot: Snapshot,
+    resource: Arc<Resource>,
+    wants: Wants,
+    built: Mutex<Built>,
+    metrics: ResourceMetrics,
+}
+
+#[derive(Default)]
+struct Built {
+    messages: Vec<Encoded>,
+    /// The key of the last object encoded.
+    after: Option<Arc<str>>,
+    done: bool,
+}
+
+impl InitialState {
+    /// The revision of the state.
+    pub fn revision(&self) -> Revision {
+        self.snapshot.revision
+    }
+
+    /// Its `i`th message, encoding the next objects when no joiner has
+    /// yet; none past the end.
+    pub fn message(&self, i: usize) -> Option<Encoded> {
+        let mut built = self.built.lock();
+        while i >= built.messages.len() && !built.done {
+            self.build_more(&mut built);
+        }
+        built.messages.get(i).cloned()
+    }
+
+    fn build_more(&self, built: &mut Built) {
+        let resource = &self.resource;
+        let objects = self
+            .snapshot
+            .select(resource, &self.wants.predicate, built.after.as_deref());
+        let mut bytes = 0;
+        let mut taken = 0;
+        for o in objects.take(CHUNK) {
+            let shown = self.wants.show(o.clone());
+            let message = encode_event(EventType::Added, &shown, shown.revision, None);
+            bytes += message.size() as u64;
+            built.messages.push(message);
+            built.after = Some(o.key.clone());
+            taken += 1;
+        }
+        built.done = taken < CHUNK;
+        self.metrics.initial_snapshot_bytes.inc_by(bytes);
+    }
+}
+
+/// Where one joiner is in its initial state.
+pub struct InitialCursor {
+    state: Arc<InitialState>,
+    next: usize,
+}
+
+impl InitialCursor {
+    pub fn new(state: Arc<InitialState>) -> Self {
+        Self { state, next: 0 }
+    }
+
+    /// The next message; none at the end, when the joiner should drop the
+    /// cursor so the state can go.
+    pub fn next_message(&mut self) -> Option<Encoded> {
+        let m = self.state.message(self.next)?;
+        self.next += 1;
+        Some(m)
+    }
+}

@@ -1,0 +1,156 @@
+//! Watches that start together share one initial state: it is made and
+//! encoded once for every joiner with the same selector and projection,
+//! each joiner receives exactly what a watch of its own would (and the
+//! changes since, from the window, when it joins a state a little older
+//! than the cache), and with sharing switched off every watch makes its
+//! own.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use tonic::transport::Channel;
+use watchproxy::config::Config;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{EventType, WatchEvent, WatchRequest};
+
+const PODS: usize = 1000;
+
+/// A proxy on `etcd`, sharing initial states or not.
+async fn proxy(etcd: &Etcd, share: bool) -> (Proxy, WatchProxyClient<Channel>) {
+    let mut config = Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
+    config.watch.share_initial_state = share;
+    let proxy = Proxy::start_config(config).await;
+    // Small windows, so a state no client reads yet stays in flight.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", proxy.addr))
+        .unwrap()
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(16 << 20))
+        .connect()
+        .await
+        .unwrap();
+    let mut client = WatchProxyClient::new(channel);
+    wait_ready(&mut client, "pods").await;
+    (proxy, client)
+}
+
+fn joining(rv: &str) -> WatchRequest {
+    WatchRequest {
+        field_selector: "spec.nodeName!=node-0".into(),
+        fields: vec!["metadata".into(), "spec.nodeName".into()],
+        send_initial_events: true,
+        ..watch_req("pods", rv)
+    }
+}
+
+/// Reads up to and including the bookmark that ends the initial events.
+async fn initial_events(stream: &mut tonic::Streaming<WatchEvent>) -> (Vec<WatchEvent>, u64) {
+    let mut events = Vec::new();
+    loop {
+        let e = next_event(stream)
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        if e.initial_events_end {
+            return (events, summary(&e).2);
+        }
+        assert_ne!(e.r#type, EventType::Bookmark as i32);
+        events.push(e);
+    }
+}
+
+fn metric(proxy: &Proxy, name: &str) -> f64 {
+    proxy.metric(name, "resource=\"pods\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joiners_share_one_initial_state_equal_to_their_own() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..PODS {
+        let node = format!("node-{}", i % 4);
+        put_pod(
+            &mut ec,
+            &format!("ns-{}", i % 3),
+            &format!("pod-{i}"),
+            &[],
+            &node,
+        )
+        .await;
+    }
+    let (shared, mut client) = proxy(&etcd, true).await;
+    let (own, mut own_client) = proxy(&etcd, false).await;
+
+    // Twenty joiners open before any reads: the state is larger than a
+    // stream's flow-control window, so all are still reading it.
+    let mut first = Vec::new();
+    for _ in 0..20 {
+        first.push(open_watch(&mut client, joining("")).await);
+    }
+    let mut alone = open_watch(&mut own_client, joining("")).await;
+    // A change, then ten more that accept any version: they join the
+    // same state and get the change from the window after it.
+    let changed = put_pod(&mut ec, "ns-1", "pod-1", &[("v", "2")], "node-1").await;
+    let mut later = Vec::new();
+    for _ in 0..10 {
+        later.push(open_watch(&mut client, joining("0")).await);
+    }
+
+    let (want, at) = initial_events(&mut alone).await;
+    assert_eq!(want.len(), PODS * 3 / 4);
+    let mut states = BTreeMap::new();
+    for stream in first.iter_mut().chain(&mut later) {
+        let (got, revision) = initial_events(stream).await;
+        states.insert(revision, ());
+        // A shared initial state is the one a watch makes alone.
+        assert_eq!(got.len(), want.len());
+        if let Some(at) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!("event {at}: {:?}, alone: {:?}", got[at], want[at]);
+        }
+        let next = take_events(stream, 1).await;
+        assert_eq!(
+            summary(&next[0]).2,
+            changed,
+            "the change after the state follows it"
+        );
+        assert_eq!(summary(&next[0]).0, EventType::Modified);
+    }
+    assert!(at < changed);
+    assert_eq!(states.len(), 1, "one state for all thirty: {states:?}");
+    assert_eq!(metric(&shared, "watchproxy_initial_snapshots_total"), 1.0);
+    assert_eq!(
+        metric(&shared, "watchproxy_initial_snapshots_shared_total"),
+        29.0
+    );
+    // Its bytes were encoded once, not thirty times.
+    let bytes: usize = want.iter().map(prost::Message::encoded_len).sum();
+    let encoded = metric(&shared, "watchproxy_initial_snapshot_bytes_total");
+    assert!(
+        encoded >= bytes as f64 && encoded < 2.0 * bytes as f64,
+        "{encoded} bytes encoded for {bytes} bytes of state"
+    );
+
+    // A consistent joiner after the change needs a newer state than the
+    // one being read: a second one is made.
+    let mut newer = open_watch(&mut client, joining("")).await;
+    let (got, revision) = initial_events(&mut newer).await;
+    assert!(revision >= changed);
+    assert_eq!(got.len(), want.len());
+    assert_eq!(metric(&shared, "watchproxy_initial_snapshots_total"), 2.0);
+
+    // Without sharing, every watch makes its own.
+    let mut more = Vec::new();
+    for _ in 0..3 {
+        more.push(open_watch(&mut own_client, joining("")).await);
+    }
+    for stream in &mut more {
+        initial_events(stream).await;
+    }
+    assert_eq!(metric(&own, "watchproxy_initial_snapshots_total"), 4.0);
+    assert_eq!(
+        metric(&own, "watchproxy_initial_snapshots_shared_total"),
+        0.0
+    );
+    drop((shared, own));
+}
