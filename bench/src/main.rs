@@ -25,7 +25,7 @@ use clap::{Parser, ValueEnum};
 use etcd_client::{Client, WatchOptions};
 use tonic::transport::Channel;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
-use watchproxy::pb::{EventType, WatchRequest};
+use watchproxy::pb::{EventType, HashRange, ShardSelector, WatchRequest};
 use watchproxy_testkit::{free_port, Etcd, EtcdOptions};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
@@ -156,6 +156,12 @@ struct Args {
     /// `metadata;metadata.annotations,spec.nodeName,status.phase;-`.
     #[arg(long)]
     projections: Option<String>,
+    /// watchproxy targets in all mode only: the hash space of
+    /// `metadata.name` cut into this many equal shards, watcher i asking
+    /// for shard i mod n (so with as many shards as watchers, each event
+    /// is wanted by one).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    shards: Option<u64>,
 
     /// Serve as the floor target on this address (the run starts it).
     #[arg(long, hide = true)]
@@ -312,6 +318,21 @@ fn object(i: usize, nodes: usize, bytes: usize, sent: u128) -> String {
     )
 }
 
+/// Shard `k` of `n` equal ones of the hash space.
+fn shard_range(k: u64, n: u64) -> HashRange {
+    let start = |k: u64| ((u128::from(k) << 64) / u128::from(n)) as u64;
+    HashRange {
+        start: start(k),
+        end: if k + 1 == n { 0 } else { start(k + 1) },
+    }
+}
+
+/// Which of `n` equal shards object `i`'s name falls in.
+fn shard_of(i: usize, n: u64) -> u64 {
+    let h = watchproxy::object::shard_hash(&format!("pod-{i}"));
+    ((u128::from(h) * u128::from(n)) >> 64) as u64
+}
+
 /// The paths watcher `i` keeps, from `--projections`.
 fn projection_of(projections: Option<&str>, i: usize) -> Vec<String> {
     let Some(all) = projections else {
@@ -388,6 +409,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let identities = target == Target::WatchproxyTlsNodes;
     if identities && args.mode != Mode::Node {
         bail!("watchproxy-tls-nodes needs --mode node");
+    }
+    if args.shards.is_some() && !(target.is_watchproxy() && args.mode == Mode::All) {
+        bail!("--shards is for watchproxy targets in --mode all");
     }
     // The nodes call with tokens: a client certificate would name them
     // instead.
@@ -632,6 +656,10 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                     },
                     resource_version: start_rev.to_string(),
                     fields: projection_of(args.projections.as_deref(), i),
+                    shard: args.shards.map(|n| ShardSelector {
+                        field: "metadata.name".into(),
+                        ranges: vec![shard_range(i as u64 % n, n)],
+                    }),
                     ..Default::default()
                 };
                 let mut req = tonic::Request::new(req);
@@ -719,6 +747,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(front_figures));
     let total = args.rate * args.duration;
     let mut per_node: HashMap<usize, u64> = HashMap::new();
+    let mut per_shard: HashMap<u64, u64> = HashMap::new();
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / args.rate.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -730,14 +759,18 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         x ^= x << 17;
         let i = (x % args.objects as u64) as usize;
         *per_node.entry(i % nodes).or_default() += 1;
+        if let Some(n) = args.shards {
+            *per_shard.entry(shard_of(i, n)).or_default() += 1;
+        }
         let key = format!("{PREFIX}/bench/pod-{i}");
         ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
             .await?;
     }
     let write_seconds = started.elapsed().as_secs_f64();
-    let expected = |w: usize| match args.mode {
-        Mode::All => total,
-        Mode::Node => per_node.get(&(w % nodes)).copied().unwrap_or(0),
+    let expected = |w: usize| match (args.mode, args.shards) {
+        (Mode::All, Some(n)) => per_shard.get(&(w as u64 % n)).copied().unwrap_or(0),
+        (Mode::All, None) => total,
+        (Mode::Node, _) => per_node.get(&(w % nodes)).copied().unwrap_or(0),
     };
     let want_total: u64 = (0..args.watchers).map(expected).sum();
 
@@ -852,7 +885,10 @@ async fn main() -> anyhow::Result<()> {
         args.mode,
         match args.mode {
             Mode::Node => format!(" ({} nodes, {:?} layout)", args.nodes(), args.layout),
-            Mode::All => String::new(),
+            Mode::All => match args.shards {
+                Some(n) => format!(" ({n} shards of metadata.name)"),
+                None => String::new(),
+            },
         },
         if args.rounds > 1 {
             format!("; medians of {} rounds", args.rounds)

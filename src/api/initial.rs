@@ -6,7 +6,7 @@
 //! watch at that snapshot's revision and reads the changes since from the
 //! event window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -83,6 +83,7 @@ impl InitialStates {
             None => unreachable!("a watch from the state starts with it"),
         };
         let state = Arc::new(InitialState {
+            solo: !self.share,
             snapshot,
             resource: cache.resource.clone(),
             wants,
@@ -114,6 +115,8 @@ impl InitialStates {
 /// The initial state of the joiners that want the same objects of one
 /// snapshot.
 pub struct InitialState {
+    /// Read by one watch only: each message is let go once it is read.
+    solo: bool,
     snapshot: Snapshot,
     resource: Arc<Resource>,
     wants: Wants,
@@ -123,7 +126,9 @@ pub struct InitialState {
 
 #[derive(Default)]
 struct Built {
-    messages: Vec<Encoded>,
+    /// The messages from the `first`th on.
+    messages: VecDeque<Encoded>,
+    first: usize,
     /// The key of the last object encoded.
     after: Option<Arc<str>>,
     done: bool,
@@ -139,10 +144,16 @@ impl InitialState {
     /// yet; none past the end.
     pub fn message(&self, i: usize) -> Option<Encoded> {
         let mut built = self.built.lock();
-        while i >= built.messages.len() && !built.done {
+        while i >= built.first + built.messages.len() && !built.done {
             self.build_more(&mut built);
         }
-        built.messages.get(i).cloned()
+        if self.solo {
+            debug_assert_eq!(i, built.first, "a solo state is read in order");
+            built.first += 1;
+            return built.messages.pop_front();
+        }
+        let at = i.checked_sub(built.first)?;
+        built.messages.get(at).cloned()
     }
 
     fn build_more(&self, built: &mut Built) {
@@ -156,7 +167,7 @@ impl InitialState {
             let shown = self.wants.show(o.clone());
             let message = encode_event(EventType::Added, &shown, shown.revision, None);
             bytes += message.size() as u64;
-            built.messages.push(message);
+            built.messages.push_back(message);
             built.after = Some(o.key.clone());
             taken += 1;
         }

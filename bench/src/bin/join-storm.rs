@@ -1,0 +1,248 @@
+//! A join storm: many watches start at once with `send_initial_events` on
+//! a resource of Kubernetes-shaped demo pods (a rollout, a replica
+//! restart). For watchproxy with its initial states shared and with them
+//! switched off, round by round: the time until every joiner has its whole
+//! initial state, watchproxy's CPU per initial event, and its peak memory.
+//!
+//! The joiners read only each message's type and end marker, so the
+//! client side, which shares the cores, costs as little as it can.
+//!
+//! `cargo run --release -p watchproxy-bench --bin join-storm -- --joiners 1000 --pods 10000`
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use tonic::transport::Channel;
+use watchproxy::pb::WatchRequest;
+use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions};
+
+#[derive(Parser, Debug)]
+struct Args {
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    #[arg(long, default_value_t = 1000)]
+    joiners: usize,
+    /// Connections the joiners are spread over.
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Joiners ask for `metadata_only`.
+    #[arg(long)]
+    metadata_only: bool,
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: PathBuf,
+    /// Defaults to the `watchproxy` binary next to this one.
+    #[arg(long)]
+    watchproxy_bin: Option<PathBuf>,
+}
+
+/// What the joiners read of each message.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Head {
+    #[prost(int32, tag = "1")]
+    kind: i32,
+    #[prost(bool, tag = "3")]
+    initial_events_end: bool,
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// user + system CPU seconds of process `pid` so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn status_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+struct Storm {
+    seconds: f64,
+    cpu: f64,
+    initial_events: u64,
+    rss_before: f64,
+    peak: f64,
+    made: f64,
+    shared: f64,
+}
+
+/// Reads one joiner's initial state; how many events it held.
+async fn join(channel: Channel, metadata_only: bool) -> anyhow::Result<u64> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await?;
+    let request = WatchRequest {
+        resource: "pods".into(),
+        send_initial_events: true,
+        metadata_only,
+        ..Default::default()
+    };
+    let codec = tonic_prost::ProstCodec::<WatchRequest, Head>::default();
+    let path = http::uri::PathAndQuery::from_static("/watchproxy.v1.WatchProxy/Watch");
+    let mut stream = grpc
+        .server_streaming(tonic::Request::new(request), path, codec)
+        .await?
+        .into_inner();
+    let mut events = 0;
+    while let Some(head) = stream.message().await? {
+        if head.initial_events_end {
+            return Ok(events);
+        }
+        events += 1;
+    }
+    bail!("the watch ended before its initial events did")
+}
+
+async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
+    let (port, metrics_port) = (free_port(), free_port());
+    let config = etcd.dir().join(format!("watchproxy-{share}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "etcd: {{endpoints: [\"{}\"]}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nwatch: {{share_initial_state: {share}}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000, max_concurrent_streams: 100000}}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n",
+            etcd.client_url
+        ),
+    )?;
+    let bin = match &args.watchproxy_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?.with_file_name("watchproxy"),
+    };
+    let child = Command::new(&bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let proc = Proc(child);
+    let pid = proc.0.id();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut channels = Vec::new();
+    while channels.len() < args.connections.max(1) {
+        match tonic::transport::Endpoint::from_shared(url.clone())?
+            .connect()
+            .await
+        {
+            Ok(c) => channels.push(c),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => return Err(e).context("connecting to watchproxy"),
+        }
+    }
+    // Ready: a joiner gets the whole state.
+    loop {
+        match join(channels[0].clone(), args.metadata_only).await {
+            Ok(n) if n as usize >= args.pods => break,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => bail!("watchproxy did not get ready: {other:?}"),
+        }
+    }
+    let metric = |name: &str| {
+        let text = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
+        metric_value(&text, name, "resource=\"pods\"")
+    };
+    let (made0, shared0) = (
+        metric("watchproxy_initial_snapshots_total"),
+        metric("watchproxy_initial_snapshots_shared_total"),
+    );
+    let (cpu0, rss_before) = (cpu_seconds(pid), status_mib(pid, "VmRSS:"));
+    let started = Instant::now();
+    let joiners: Vec<_> = (0..args.joiners)
+        .map(|i| {
+            let channel = channels[i % channels.len()].clone();
+            tokio::spawn(join(channel, args.metadata_only))
+        })
+        .collect();
+    let mut initial_events = 0;
+    for j in joiners {
+        initial_events += j.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Storm {
+        seconds,
+        cpu: cpu_seconds(pid) - cpu0,
+        initial_events,
+        rss_before,
+        peak: status_mib(pid, "VmHWM:"),
+        made: metric("watchproxy_initial_snapshots_total") - made0,
+        shared: metric("watchproxy_initial_snapshots_shared_total") - shared0,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let etcd = Etcd::start_with(EtcdOptions {
+        progress_interval: None,
+        log_level: "error",
+        quota_backend_bytes: Some(8 << 30),
+        tmpfs: true,
+        binary: Some(args.etcd_bin.clone()),
+        extra_args: Vec::new(),
+        client_tls: None,
+    })
+    .await?;
+    let bin = match &args.watchproxy_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?.with_file_name("watchproxy"),
+    };
+    let loaded = Command::new(&bin)
+        .args(["demo-load", "--etcd-endpoints", &etcd.client_url])
+        .args(["--count", &args.pods.to_string()])
+        .stdout(Stdio::null())
+        .status()?;
+    if !loaded.success() {
+        bail!("demo-load failed: {loaded}");
+    }
+    println!(
+        "{} joiners over {} connections, send_initial_events on {} demo pods{}; watchproxy's CPU and memory",
+        args.joiners,
+        args.connections,
+        args.pods,
+        if args.metadata_only { ", metadata_only" } else { "" }
+    );
+    println!(
+        "{:<10} {:>6} {:>9} {:>9} {:>12} {:>11} {:>10} {:>8} {:>8}",
+        "sharing", "round", "wall s", "CPU s", "µs/initial", "MiB before", "peak MiB", "made", "shared"
+    );
+    for round in 1..=args.rounds {
+        for share in [true, false] {
+            let s = storm(&args, &etcd, share).await?;
+            println!(
+                "{:<10} {:>6} {:>9.2} {:>9.2} {:>12.3} {:>11.1} {:>10.1} {:>8} {:>8}",
+                if share { "on" } else { "off" },
+                round,
+                s.seconds,
+                s.cpu,
+                s.cpu * 1e6 / s.initial_events.max(1) as f64,
+                s.rss_before,
+                s.peak,
+                s.made,
+                s.shared
+            );
+        }
+    }
+    Ok(())
+}
