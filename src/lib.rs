@@ -172,7 +172,8 @@ pub async fn run(
         shutdown.clone(),
     )
     .with_auth(auth)
-    .with_user_limits(api::user_limits::UserLimits::new(&config.limits));
+    .with_user_limits(api::user_limits::UserLimits::new(&config.limits))
+    .with_watch_compression(&config.watch.compression);
     info!(
         addr = %listeners.grpc.local_addr()?,
         resources = config.resources.len(),

@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
+use tonic::codec::CompressionEncoding;
 use tonic::transport::Channel;
 use watchproxy::config::Config;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
@@ -22,17 +23,22 @@ async fn proxy(etcd: &Etcd, share: bool) -> (Proxy, WatchProxyClient<Channel>) {
     let mut config = Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
     config.watch.share_initial_state = share;
     let proxy = Proxy::start_config(config).await;
-    // Small windows, so a state no client reads yet stays in flight.
+    let mut client = small_windows(&proxy).await;
+    wait_ready(&mut client, "pods").await;
+    (proxy, client)
+}
+
+/// A client with small flow-control windows, so a state it does not read
+/// yet stays in flight.
+async fn small_windows(proxy: &Proxy) -> WatchProxyClient<Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", proxy.addr))
         .unwrap()
-        .initial_stream_window_size(Some(65_535))
+        .initial_stream_window_size(Some(8 << 10))
         .initial_connection_window_size(Some(16 << 20))
         .connect()
         .await
         .unwrap();
-    let mut client = WatchProxyClient::new(channel);
-    wait_ready(&mut client, "pods").await;
-    (proxy, client)
+    WatchProxyClient::new(channel)
 }
 
 fn joining(rv: &str) -> WatchRequest {
@@ -153,4 +159,85 @@ async fn joiners_share_one_initial_state_equal_to_their_own() {
         0.0
     );
     drop((shared, own));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_watches_carry_the_same_events_compressed_once_for_all() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..300 {
+        let node = format!("node-{}", i % 4);
+        let labels = [("app", "web"), ("tier", "frontend")];
+        put_pod(
+            &mut ec,
+            &format!("ns-{}", i % 3),
+            &format!("pod-{i}"),
+            &labels,
+            &node,
+        )
+        .await;
+    }
+    let (fast, mut plain_client) = proxy(&etcd, true).await;
+    let mut config = Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
+    config.watch.serve_path = watchproxy::config::ServePath::Tonic;
+    let tonic_path = Proxy::start_config(config).await;
+    let request = || WatchRequest {
+        send_initial_events: true,
+        ..watch_req("pods", "")
+    };
+    let mut plain = open_watch(&mut plain_client, request()).await;
+    let (want, _) = initial_events(&mut plain).await;
+    let raw = metric(&fast, "watchproxy_initial_snapshot_bytes_total");
+
+    // Three joiners per codec on each path, all open before any reads.
+    let mut streams = Vec::new();
+    for server in [&fast, &tonic_path] {
+        let mut client = small_windows(server).await;
+        wait_ready(&mut client, "pods").await;
+        for codec in [CompressionEncoding::Zstd, CompressionEncoding::Gzip] {
+            let mut client = client.clone().accept_compressed(codec);
+            for _ in 0..3 {
+                streams.push(open_watch(&mut client, request()).await);
+            }
+        }
+    }
+    for stream in &mut streams {
+        let (got, _) = initial_events(stream).await;
+        assert_eq!(got.len(), want.len());
+        if let Some(at) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!("event {at}: {:?}, uncompressed: {:?}", got[at], want[at]);
+        }
+    }
+    // The six joiners on the fast path shared one state (the plain
+    // joiner's was read whole and gone before they came), compressed once
+    // per codec: as many bytes as one joiner per codec compresses.
+    assert_eq!(metric(&fast, "watchproxy_initial_snapshots_total"), 2.0);
+    assert_eq!(
+        metric(&fast, "watchproxy_initial_snapshots_shared_total"),
+        5.0
+    );
+    let compressed = metric(&fast, "watchproxy_initial_snapshot_compressed_bytes_total");
+    let (single, client) = proxy(&etcd, true).await;
+    for codec in [CompressionEncoding::Zstd, CompressionEncoding::Gzip] {
+        let mut client = client.clone().accept_compressed(codec);
+        initial_events(&mut open_watch(&mut client, request()).await).await;
+    }
+    let once = metric(
+        &single,
+        "watchproxy_initial_snapshot_compressed_bytes_total",
+    );
+    assert_eq!(
+        metric(&single, "watchproxy_initial_snapshot_bytes_total"),
+        2.0 * raw
+    );
+    assert!(once > 0.0);
+    assert_eq!(compressed, once, "a state of {raw} bytes");
+    // Live changes arrive compressed too, the same on every stream.
+    let changed = put_pod(&mut ec, "ns-1", "pod-1", &[("app", "db")], "node-1").await;
+    for stream in streams.iter_mut().chain([&mut plain]) {
+        let next = take_events(stream, 1).await;
+        assert_eq!(summary(&next[0]).2, changed);
+        assert_eq!(next[0].object.as_ref().unwrap().labels["app"], "db");
+    }
+    drop((fast, tonic_path, single));
 }

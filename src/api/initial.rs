@@ -11,9 +11,10 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::wire::encode_event;
+use super::compression::Codec;
+use super::wire::{encode_event, Packed};
 use crate::cache::{Snapshot, WatchCache, WatchFrom};
-use crate::dispatch::{Encoded, Inbox, Wants, Watcher};
+use crate::dispatch::{Inbox, Wants, Watcher};
 use crate::object::{EventType, Projection, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
@@ -127,7 +128,7 @@ pub struct InitialState {
 #[derive(Default)]
 struct Built {
     /// The messages from the `first`th on.
-    messages: VecDeque<Encoded>,
+    messages: VecDeque<Arc<Packed>>,
     first: usize,
     /// The key of the last object encoded.
     after: Option<Arc<str>>,
@@ -142,7 +143,7 @@ impl InitialState {
 
     /// Its `i`th message, encoding the next objects when no joiner has
     /// yet; none past the end.
-    pub fn message(&self, i: usize) -> Option<Encoded> {
+    pub fn message(&self, i: usize) -> Option<Arc<Packed>> {
         let mut built = self.built.lock();
         while i >= built.first + built.messages.len() && !built.done {
             self.build_more(&mut built);
@@ -167,7 +168,7 @@ impl InitialState {
             let shown = self.wants.show(o.clone());
             let message = encode_event(EventType::Added, &shown, shown.revision, None);
             bytes += message.size() as u64;
-            built.messages.push_back(message);
+            built.messages.push_back(Arc::new(Packed::new(message)));
             built.after = Some(o.key.clone());
             taken += 1;
         }
@@ -187,11 +188,21 @@ impl InitialCursor {
         Self { state, next: 0 }
     }
 
-    /// The next message; none at the end, when the joiner should drop the
-    /// cursor so the state can go.
-    pub fn next_message(&mut self) -> Option<Encoded> {
+    /// The next message, compressed with `codec` when given (by the
+    /// first joiner that needs it); none at the end, when the joiner
+    /// should drop the cursor so the state can go.
+    pub fn next_message(&mut self, codec: Option<Codec>) -> Option<Arc<Packed>> {
         let m = self.state.message(self.next)?;
         self.next += 1;
+        if let Some(codec) = codec {
+            if let (Some(form), true) = m.compressed(codec) {
+                let bytes = form.len() as u64;
+                self.state
+                    .metrics
+                    .initial_snapshot_compressed_bytes
+                    .inc_by(bytes);
+            }
+        }
         Some(m)
     }
 }

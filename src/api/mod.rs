@@ -9,6 +9,7 @@
 
 pub mod auth;
 mod call;
+pub mod compression;
 mod consistency;
 mod continue_token;
 pub mod error;
@@ -73,6 +74,8 @@ pub struct Api {
     auth: Arc<Auth>,
     user_limits: Arc<UserLimits>,
     shutdown: CancellationToken,
+    /// What Watch responses may be compressed in, by preference.
+    watch_codecs: Arc<[compression::Codec]>,
 }
 
 /// The client certificates of the call's connection: from the TLS
@@ -102,7 +105,19 @@ impl Api {
             user_limits: Arc::new(UserLimits::new(&Default::default())),
             metrics,
             shutdown,
+            watch_codecs: Arc::new([]),
         }
+    }
+
+    /// Watch responses compressed in the first of `codecs` a client
+    /// accepts.
+    pub fn with_watch_compression(mut self, codecs: &[compression::Codec]) -> Self {
+        self.watch_codecs = codecs.into();
+        self
+    }
+
+    pub fn watch_codecs(&self) -> &[compression::Codec] {
+        &self.watch_codecs
     }
 
     /// Each user's calls bounded by `limits`.

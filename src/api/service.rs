@@ -18,6 +18,7 @@ use tonic_prost::{ProstCodec, ProstDecoder};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+use super::compression::Codec as WireCodec;
 use super::error::ApiError;
 use super::wire::WatchMessage;
 use super::{Api, WatchStream};
@@ -82,17 +83,23 @@ impl Service<http::Request<Body>> for ApiService {
     }
 }
 
+/// The codecs List and Get answers may be compressed in.
+const ALL: [WireCodec; 2] = [WireCodec::Zstd, WireCodec::Gzip];
+
 /// gRPC settings shared by every route: requests may come compressed;
-/// List and Get answers are compressed when the client asks for it.
-fn grpc<C: Codec>(codec: C, max: usize, compress_responses: bool) -> Grpc<C> {
+/// answers are compressed in one of `send` when the client asks for it.
+fn grpc<C: Codec>(codec: C, max: usize, send: &[WireCodec]) -> Grpc<C> {
     let mut accepted = EnabledCompressionEncodings::default();
     accepted.enable(CompressionEncoding::Gzip);
     accepted.enable(CompressionEncoding::Zstd);
-    let send = if compress_responses {
-        accepted
-    } else {
-        EnabledCompressionEncodings::default()
-    };
+    let mut enabled = EnabledCompressionEncodings::default();
+    for c in send {
+        enabled.enable(match c {
+            WireCodec::Zstd => CompressionEncoding::Zstd,
+            WireCodec::Gzip => CompressionEncoding::Gzip,
+        });
+    }
+    let send = enabled;
     Grpc::new(codec)
         .apply_compression_config(accepted, send)
         .apply_max_message_size_config(Some(max), Some(max))
@@ -119,18 +126,21 @@ impl Service<http::Request<Body>> for Calls {
         Box::pin(async move {
             Ok(match req.uri().path() {
                 LIST_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, true);
+                    let mut grpc = grpc(ProstCodec::default(), max, &ALL);
                     grpc.unary(ListCall(api), req).await
                 }
                 GET_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, true);
+                    let mut grpc = grpc(ProstCodec::default(), max, &ALL);
                     grpc.unary(GetCall(api), req).await
                 }
                 // Each event's bytes as the dispatcher encoded them once
-                // for all its watchers, never compressed: compressing per
-                // watcher would cost more than the whole fan-out.
+                // for all its watchers. Compressed, when the client accepts
+                // an offered codec, by tonic for each stream on its own:
+                // the plain path; the service's own path compresses each
+                // message once for all the streams that send it.
                 _ => {
-                    let mut grpc = grpc(PreEncoded, max, false);
+                    let codecs = api.watch_codecs().to_vec();
+                    let mut grpc = grpc(PreEncoded, max, &codecs);
                     grpc.server_streaming(WatchCall(api), req).await
                 }
             })

@@ -10,6 +10,7 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
+use super::compression::Codec;
 use super::error::ApiError;
 use super::initial::InitialCursor;
 use super::query::WatchQuery;
@@ -93,6 +94,7 @@ impl Api {
             cache: s.cache.clone(),
             watcher,
             initial: initial.map(InitialCursor::new),
+            codec: None,
             initial_end,
             allow_bookmarks: q.allow_bookmarks,
             timer: q.timeout.map(|t| Box::pin(tokio::time::sleep(t))),
@@ -117,6 +119,8 @@ pub struct WatchStream {
     watcher: Watcher,
     /// The initial state still to send.
     initial: Option<InitialCursor>,
+    /// What its connection compresses messages with.
+    codec: Option<Codec>,
     /// The bookmark that marks the end of the initial state, still to send.
     initial_end: Option<Revision>,
     allow_bookmarks: bool,
@@ -144,6 +148,12 @@ impl WatchStream {
         self.watcher.place()
     }
 
+    /// Its messages will be sent compressed with `codec`: each shared one
+    /// is compressed once for all the streams that send it.
+    pub fn compress_with(&mut self, codec: Codec) {
+        self.codec = Some(codec);
+    }
+
     /// Ends the watch because its connection reached its maximum age: the
     /// status names the version to resume from, the last one all of whose
     /// events were sent; none while the initial events are unfinished.
@@ -167,8 +177,8 @@ impl Stream for WatchStream {
             return Poll::Ready(None);
         }
         if let Some(initial) = &mut this.initial {
-            match initial.next_message() {
-                Some(added) => return Poll::Ready(Some(Ok(WatchMessage::Own(added)))),
+            match initial.next_message(this.codec) {
+                Some(added) => return Poll::Ready(Some(Ok(WatchMessage::Initial(added)))),
                 // Dropped, so the state goes with its last reader.
                 None => this.initial = None,
             }

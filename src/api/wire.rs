@@ -3,11 +3,12 @@
 //! (the dispatcher calls [`encode_event`]), on top of the object's own
 //! encoding made when it was read.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
 
+use super::compression::Codec;
 use crate::dispatch::{Encoded, View};
 use crate::object::{EventType, Object, Revision};
 use crate::pb;
@@ -17,8 +18,39 @@ pub enum WatchMessage {
     /// A live or replayed change. Live changes carry the encoding every
     /// watcher shares, and it is copied straight from them to the wire.
     Change(Arc<View>),
-    /// Made for this watcher: initial objects and bookmarks.
+    /// An initial object, shared by the watches that start from one
+    /// state.
+    Initial(Arc<Packed>),
+    /// Made for this watcher: bookmarks.
     Own(Encoded),
+}
+
+/// An encoded message shared by the streams that send it, and its
+/// compressed forms, each made by the first stream that needs it.
+#[derive(Debug, Default)]
+pub struct Packed {
+    pub encoded: Encoded,
+    compressed: [OnceLock<Option<Bytes>>; 2],
+}
+
+impl Packed {
+    pub fn new(encoded: Encoded) -> Self {
+        Self {
+            encoded,
+            compressed: Default::default(),
+        }
+    }
+
+    /// Its form in `codec`, and whether this call made it; none when
+    /// compressing does not shrink it.
+    pub fn compressed(&self, codec: Codec) -> (Option<&Bytes>, bool) {
+        let mut made = false;
+        let form = self.compressed[codec.slot()].get_or_init(|| {
+            made = true;
+            codec.compress(&self.encoded.to_bytes())
+        });
+        (form.as_ref(), made)
+    }
 }
 
 impl WatchMessage {
@@ -27,6 +59,7 @@ impl WatchMessage {
     pub fn len_hint(&self) -> usize {
         match self {
             WatchMessage::Own(e) => e.size(),
+            WatchMessage::Initial(p) => p.encoded.size(),
             WatchMessage::Change(view) => view.encoded.as_ref().map_or(0, Encoded::size),
         }
     }
@@ -36,6 +69,7 @@ impl WatchMessage {
         let own;
         let e = match self {
             WatchMessage::Own(e) => e,
+            WatchMessage::Initial(p) => &p.encoded,
             WatchMessage::Change(view) => match &view.encoded {
                 Some(e) => e,
                 None => {
@@ -46,6 +80,33 @@ impl WatchMessage {
         };
         dst.put_slice(&e.head);
         dst.put_slice(&e.body);
+    }
+
+    /// The message compressed with `codec`, made once for every stream
+    /// that sends it; none for bookmarks, and where it would not shrink.
+    pub fn compressed(&self, codec: Codec) -> Option<Bytes> {
+        match self {
+            WatchMessage::Own(_) => None,
+            WatchMessage::Initial(p) => p.compressed(codec).0.cloned(),
+            WatchMessage::Change(view) => view.compressed[codec.slot()]
+                .get_or_init(|| {
+                    let own;
+                    let e = match &view.encoded {
+                        Some(e) => e,
+                        None => {
+                            own = encode_event(
+                                view.kind,
+                                &view.object,
+                                view.revision,
+                                view.resync_from,
+                            );
+                            &own
+                        }
+                    };
+                    codec.compress(&e.to_bytes())
+                })
+                .clone(),
+        }
     }
 }
 

@@ -219,6 +219,24 @@ pub struct WatchConfig {
     /// `false` encodes one per watch (the plain path, to measure against).
     #[serde(default = "yes")]
     pub share_initial_state: bool,
+    /// The encodings Watch responses may be compressed in, in order of
+    /// preference, for clients that accept one (`grpc-accept-encoding`).
+    /// Each message is compressed once for every stream that sends it.
+    /// Empty: never compressed.
+    #[serde(default = "all_codecs")]
+    pub compression: Vec<Codec>,
+}
+
+/// A gRPC message encoding watch streams may be sent in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    Zstd,
+    Gzip,
+}
+
+fn all_codecs() -> Vec<Codec> {
+    vec![Codec::Zstd, Codec::Gzip]
 }
 
 fn yes() -> bool {
@@ -352,6 +370,7 @@ impl Default for WatchConfig {
             freshness_wait: default_freshness_wait(),
             serve_path: ServePath::Fast,
             share_initial_state: true,
+            compression: all_codecs(),
         }
     }
 }

@@ -316,6 +316,7 @@ impl Dispatcher {
             revision: event.revision,
             resync_from: event.resync_from,
             encoded,
+            compressed: Default::default(),
         })
     }
 

@@ -12,7 +12,7 @@ mod tests;
 mod trigger;
 mod watcher;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -97,6 +97,10 @@ pub struct View {
     /// The encoded change, made once per event, type and projection (when
     /// the dispatcher has an encoder).
     pub encoded: Option<Encoded>,
+    /// Compressed forms of the change the API makes when a stream first
+    /// needs one (a slot per codec; none inside: not worth it), shared
+    /// like `encoded`.
+    pub compressed: [OnceLock<Option<Bytes>>; 2],
 }
 
 /// What a watcher's queue carries. Small, so an idle watcher's queue is

@@ -211,6 +211,7 @@ impl Watcher {
                     revision: e.revision,
                     resync_from: e.resync_from,
                     encoded: None,
+                    compressed: Default::default(),
                 })));
             }
             if let Some(end) = resync_end {

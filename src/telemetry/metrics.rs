@@ -110,6 +110,7 @@ pub struct Metrics {
     initial_snapshots: Family<ResourceLabel, Counter>,
     initial_snapshots_shared: Family<ResourceLabel, Counter>,
     initial_snapshot_bytes: Family<ResourceLabel, Counter>,
+    initial_snapshot_compressed_bytes: Family<ResourceLabel, Counter>,
     fell_behind: Family<ResourceLabel, Counter>,
     replayed: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
@@ -151,6 +152,7 @@ impl Default for Metrics {
             initial_snapshots: Family::default(),
             initial_snapshots_shared: Family::default(),
             initial_snapshot_bytes: Family::default(),
+            initial_snapshot_compressed_bytes: Family::default(),
             fell_behind: Family::default(),
             replayed: Family::default(),
             undecodable: Family::default(),
@@ -196,6 +198,11 @@ impl Default for Metrics {
             "initial_snapshot_bytes",
             "Bytes of initial-state messages encoded (once per initial state, however many watches read it)",
             m.initial_snapshot_bytes.clone(),
+        );
+        r.register(
+            "initial_snapshot_compressed_bytes",
+            "Bytes of initial-state messages compressed for the wire (once per message and codec, however many watches send it)",
+            m.initial_snapshot_compressed_bytes.clone(),
         );
         r.register(
             "watchers_fell_behind",
@@ -309,6 +316,9 @@ impl Metrics {
             initial_snapshots: self.initial_snapshots.get_or_create(&l).clone(),
             initial_snapshots_shared: self.initial_snapshots_shared.get_or_create(&l).clone(),
             initial_snapshot_bytes: self.initial_snapshot_bytes.get_or_create(&l).clone(),
+            initial_snapshot_compressed_bytes: (self.initial_snapshot_compressed_bytes)
+                .get_or_create(&l)
+                .clone(),
             fell_behind: self.fell_behind.get_or_create(&l).clone(),
             replayed: self.replayed.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
@@ -382,6 +392,7 @@ pub struct ResourceMetrics {
     pub initial_snapshots: Counter,
     pub initial_snapshots_shared: Counter,
     pub initial_snapshot_bytes: Counter,
+    pub initial_snapshot_compressed_bytes: Counter,
     pub fell_behind: Counter,
     pub replayed: Counter,
     pub undecodable: Counter,

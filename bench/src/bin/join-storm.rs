@@ -225,7 +225,15 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "{:<10} {:>6} {:>9} {:>9} {:>12} {:>11} {:>10} {:>8} {:>8}",
-        "sharing", "round", "wall s", "CPU s", "µs/initial", "MiB before", "peak MiB", "made", "shared"
+        "sharing",
+        "round",
+        "wall s",
+        "CPU s",
+        "µs/initial",
+        "MiB before",
+        "peak MiB",
+        "made",
+        "shared"
     );
     for round in 1..=args.rounds {
         for share in [true, false] {

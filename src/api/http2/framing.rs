@@ -62,6 +62,14 @@ pub(super) fn put_message(dst: &mut BytesMut, len_hint: usize, write: impl FnOnc
     dst[at + 1..at + PREFIX].copy_from_slice(&len.to_be_bytes());
 }
 
+/// Appends one message compressed in the stream's `grpc-encoding`.
+pub(super) fn put_compressed(dst: &mut BytesMut, message: &[u8]) {
+    dst.reserve(PREFIX + message.len());
+    dst.put_u8(1);
+    dst.put_u32(message.len() as u32);
+    dst.put_slice(message);
+}
+
 /// Reads a `grpc-timeout` header: at most 8 digits and a unit.
 pub(super) fn grpc_timeout(v: &http::HeaderValue) -> Option<Duration> {
     let v = v.to_str().ok()?;

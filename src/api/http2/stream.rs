@@ -14,8 +14,9 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use prost::Message;
 use tonic::Status;
 
-use super::framing::{grpc_timeout, put_message, read_message};
+use super::framing::{grpc_timeout, put_compressed, put_message, read_message};
 use super::watches::Drive;
+use crate::api::compression::Codec;
 use crate::api::error::ApiError;
 use crate::api::{Api, WatchStream};
 use crate::dispatch::{Inbox, Place};
@@ -43,6 +44,10 @@ pub(super) async fn start_watch(
 ) -> Option<LiveWatch> {
     let (parts, mut body) = request.into_parts();
     let deadline = parts.headers.get("grpc-timeout").and_then(grpc_timeout);
+    let codec = Codec::negotiate(
+        parts.headers.get("grpc-accept-encoding"),
+        api.watch_codecs(),
+    );
     let started = async {
         let message = read_message(&mut body, max_message_bytes)
             .await
@@ -76,15 +81,19 @@ pub(super) async fn start_watch(
         }
     };
     match started {
-        Ok(events) => {
-            let head = Response::builder()
-                .header(http::header::CONTENT_TYPE, "application/grpc")
-                .body(())
-                .expect("a valid response head");
+        Ok(mut events) => {
+            let mut head =
+                Response::builder().header(http::header::CONTENT_TYPE, "application/grpc");
+            if let Some(codec) = codec {
+                head = head.header("grpc-encoding", codec.name());
+                events.compress_with(codec);
+            }
+            let head = head.body(()).expect("a valid response head");
             let tx = respond.send_response(head, false).ok()?;
             Some(LiveWatch {
                 events,
                 tx,
+                codec,
                 awaiting_room: false,
             })
         }
@@ -100,6 +109,8 @@ pub(super) async fn start_watch(
 pub(super) struct LiveWatch {
     events: WatchStream,
     tx: SendStream<Bytes>,
+    /// Messages worth compressing go out compressed with it.
+    codec: Option<Codec>,
     /// h2 holds the watch's waker until the stream has room, and wakes it
     /// on a reset too.
     awaiting_room: bool,
@@ -137,7 +148,10 @@ impl Drive for LiveWatch {
             let ended = loop {
                 match self.events.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(message))) => {
-                        put_message(buf, message.len_hint(), |b| message.write_to(b));
+                        match self.codec.and_then(|c| message.compressed(c)) {
+                            Some(packed) => put_compressed(buf, &packed),
+                            None => put_message(buf, message.len_hint(), |b| message.write_to(b)),
+                        }
                         if buf.len() >= BATCH_BYTES {
                             break None;
                         }
