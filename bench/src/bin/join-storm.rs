@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use tonic::codec::CompressionEncoding;
 use tonic::transport::Channel;
 use watchproxy::pb::WatchRequest;
 use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions};
@@ -31,6 +32,10 @@ struct Args {
     /// Joiners ask for `metadata_only`.
     #[arg(long)]
     metadata_only: bool,
+    /// The joiners accept this compression (zstd or gzip); a third
+    /// variant then runs on tonic's path, which compresses per stream.
+    #[arg(long)]
+    compression: Option<String>,
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     #[arg(long, default_value = "etcd")]
@@ -76,8 +81,29 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// One way of serving the storm.
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    Shared,
+    Unshared,
+    /// Shared, on tonic's path: compressed per stream.
+    Tonic,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Shared => "on",
+            Variant::Unshared => "off",
+            Variant::Tonic => "on, tonic",
+        }
+    }
+}
+
 struct Storm {
     seconds: f64,
+    raw: f64,
+    compressed: f64,
     cpu: f64,
     initial_events: u64,
     rss_before: f64,
@@ -87,8 +113,15 @@ struct Storm {
 }
 
 /// Reads one joiner's initial state; how many events it held.
-async fn join(channel: Channel, metadata_only: bool) -> anyhow::Result<u64> {
+async fn join(
+    channel: Channel,
+    metadata_only: bool,
+    accept: Option<CompressionEncoding>,
+) -> anyhow::Result<u64> {
     let mut grpc = tonic::client::Grpc::new(channel);
+    if let Some(encoding) = accept {
+        grpc = grpc.accept_compressed(encoding);
+    }
     grpc.ready().await?;
     let request = WatchRequest {
         resource: "pods".into(),
@@ -112,13 +145,19 @@ async fn join(channel: Channel, metadata_only: bool) -> anyhow::Result<u64> {
     bail!("the watch ended before its initial events did")
 }
 
-async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
+async fn storm(
+    args: &Args,
+    etcd: &Etcd,
+    variant: Variant,
+    accept: Option<CompressionEncoding>,
+) -> anyhow::Result<Storm> {
+    let share = variant != Variant::Unshared;
     let (port, metrics_port) = (free_port(), free_port());
     let config = etcd.dir().join(format!("watchproxy-{share}.yaml"));
     std::fs::write(
         &config,
         format!(
-            "etcd: {{endpoints: [\"{}\"]}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nwatch: {{share_initial_state: {share}}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000, max_concurrent_streams: 100000}}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n",
+            "etcd: {{endpoints: [\"{}\"]}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nwatch: {{share_initial_state: {share}}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000, max_concurrent_streams: 100000, keepalive_timeout: 120s}}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n",
             etcd.client_url
         ),
     )?;
@@ -126,12 +165,21 @@ async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
         Some(b) => b.clone(),
         None => std::env::current_exe()?.with_file_name("watchproxy"),
     };
-    let child = Command::new(&bin)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
+    let mut command = Command::new(&bin);
+    command.args(["serve", "--config"]).arg(&config);
+    if variant == Variant::Tonic {
+        command.args(["--serve-path", "tonic"]);
+    }
+    let log = etcd
+        .dir()
+        .join(format!("watchproxy-{}.log", variant.name()));
+    let child = command
+        .env(
+            "RUST_LOG",
+            std::env::var("JOIN_STORM_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let proc = Proc(child);
@@ -153,7 +201,7 @@ async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
     }
     // Ready: a joiner gets the whole state.
     loop {
-        match join(channels[0].clone(), args.metadata_only).await {
+        match join(channels[0].clone(), args.metadata_only, None).await {
             Ok(n) if n as usize >= args.pods => break,
             _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
             other => bail!("watchproxy did not get ready: {other:?}"),
@@ -167,17 +215,31 @@ async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
         metric("watchproxy_initial_snapshots_total"),
         metric("watchproxy_initial_snapshots_shared_total"),
     );
+    let (raw0, compressed0) = (
+        metric("watchproxy_initial_snapshot_bytes_total"),
+        metric("watchproxy_initial_snapshot_compressed_bytes_total"),
+    );
     let (cpu0, rss_before) = (cpu_seconds(pid), status_mib(pid, "VmRSS:"));
     let started = Instant::now();
     let joiners: Vec<_> = (0..args.joiners)
         .map(|i| {
             let channel = channels[i % channels.len()].clone();
-            tokio::spawn(join(channel, args.metadata_only))
+            tokio::spawn(join(channel, args.metadata_only, accept))
         })
         .collect();
     let mut initial_events = 0;
     for j in joiners {
-        initial_events += j.await??;
+        initial_events += j.await?.with_context(|| {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = (text.lines().rev())
+                .filter(|l| !l.contains("DEBUG") || l.contains("rror"))
+                .take(20)
+                .collect();
+            format!(
+                "a joiner failed; watchproxy's log ends:\n{}",
+                tail.join("\n")
+            )
+        })?;
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok(Storm {
@@ -186,6 +248,8 @@ async fn storm(args: &Args, etcd: &Etcd, share: bool) -> anyhow::Result<Storm> {
         initial_events,
         rss_before,
         peak: status_mib(pid, "VmHWM:"),
+        raw: metric("watchproxy_initial_snapshot_bytes_total") - raw0,
+        compressed: metric("watchproxy_initial_snapshot_compressed_bytes_total") - compressed0,
         made: metric("watchproxy_initial_snapshots_total") - made0,
         shared: metric("watchproxy_initial_snapshots_shared_total") - shared0,
     })
@@ -216,15 +280,28 @@ async fn main() -> anyhow::Result<()> {
     if !loaded.success() {
         bail!("demo-load failed: {loaded}");
     }
+    let accept = match args.compression.as_deref() {
+        None => None,
+        Some("zstd") => Some(CompressionEncoding::Zstd),
+        Some("gzip") => Some(CompressionEncoding::Gzip),
+        Some(other) => bail!("--compression {other}: zstd or gzip"),
+    };
+    let mut variants = vec![Variant::Shared, Variant::Unshared];
+    if accept.is_some() {
+        variants.push(Variant::Tonic);
+    }
     println!(
-        "{} joiners over {} connections, send_initial_events on {} demo pods{}; watchproxy's CPU and memory",
+        "{} joiners over {} connections, send_initial_events on {} demo pods{}{}; watchproxy's CPU and memory",
         args.joiners,
         args.connections,
         args.pods,
-        if args.metadata_only { ", metadata_only" } else { "" }
+        if args.metadata_only { ", metadata_only" } else { "" },
+        (args.compression.as_deref())
+            .map(|c| format!(", accepting {c}"))
+            .unwrap_or_default(),
     );
     println!(
-        "{:<10} {:>6} {:>9} {:>9} {:>12} {:>11} {:>10} {:>8} {:>8}",
+        "{:<10} {:>6} {:>9} {:>9} {:>12} {:>11} {:>10} {:>8} {:>8} {:>9} {:>11}",
         "sharing",
         "round",
         "wall s",
@@ -233,14 +310,16 @@ async fn main() -> anyhow::Result<()> {
         "MiB before",
         "peak MiB",
         "made",
-        "shared"
+        "shared",
+        "raw MiB",
+        "compr. MiB"
     );
     for round in 1..=args.rounds {
-        for share in [true, false] {
-            let s = storm(&args, &etcd, share).await?;
+        for &variant in &variants {
+            let s = storm(&args, &etcd, variant, accept).await?;
             println!(
-                "{:<10} {:>6} {:>9.2} {:>9.2} {:>12.3} {:>11.1} {:>10.1} {:>8} {:>8}",
-                if share { "on" } else { "off" },
+                "{:<10} {:>6} {:>9.2} {:>9.2} {:>12.3} {:>11.1} {:>10.1} {:>8} {:>8} {:>9.2} {:>11.2}",
+                variant.name(),
                 round,
                 s.seconds,
                 s.cpu,
@@ -248,7 +327,9 @@ async fn main() -> anyhow::Result<()> {
                 s.rss_before,
                 s.peak,
                 s.made,
-                s.shared
+                s.shared,
+                s.raw / f64::from(1 << 20),
+                s.compressed / f64::from(1 << 20),
             );
         }
     }
