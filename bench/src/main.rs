@@ -419,18 +419,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         .then(|| RunTls::new(target == Target::WatchproxyTls))
         .transpose()?;
     let nodes = args.nodes();
-    // etcd's data on tmpfs where there is one: the disk's fsync latency is
-    // not what is measured, and it is the same for every target.
-    let etcd = Etcd::start_with(EtcdOptions {
-        progress_interval: None,
-        log_level: "error",
-        quota_backend_bytes: Some(8 << 30),
-        tmpfs: true,
-        binary: Some(args.etcd_bin.clone()),
-        extra_args: Vec::new(),
-        client_tls: None,
-    })
-    .await?;
+    let etcd = Etcd::start_with(EtcdOptions::for_load(args.etcd_bin.clone())).await?;
     let etcd_url = etcd.client_url.clone();
     let etcd_figures = Figures(etcd.pid().context("etcd is running")?);
     let mut ec = Client::connect([&etcd_url], None).await?;

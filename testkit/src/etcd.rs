@@ -30,6 +30,22 @@ pub struct EtcdOptions {
     pub client_tls: Option<etcd_client::TlsOptions>,
 }
 
+impl EtcdOptions {
+    /// For load runs: `binary`, data on tmpfs (the disk's fsync latency is
+    /// not what is measured, and it is the same for every target), an
+    /// 8 GiB quota, no progress notifications, errors only in the log.
+    pub fn for_load(binary: PathBuf) -> Self {
+        Self {
+            progress_interval: None,
+            log_level: "error",
+            quota_backend_bytes: Some(8 << 30),
+            tmpfs: true,
+            binary: Some(binary),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for EtcdOptions {
     /// Progress notifications every second, so idle resources advance
     /// quickly in tests.

@@ -258,16 +258,7 @@ async fn storm(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let etcd = Etcd::start_with(EtcdOptions {
-        progress_interval: None,
-        log_level: "error",
-        quota_backend_bytes: Some(8 << 30),
-        tmpfs: true,
-        binary: Some(args.etcd_bin.clone()),
-        extra_args: Vec::new(),
-        client_tls: None,
-    })
-    .await?;
+    let etcd = Etcd::start_with(EtcdOptions::for_load(args.etcd_bin.clone())).await?;
     let bin = match &args.watchproxy_bin {
         Some(b) => b.clone(),
         None => std::env::current_exe()?.with_file_name("watchproxy"),
