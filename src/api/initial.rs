@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use super::compression::Codec;
 use super::wire::{encode_event, Packed};
 use crate::cache::{Snapshot, WatchCache, WatchFrom};
-use crate::dispatch::{Inbox, Wants, Watcher};
+use crate::dispatch::{Dispatcher, Inbox, Wants, Watcher};
 use crate::object::{EventType, Projection, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
@@ -87,6 +87,7 @@ impl InitialStates {
             solo: !self.share,
             snapshot,
             resource: cache.resource.clone(),
+            dispatcher: cache.dispatcher().clone(),
             wants,
             built: Mutex::default(),
             metrics: self.metrics.clone(),
@@ -120,6 +121,8 @@ pub struct InitialState {
     solo: bool,
     snapshot: Snapshot,
     resource: Arc<Resource>,
+    /// Cuts objects to the projection, once for every watch shown them.
+    dispatcher: Arc<Dispatcher>,
     wants: Wants,
     built: Mutex<Built>,
     metrics: ResourceMetrics,
@@ -165,7 +168,7 @@ impl InitialState {
         let mut bytes = 0;
         let mut taken = 0;
         for o in objects.take(CHUNK) {
-            let shown = self.wants.show(o.clone());
+            let shown = self.dispatcher.show(&self.wants, o.clone());
             let message = encode_event(EventType::Added, &shown, shown.revision, None);
             bytes += message.size() as u64;
             built.messages.push_back(Arc::new(Packed::new(message)));

@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{OnHistoryLost, ValueFormat};
 use crate::dispatch::Next;
-use crate::object::EventType;
+use crate::object::{EventType, Projection};
 use crate::telemetry::Metrics;
 use futures::FutureExt;
 
@@ -205,4 +205,54 @@ fn select_reads_only_the_pinned_range() {
     assert_eq!(keys(&one, None), ["/p/b/y"]);
     assert_eq!(keys(&one, Some("/p/b/y")), Vec::<String>::new());
     assert_eq!(keys(&Predicate::default(), Some("/p/b/y")), ["/p/c/x"]);
+}
+
+/// Watchers with equal projections that replay the window are shown the
+/// very cut the live watchers got: each object version is cut once.
+#[test]
+fn replays_reuse_the_cut_live_watchers_were_shown() {
+    let r = Arc::new(Resource::for_tests(&[]));
+    let metrics = Metrics::default().resource("pods");
+    let d = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
+    let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
+    writer.replace(vec![], 1);
+    let projection = || {
+        let p = Projection::new(&["metadata".into()], false).unwrap();
+        Some(Arc::new(p.unwrap()))
+    };
+    let wants = || Wants {
+        predicate: Predicate::default(),
+        projection: projection(),
+    };
+    let mut live = (cache.watch(&Inbox::solo(), wants(), WatchFrom::Revision(1), false))
+        .unwrap()
+        .watcher;
+    for rev in 2..5 {
+        let value = format!(r#"{{"metadata":{{"name":"a{rev}"}},"spec":{{"x":{rev}}}}}"#);
+        let o = r.decode(b"/p/ns/a", value.as_bytes(), rev).unwrap();
+        writer.apply(vec![Change {
+            revision: rev,
+            key: o.key.clone(),
+            object: Some(o),
+        }]);
+    }
+    let objects = |w: &mut Watcher| {
+        let mut out = Vec::new();
+        while let Some(Next::Event(v)) = w.next(&cache).now_or_never() {
+            out.push(v.object.clone());
+        }
+        out
+    };
+    let shown_live = objects(&mut live);
+    assert_eq!(shown_live.len(), 3);
+    for _ in 0..2 {
+        let mut replaying = (cache.watch(&Inbox::solo(), wants(), WatchFrom::Revision(1), false))
+            .unwrap()
+            .watcher;
+        let replayed = objects(&mut replaying);
+        assert_eq!(replayed.len(), 3);
+        for (a, b) in shown_live.iter().zip(&replayed) {
+            assert!(Arc::ptr_eq(a, b), "{} cut again", a.revision);
+        }
+    }
 }

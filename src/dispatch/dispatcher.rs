@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::cuts::Cuts;
 use super::inbox::{Counters, Inbox, Mailbox, Place, QueueSpec};
 use super::posts::{Posts, POST_PARCELS};
 use super::trigger::{Trigger, TriggerIndex};
@@ -90,6 +91,8 @@ pub struct Dispatcher {
     /// The wakers of receivers a dispatch has queued to, woken after it
     /// releases the lock; kept for the allocation.
     wakes: Mutex<Vec<Waker>>,
+    /// Objects recently cut to a projection, for every watcher shown them.
+    cuts: Cuts,
 }
 
 /// A registered watcher's receiving end; dropping it unregisters.
@@ -100,6 +103,11 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// `o` as a watcher that wants `wants` is shown it.
+    pub(super) fn show(&self, wants: &Wants, o: Arc<Object>) -> Arc<Object> {
+        self.dispatcher.show(wants, o)
+    }
+
     /// Resumes live delivery after the watcher read the window through
     /// `after`. The caller holds the cache lock and has checked that the
     /// window holds nothing after `after`, so events up to it that are
@@ -148,6 +156,7 @@ impl Dispatcher {
             metrics,
             encode: None,
             wakes: Mutex::default(),
+            cuts: Cuts::default(),
         }
     }
 
@@ -237,6 +246,15 @@ impl Dispatcher {
         self.watchers.lock().index.len()
     }
 
+    /// `o` as a watcher that wants `wants` is shown it: cut to its
+    /// projection once for every watcher shown this version so.
+    pub fn show(&self, wants: &Wants, o: Arc<Object>) -> Arc<Object> {
+        match &wants.projection {
+            Some(p) => self.cuts.cut(p, &o),
+            None => o,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -277,7 +295,7 @@ impl Dispatcher {
                     Some(view) => view,
                     None => {
                         encodings += u64::from(self.encode.is_some());
-                        let projection = entry.projection.as_deref();
+                        let projection = entry.projection.as_ref();
                         slot.insert(self.view(kind, object, projection, event))
                     }
                 };
@@ -301,11 +319,11 @@ impl Dispatcher {
         &self,
         kind: EventType,
         object: Arc<Object>,
-        projection: Option<&Projection>,
+        projection: Option<&Arc<Projection>>,
         event: &Event,
     ) -> Arc<View> {
         let object = match projection {
-            Some(p) => p.apply(&object),
+            Some(p) => self.cuts.cut(p, &object),
             None => object,
         };
         let encoded = (self.encode.as_ref())

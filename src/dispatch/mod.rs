@@ -3,6 +3,7 @@
 //! whose queue is nearly full falls behind: its live deliveries are skipped
 //! until it has caught up from the event window by itself.
 
+mod cuts;
 mod dispatcher;
 mod inbox;
 mod posts;
@@ -70,16 +71,6 @@ impl From<Predicate> for Wants {
         Wants {
             predicate,
             projection: None,
-        }
-    }
-}
-
-impl Wants {
-    /// `o` as this watcher is shown it.
-    pub fn show(&self, o: Arc<Object>) -> Arc<Object> {
-        match &self.projection {
-            Some(p) => p.apply(&o),
-            None => o,
         }
     }
 }

@@ -101,7 +101,7 @@ impl Watcher {
 
     /// `o` as this watcher is shown it (cut to its projection).
     pub fn show(&self, o: Arc<Object>) -> Arc<Object> {
-        self.wants.show(o)
+        self.subscription.show(&self.wants, o)
     }
 
     /// The revision of the last change shown (or of the start or the last
@@ -207,7 +207,7 @@ impl Watcher {
                 }
                 self.replay.push_back(Next::Event(Arc::new(View {
                     kind,
-                    object: self.wants.show(object),
+                    object: self.subscription.show(&self.wants, object),
                     revision: e.revision,
                     resync_from: e.resync_from,
                     encoded: None,
