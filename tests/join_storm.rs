@@ -241,3 +241,61 @@ async fn compressed_watches_carry_the_same_events_compressed_once_for_all() {
     }
     drop((fast, tonic_path, single));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_initial_states_carry_the_same_objects_and_compress_better() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..600 {
+        let node = format!("node-{}", i % 4);
+        let labels = [("app", "web"), ("tier", "frontend")];
+        put_pod(
+            &mut ec,
+            &format!("ns-{}", i % 3),
+            &format!("pod-{i}"),
+            &labels,
+            &node,
+        )
+        .await;
+    }
+    let (one_by_one, client) = proxy(&etcd, true).await;
+    let (batched, batched_client) = proxy(&etcd, true).await;
+    let request = |batch: bool| WatchRequest {
+        send_initial_events: true,
+        batch_initial_events: batch,
+        ..watch_req("pods", "")
+    };
+    let mut plain = client.clone().accept_compressed(CompressionEncoding::Zstd);
+    let (want, at) = initial_events(&mut open_watch(&mut plain, request(false)).await).await;
+    let mut zstd = batched_client.accept_compressed(CompressionEncoding::Zstd);
+    let mut stream = open_watch(&mut zstd, request(true)).await;
+    let (batches, batch_at) = initial_events(&mut stream).await;
+    assert_eq!(batch_at, at);
+    assert!(
+        batches.len() < want.len() / 100,
+        "{} messages",
+        batches.len()
+    );
+    let objects: Vec<_> = batches.iter().flat_map(|e| e.objects.clone()).collect();
+    let singles: Vec<_> = want.iter().map(|e| e.object.clone().unwrap()).collect();
+    assert_eq!(objects.len(), singles.len());
+    assert!(objects == singles, "the same objects in the same order");
+    assert!(batches
+        .iter()
+        .all(|e| e.object.is_none() && e.r#type == EventType::Added as i32));
+    // Changes after the state still come one per message.
+    let changed = put_pod(&mut ec, "ns-1", "pod-1", &[("app", "db")], "node-1").await;
+    let next = take_events(&mut stream, 1).await;
+    assert_eq!(summary(&next[0]).2, changed);
+    // The same bytes compress several times better in batches.
+    let ratio = |p: &Proxy| {
+        metric(p, "watchproxy_initial_snapshot_bytes_total")
+            / metric(p, "watchproxy_initial_snapshot_compressed_bytes_total")
+    };
+    let (single_ratio, batch_ratio) = (ratio(&one_by_one), ratio(&batched));
+    assert!(
+        batch_ratio > 3.0 * single_ratio,
+        "batched {batch_ratio:.2}:1, one by one {single_ratio:.2}:1"
+    );
+    drop((one_by_one, batched));
+}

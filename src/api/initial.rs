@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use super::compression::Codec;
-use super::wire::{encode_event, Packed};
+use super::wire::{encode_added_batch, encode_event, Packed};
 use crate::cache::{Snapshot, WatchCache, WatchFrom};
 use crate::dispatch::{Dispatcher, Inbox, Wants, Watcher};
 use crate::object::{EventType, Projection, Resource, Revision, TooOld};
@@ -23,11 +23,16 @@ use crate::telemetry::ResourceMetrics;
 /// built: the others wait at most this long for the lock.
 const CHUNK: usize = 256;
 
+/// A batched message holds a chunk's objects, or fewer when they reach
+/// about this many bytes.
+const BATCH_BYTES: usize = 1 << 20;
+
 /// What joiners share an initial state by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Wanted {
     predicate: Predicate,
     projection: Option<Arc<Projection>>,
+    batched: bool,
 }
 
 /// The initial states of one resource that joiners are reading.
@@ -64,11 +69,13 @@ impl InitialStates {
         inbox: &Arc<Inbox>,
         wants: Wants,
         need: Revision,
+        batched: bool,
         bookmarks: bool,
     ) -> Result<(Watcher, Arc<InitialState>), TooOld> {
         let wanted = Wanted {
             predicate: wants.predicate.clone(),
             projection: wants.projection.clone(),
+            batched,
         };
         if let Some(shared) = self.find(&wanted, need) {
             // A window that no longer reaches it: start afresh.
@@ -85,6 +92,7 @@ impl InitialStates {
         };
         let state = Arc::new(InitialState {
             solo: !self.share,
+            batched,
             snapshot,
             resource: cache.resource.clone(),
             dispatcher: cache.dispatcher().clone(),
@@ -119,6 +127,8 @@ impl InitialStates {
 pub struct InitialState {
     /// Read by one watch only: each message is let go once it is read.
     solo: bool,
+    /// Many objects per message (see [`BATCH_BYTES`]).
+    batched: bool,
     snapshot: Snapshot,
     resource: Arc<Resource>,
     /// Cuts objects to the projection, once for every watch shown them.
@@ -167,13 +177,32 @@ impl InitialState {
             .select(resource, &self.wants.predicate, built.after.as_deref());
         let mut bytes = 0;
         let mut taken = 0;
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0;
         for o in objects.take(CHUNK) {
             let shown = self.dispatcher.show(&self.wants, o.clone());
+            built.after = Some(o.key.clone());
+            taken += 1;
+            if self.batched {
+                batch_bytes += shown.wire.len();
+                batch.push(shown);
+                if batch_bytes < BATCH_BYTES {
+                    continue;
+                }
+                let message = encode_added_batch(&std::mem::take(&mut batch));
+                batch_bytes = 0;
+                bytes += message.size() as u64;
+                built.messages.push_back(Arc::new(Packed::new(message)));
+                continue;
+            }
             let message = encode_event(EventType::Added, &shown, shown.revision, None);
             bytes += message.size() as u64;
             built.messages.push_back(Arc::new(Packed::new(message)));
-            built.after = Some(o.key.clone());
-            taken += 1;
+        }
+        if !batch.is_empty() {
+            let message = encode_added_batch(&batch);
+            bytes += message.size() as u64;
+            built.messages.push_back(Arc::new(Packed::new(message)));
         }
         built.done = taken < CHUNK;
         self.metrics.initial_snapshot_bytes.inc_by(bytes);

@@ -198,6 +198,8 @@ pub struct WatchQuery {
     /// The current state first, as ADDED events; implied by a start at the
     /// latest or any version.
     pub send_initial_events: bool,
+    /// The initial state in messages of many objects each.
+    pub batch_initial_events: bool,
     pub allow_bookmarks: bool,
     /// When the server ends the watch (with OK); none: never.
     pub timeout: Option<Duration>,
@@ -233,6 +235,7 @@ impl WatchQuery {
             projection: projection(resource, &req.fields, req.metadata_only)?,
             version: RequestedVersion::parse(&req.resource_version)?,
             send_initial_events: req.send_initial_events,
+            batch_initial_events: req.batch_initial_events,
             allow_bookmarks: req.allow_bookmarks,
             timeout,
         })

@@ -80,7 +80,14 @@ impl Api {
                 };
                 let (watcher, state) = s
                     .initial_states
-                    .join(&s.cache, &inbox, wants, need, q.allow_bookmarks)
+                    .join(
+                        &s.cache,
+                        &inbox,
+                        wants,
+                        need,
+                        q.batch_initial_events,
+                        q.allow_bookmarks,
+                    )
                     .map_err(too_old(s.cache.progress().revision))?;
                 (watcher, Some(state))
             }

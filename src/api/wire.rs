@@ -148,6 +148,34 @@ pub fn encode_event(
     }
 }
 
+/// One ADDED event carrying `objects` (a batch of an initial state), each
+/// at its own revision, built on the objects' own encodings.
+pub fn encode_added_batch(objects: &[Arc<Object>]) -> Encoded {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let mut head = Vec::with_capacity(4);
+    encode_key(1, WireType::Varint, &mut head);
+    encode_varint(pb::EventType::Added as u64, &mut head);
+    let size: usize = objects.iter().map(|o| o.wire.len() + 8).sum();
+    let mut body = bytes::BytesMut::with_capacity(size);
+    for o in objects {
+        let own;
+        let wire = match o.wire.is_empty() {
+            false => &o.wire,
+            true => {
+                own = Bytes::from(object_pb(o, o.revision).encode_to_vec());
+                &own
+            }
+        };
+        encode_key(5, WireType::LengthDelimited, &mut body);
+        encode_varint(wire.len() as u64, &mut body);
+        body.put_slice(wire);
+    }
+    Encoded {
+        head: Bytes::from(head),
+        body: body.freeze(),
+    }
+}
+
 /// A BOOKMARK: only a resource version, and whether it ends the initial
 /// events or a resync.
 pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: bool) -> Encoded {
@@ -159,6 +187,7 @@ pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: boo
         }),
         initial_events_end,
         resync,
+        objects: Vec::new(),
     };
     Encoded {
         head: Bytes::from(bookmark.encode_to_vec()),
@@ -191,6 +220,7 @@ fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
         object: Some(object_pb(o, revision)),
         initial_events_end: false,
         resync: false,
+        objects: Vec::new(),
     }
 }
 
@@ -226,5 +256,21 @@ mod tests {
                 revision.to_string()
             );
         }
+    }
+
+    #[test]
+    fn a_batch_decodes_as_the_added_objects_in_order() {
+        let r = Resource::for_tests(&[]);
+        let objects: Vec<Arc<Object>> = (1..4)
+            .map(|i| {
+                let key = format!("/p/ns/o{i}");
+                Arc::new(r.decode(key.as_bytes(), br#"{"a":1}"#, i).unwrap())
+            })
+            .collect();
+        let decoded = pb::WatchEvent::decode(encode_added_batch(&objects).to_bytes()).unwrap();
+        assert_eq!(decoded.r#type, pb::EventType::Added as i32);
+        assert_eq!(decoded.object, None);
+        let want: Vec<pb::Object> = objects.iter().map(|o| object_pb(o, o.revision)).collect();
+        assert_eq!(decoded.objects, want);
     }
 }

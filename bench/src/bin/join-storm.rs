@@ -32,6 +32,9 @@ struct Args {
     /// Joiners ask for `metadata_only`.
     #[arg(long)]
     metadata_only: bool,
+    /// Joiners ask for `batch_initial_events`.
+    #[arg(long)]
+    batch: bool,
     /// The joiners accept this compression (zstd or gzip); a third
     /// variant then runs on tonic's path, which compresses per stream.
     #[arg(long)]
@@ -52,7 +55,14 @@ struct Head {
     kind: i32,
     #[prost(bool, tag = "3")]
     initial_events_end: bool,
+    /// A batch's objects, their fields skipped.
+    #[prost(message, repeated, tag = "5")]
+    objects: Vec<Skipped>,
 }
+
+/// A message whose fields are all skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Skipped {}
 
 struct Proc(Child);
 
@@ -115,7 +125,7 @@ struct Storm {
 /// Reads one joiner's initial state; how many events it held.
 async fn join(
     channel: Channel,
-    metadata_only: bool,
+    (metadata_only, batch): (bool, bool),
     accept: Option<CompressionEncoding>,
 ) -> anyhow::Result<u64> {
     let mut grpc = tonic::client::Grpc::new(channel);
@@ -127,6 +137,7 @@ async fn join(
         resource: "pods".into(),
         send_initial_events: true,
         metadata_only,
+        batch_initial_events: batch,
         ..Default::default()
     };
     let codec = tonic_prost::ProstCodec::<WatchRequest, Head>::default();
@@ -140,7 +151,7 @@ async fn join(
         if head.initial_events_end {
             return Ok(events);
         }
-        events += 1;
+        events += head.objects.len().max(1) as u64;
     }
     bail!("the watch ended before its initial events did")
 }
@@ -201,7 +212,7 @@ async fn storm(
     }
     // Ready: a joiner gets the whole state.
     loop {
-        match join(channels[0].clone(), args.metadata_only, None).await {
+        match join(channels[0].clone(), (args.metadata_only, args.batch), None).await {
             Ok(n) if n as usize >= args.pods => break,
             _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
             other => bail!("watchproxy did not get ready: {other:?}"),
@@ -224,7 +235,7 @@ async fn storm(
     let joiners: Vec<_> = (0..args.joiners)
         .map(|i| {
             let channel = channels[i % channels.len()].clone();
-            tokio::spawn(join(channel, args.metadata_only, accept))
+            tokio::spawn(join(channel, (args.metadata_only, args.batch), accept))
         })
         .collect();
     let mut initial_events = 0;
@@ -282,11 +293,12 @@ async fn main() -> anyhow::Result<()> {
         variants.push(Variant::Tonic);
     }
     println!(
-        "{} joiners over {} connections, send_initial_events on {} demo pods{}{}; watchproxy's CPU and memory",
+        "{} joiners over {} connections, send_initial_events on {} demo pods{}{}{}; watchproxy's CPU and memory",
         args.joiners,
         args.connections,
         args.pods,
         if args.metadata_only { ", metadata_only" } else { "" },
+        if args.batch { ", batched" } else { "" },
         (args.compression.as_deref())
             .map(|c| format!(", accepting {c}"))
             .unwrap_or_default(),

@@ -125,7 +125,7 @@ class GetRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds", "fields", "metadata_only", "shard")
+    __slots__ = ("resource", "namespace", "name", "label_selector", "field_selector", "resource_version", "allow_bookmarks", "send_initial_events", "timeout_seconds", "fields", "metadata_only", "shard", "batch_initial_events")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +138,7 @@ class WatchRequest(_message.Message):
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     METADATA_ONLY_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INITIAL_EVENTS_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -150,16 +151,19 @@ class WatchRequest(_message.Message):
     fields: _containers.RepeatedScalarFieldContainer[str]
     metadata_only: bool
     shard: ShardSelector
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ...) -> None: ...
+    batch_initial_events: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ..., batch_initial_events: _Optional[bool] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("type", "object", "initial_events_end", "resync")
+    __slots__ = ("type", "object", "initial_events_end", "resync", "objects")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     INITIAL_EVENTS_END_FIELD_NUMBER: _ClassVar[int]
     RESYNC_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     object: Object
     initial_events_end: bool
     resync: bool
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[Object, _Mapping]] = ..., initial_events_end: _Optional[bool] = ..., resync: _Optional[bool] = ...) -> None: ...
+    objects: _containers.RepeatedCompositeFieldContainer[Object]
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[Object, _Mapping]] = ..., initial_events_end: _Optional[bool] = ..., resync: _Optional[bool] = ..., objects: _Optional[_Iterable[_Union[Object, _Mapping]]] = ...) -> None: ...
