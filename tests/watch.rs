@@ -399,30 +399,46 @@ async fn hundreds_of_watchers_share_one_etcd_watch_and_all_see_every_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_are_answered_uncompressed_whether_or_not_the_request_is_compressed() {
+async fn watches_are_compressed_when_accepted_whether_or_not_the_request_is() {
     use tonic::codec::CompressionEncoding::Gzip;
-    let (etcd, _proxy, client) = start_ready().await;
+    let (etcd, proxy, client) = start_ready().await;
     let mut ec = etcd.client().await;
     let start = put_pod(&mut ec, "default", "a", &[], "").await;
     // Served by the connection itself; the other, with its request
-    // compressed, by the gRPC routes.
+    // compressed, by the gRPC routes; a third does not accept gzip.
     let plain = client.clone().accept_compressed(Gzip);
     let compressed = plain.clone().send_compressed(Gzip);
     let mut streams = Vec::new();
-    for mut c in [plain, compressed] {
+    for (mut c, encoding) in [
+        (plain, Some("gzip")),
+        (compressed, Some("gzip")),
+        (client, None),
+    ] {
         let answer = c
             .watch(watch_req("pods", &start.to_string()))
             .await
             .unwrap();
-        assert_eq!(
-            answer.metadata().get("grpc-encoding"),
-            None,
-            "each watcher's events are written as encoded once for all"
-        );
+        let got = answer.metadata().get("grpc-encoding");
+        assert_eq!(got.map(|v| v.to_str().unwrap()), encoding);
         streams.push(answer.into_inner());
     }
     let next = put_pod(&mut ec, "default", "b", &[], "").await;
     for s in &mut streams {
         assert_eq!(take_versions(s, 1).await, [next]);
     }
+
+    // Switched off, no watch is compressed.
+    let mut config =
+        watchproxy::config::Config::from_yaml(&pods_yaml(&etcd.client_url, 64)).unwrap();
+    config.watch.compression = Vec::new();
+    let off = Proxy::start_config(config).await;
+    let mut c = off.client().await.accept_compressed(Gzip);
+    wait_ready(&mut c, "pods").await;
+    let answer = c
+        .watch(watch_req("pods", &start.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(answer.metadata().get("grpc-encoding"), None);
+    assert_eq!(take_versions(&mut answer.into_inner(), 1).await, [next]);
+    drop((proxy, off));
 }
