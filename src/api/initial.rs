@@ -24,8 +24,10 @@ use crate::telemetry::ResourceMetrics;
 const CHUNK: usize = 256;
 
 /// A batched message holds a chunk's objects, or fewer when they reach
-/// about this many bytes.
-const BATCH_BYTES: usize = 1 << 20;
+/// about this many bytes: large enough to compress as well as a whole
+/// state, small enough that a storm's streams, each holding one message
+/// the client has not taken yet, stay small.
+const BATCH_BYTES: usize = 64 << 10;
 
 /// What joiners share an initial state by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
