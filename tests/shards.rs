@@ -254,3 +254,96 @@ async fn a_shard_on_a_changing_field_sees_objects_move_and_bad_shards_are_refuse
     }
     drop(proxy);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_and_a_python_informer_split_a_resource_between_their_shards() {
+    let (etcd, proxy, _client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let put = |i: usize, generation: usize| {
+        let (ns, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
+        let key = format!("/registry/pods/{ns}/{name}");
+        (
+            key,
+            pod_with_uid(&ns, &name, &format!("uid-{i}-{generation}")),
+        )
+    };
+    for i in 0..40 {
+        let (key, value) = put(i, 0);
+        ec.put(key, value, None).await.unwrap();
+    }
+    let half = 1u64 << 63;
+    let client = watchproxy_client::Client::builder(format!("http://{}", proxy.addr))
+        .connect_lazy()
+        .unwrap();
+    let lower = watchproxy_client::Informer::new(client, "pods")
+        .shard("metadata.uid", [(0, half)])
+        .start();
+    let upper = Mirror::start_with(
+        &proxy.addr.to_string(),
+        &["--shard", &format!("metadata.uid:{half}-0")],
+    );
+    lower.wait_until_synced().await.unwrap();
+    // Changes after both listed: updates, deletions, re-creations with a
+    // new uid (which may move a pod from one informer to the other).
+    for i in 0..30 {
+        match i % 3 {
+            0 => {
+                let (key, value) = put(i, 0);
+                ec.put(key, value.replace("node-1", "node-2"), None)
+                    .await
+                    .unwrap();
+            }
+            1 => {
+                delete_key(&mut ec, &put(i, 0).0).await;
+            }
+            _ => {
+                let (key, value) = put(i, 1);
+                ec.put(key, value, None).await.unwrap();
+            }
+        }
+    }
+    let all = ec
+        .get(
+            "/registry/pods/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let want: BTreeMap<String, String> = (all.kvs().iter())
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mine: BTreeMap<String, String> = (lower.store().list().into_iter())
+            .map(|o| {
+                (
+                    o.key.clone(),
+                    String::from_utf8_lossy(&o.value).into_owned(),
+                )
+            })
+            .collect();
+        let theirs = upper.copy();
+        let disjoint = mine.keys().all(|k| !theirs.contains_key(k));
+        let mut both = mine.clone();
+        both.extend(theirs.clone());
+        if disjoint && both == want {
+            assert!(
+                !mine.is_empty() && !theirs.is_empty(),
+                "each shard holds some pods"
+            );
+            break;
+        }
+        let (m, t, w) = (mine.len(), theirs.len(), want.len());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the informers did not converge: {m} + {t} of {w}, disjoint: {disjoint}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(proxy);
+}

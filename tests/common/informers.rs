@@ -118,16 +118,14 @@ pub struct Mirror {
 
 impl Mirror {
     pub fn start(target: &str, selector: &str) -> Mirror {
+        Self::start_with(target, &["--selector", selector])
+    }
+
+    /// `mirror pods` with these options.
+    pub fn start_with(target: &str, options: &[&str]) -> Mirror {
         let mut child = python3()
-            .args([
-                "-m",
-                "watchproxy",
-                target,
-                "mirror",
-                "pods",
-                "--selector",
-                selector,
-            ])
+            .args(["-m", "watchproxy", target, "mirror", "pods"])
+            .args(options)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

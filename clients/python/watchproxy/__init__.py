@@ -8,8 +8,8 @@ details, and an informer that mirrors a resource into an indexed store.
     inf.store.by_index("node", "node-7")
 """
 
-from watchproxy.client import TLS, Client, Obj, Watch
+from watchproxy.client import TLS, Client, Obj, Shard, Watch
 from watchproxy.errors import DOMAIN, StatusError
 from watchproxy.informer import Informer, Store
 
-__all__ = ["Client", "Informer", "Obj", "Store", "StatusError", "TLS", "Watch", "DOMAIN"]
+__all__ = ["Client", "Informer", "Obj", "Shard", "Store", "StatusError", "TLS", "Watch", "DOMAIN"]

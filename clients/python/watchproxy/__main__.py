@@ -4,6 +4,7 @@ a failure as one JSON line on stderr with its decoded details (exit 2).
 
     python -m watchproxy 127.0.0.1:50051 list pods --selector app=web
     python -m watchproxy 127.0.0.1:50051 mirror pods --field-selector spec.nodeName=node-7
+    python -m watchproxy 127.0.0.1:50051 mirror pods --shard metadata.uid:0-9223372036854775808
 """
 
 import argparse
@@ -12,7 +13,7 @@ import logging
 import sys
 import time
 
-from watchproxy import TLS, Client, Informer, StatusError
+from watchproxy import TLS, Client, Informer, Shard, StatusError
 from watchproxy.v1 import watchproxy_pb2 as pb
 
 
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
         c.add_argument("--namespace", default="")
         c.add_argument("--selector", default="", help="label selector")
         c.add_argument("--field-selector", default="")
+        c.add_argument("--shard", type=_shard_arg, default=None,
+                       help="FIELD:START-END[,START-END...]: only the objects whose FIELD's 64-bit FNV-1a hash "
+                            "is in one of the ranges (END 0 for 2**64)")
         if name != "mirror":
             c.add_argument("--resource-version", default="")
     cmds.choices["list"].add_argument("--match", choices=["", "not-older-than", "exact"], default="")
@@ -67,19 +71,19 @@ def main(argv=None) -> int:
         elif args.command == "list":
             resp = client.list(args.resource, namespace=args.namespace, label_selector=args.selector,
                                field_selector=args.field_selector, resource_version=args.resource_version,
-                               match=args.match, limit=args.limit, **cut)
+                               match=args.match, limit=args.limit, shard=args.shard, **cut)
             for o in resp.items:
                 _print(**_obj(o))
             _print(resource_version=resp.resource_version, continue_token=resp.continue_token)
         elif args.command == "watch":
             watch = client.watch(args.resource, resource_version=args.resource_version, namespace=args.namespace,
                                  label_selector=args.selector, field_selector=args.field_selector,
-                                 timeout_seconds=args.timeout_seconds, **cut)
+                                 timeout_seconds=args.timeout_seconds, shard=args.shard, **cut)
             for ev in watch:
                 _print(type=pb.EventType.Name(ev.type), resync=ev.resync, **_obj(ev.object))
         else:
             inf = Informer(client, args.resource, namespace=args.namespace, label_selector=args.selector,
-                           field_selector=args.field_selector, **cut)
+                           field_selector=args.field_selector, shard=args.shard, **cut)
             inf.add_handler(on_add=lambda o: _print(type="ADDED", **_obj(o)),
                             on_update=lambda old, new: _print(type="MODIFIED", **_obj(new)),
                             on_delete=lambda o: _print(type="DELETED", **_obj(o)),
@@ -97,6 +101,19 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _shard_arg(text: str) -> Shard:
+    field, sep, ranges = text.partition(":")
+    if not sep or not field:
+        raise argparse.ArgumentTypeError("expected FIELD:START-END[,START-END...]")
+    try:
+        pairs = [tuple(int(n) for n in r.split("-", 1)) for r in ranges.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("ranges are START-END, in decimal") from None
+    if any(len(p) != 2 for p in pairs):
+        raise argparse.ArgumentTypeError("ranges are START-END, in decimal")
+    return field, pairs
 
 
 if __name__ == "__main__":

@@ -14,6 +14,18 @@ from watchproxy.errors import StatusError
 from watchproxy.v1 import watchproxy_pb2 as pb
 from watchproxy.v1 import watchproxy_pb2_grpc as pb_grpc
 
+# A shard: a field (`metadata.uid`, `metadata.name`, `metadata.namespace` or
+# a selectable field) and `[start, end)` ranges of its 64-bit FNV-1a hash
+# (`end` 0 for 2**64), as Kubernetes' sharded List and Watch.
+Shard = Tuple[str, Sequence[Tuple[int, int]]]
+
+
+def _shard(shard: Optional[Shard]) -> Optional["pb.ShardSelector"]:
+    if shard is None:
+        return None
+    field, ranges = shard
+    return pb.ShardSelector(field=field, ranges=[pb.HashRange(start=s, end=e) for s, e in ranges])
+
 MATCH = {
     "": pb.RESOURCE_VERSION_MATCH_UNSPECIFIED,
     "not-older-than": pb.RESOURCE_VERSION_MATCH_NOT_OLDER_THAN,
@@ -123,14 +135,15 @@ class Client:
 
     def list(self, resource: str, namespace: str = "", label_selector: str = "", field_selector: str = "",
              resource_version: str = "", match: str = "", limit: int = 0, continue_token: str = "",
-             fields: Sequence[str] = (), metadata_only: bool = False,
+             fields: Sequence[str] = (), metadata_only: bool = False, shard: Optional[Shard] = None,
              timeout: Optional[float] = None) -> "pb.ListResponse":
         """One page of a List (`match`: "", "not-older-than" or "exact";
-        `fields`/`metadata_only`: the paths of each value to keep)."""
+        `fields`/`metadata_only`: the paths of each value to keep; `shard`:
+        see `Shard`)."""
         req = pb.ListRequest(resource=resource, namespace=namespace, label_selector=label_selector,
                              field_selector=field_selector, resource_version=resource_version,
                              resource_version_match=MATCH[match], limit=limit, continue_token=continue_token,
-                             fields=fields, metadata_only=metadata_only)
+                             fields=fields, metadata_only=metadata_only, shard=_shard(shard))
         try:
             return self.stub.List(req, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
@@ -159,9 +172,10 @@ class Client:
     def watch(self, resource: str, resource_version: str = "", namespace: str = "", name: str = "",
               label_selector: str = "", field_selector: str = "", allow_bookmarks: bool = True,
               send_initial_events: bool = False, timeout_seconds: int = 0, fields: Sequence[str] = (),
-              metadata_only: bool = False) -> Watch:
+              metadata_only: bool = False, shard: Optional[Shard] = None) -> Watch:
         req = pb.WatchRequest(resource=resource, namespace=namespace, name=name, label_selector=label_selector,
                               field_selector=field_selector, resource_version=resource_version,
                               allow_bookmarks=allow_bookmarks, send_initial_events=send_initial_events,
-                              timeout_seconds=timeout_seconds, fields=fields, metadata_only=metadata_only)
+                              timeout_seconds=timeout_seconds, fields=fields, metadata_only=metadata_only,
+                              shard=_shard(shard))
         return Watch(self.stub.Watch(req, metadata=self._metadata))

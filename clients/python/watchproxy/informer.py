@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from watchproxy.client import Client, Obj, Watch
+from watchproxy.client import Client, Obj, Shard, Watch
 from watchproxy.errors import StatusError
 from watchproxy.v1 import watchproxy_pb2 as pb
 
@@ -147,11 +147,12 @@ class Informer:
 
     def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
                  field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500,
-                 fields: Iterable[str] = (), metadata_only: bool = False):
+                 fields: Iterable[str] = (), metadata_only: bool = False, shard: Optional[Shard] = None):
         self.client, self.resource = client, resource
-        # `fields`/`metadata_only`: the paths of each value to keep.
+        # `fields`/`metadata_only`: the paths of each value to keep;
+        # `shard`: only the objects of one shard (see `Shard`).
         self._query = dict(namespace=namespace, label_selector=label_selector, field_selector=field_selector,
-                           fields=tuple(fields), metadata_only=metadata_only)
+                           fields=tuple(fields), metadata_only=metadata_only, shard=shard)
         self._page_size = page_size
         self.store = Store(indexers)
         self._handlers: List[dict] = []

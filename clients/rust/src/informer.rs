@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Reason};
-use crate::pb::{EventType, ListRequest, Object, WatchRequest};
+use crate::pb::{EventType, HashRange, ListRequest, Object, ShardSelector, WatchRequest};
 use crate::store::{Change, IndexFn, Store};
 
 /// What subscribers are told, in the order the store took it.
@@ -132,6 +132,24 @@ impl Informer {
     /// Keeps only the `metadata` of each value.
     pub fn metadata_only(mut self) -> Informer {
         self.query.metadata_only = true;
+        self
+    }
+
+    /// Only the objects whose `field` (`metadata.uid`, `metadata.name`,
+    /// `metadata.namespace` or a selectable field) hashes into one of
+    /// `ranges`: `[start, end)` of 64-bit FNV-1a, `end` 0 for 2^64, as
+    /// Kubernetes' sharded List and Watch.
+    pub fn shard(
+        mut self,
+        field: impl Into<String>,
+        ranges: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Informer {
+        self.query.shard = Some(ShardSelector {
+            field: field.into(),
+            ranges: (ranges.into_iter())
+                .map(|(start, end)| HashRange { start, end })
+                .collect(),
+        });
         self
     }
 
@@ -411,6 +429,7 @@ impl Reflector {
             field_selector: self.query.field_selector.clone(),
             fields: self.query.fields.clone(),
             metadata_only: self.query.metadata_only,
+            shard: self.query.shard.clone(),
             resource_version: cursor.complete.to_string(),
             allow_bookmarks: true,
             ..Default::default()
