@@ -16,6 +16,8 @@ pub mod error;
 pub mod health;
 mod http2;
 mod initial;
+#[cfg(test)]
+mod initial_tests;
 mod list;
 pub mod query;
 mod reload;
