@@ -50,6 +50,18 @@ fn joining(rv: &str) -> WatchRequest {
     }
 }
 
+/// Writes `count` pods over three namespaces and four nodes.
+async fn put_pods(ec: &mut etcd_client::Client, count: usize, labels: &[(&str, &str)]) {
+    for i in 0..count {
+        let (ns, name, node) = (
+            format!("ns-{}", i % 3),
+            format!("pod-{i}"),
+            format!("node-{}", i % 4),
+        );
+        put_pod(ec, &ns, &name, labels, &node).await;
+    }
+}
+
 /// Reads up to and including the bookmark that ends the initial events.
 async fn initial_events(stream: &mut tonic::Streaming<WatchEvent>) -> (Vec<WatchEvent>, u64) {
     let mut events = Vec::new();
@@ -74,17 +86,7 @@ fn metric(proxy: &Proxy, name: &str) -> f64 {
 async fn joiners_share_one_initial_state_equal_to_their_own() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    for i in 0..PODS {
-        let node = format!("node-{}", i % 4);
-        put_pod(
-            &mut ec,
-            &format!("ns-{}", i % 3),
-            &format!("pod-{i}"),
-            &[],
-            &node,
-        )
-        .await;
-    }
+    put_pods(&mut ec, PODS, &[]).await;
     let (shared, mut client) = proxy(&etcd, true).await;
     let (own, mut own_client) = proxy(&etcd, false).await;
 
@@ -165,18 +167,7 @@ async fn joiners_share_one_initial_state_equal_to_their_own() {
 async fn compressed_watches_carry_the_same_events_compressed_once_for_all() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    for i in 0..300 {
-        let node = format!("node-{}", i % 4);
-        let labels = [("app", "web"), ("tier", "frontend")];
-        put_pod(
-            &mut ec,
-            &format!("ns-{}", i % 3),
-            &format!("pod-{i}"),
-            &labels,
-            &node,
-        )
-        .await;
-    }
+    put_pods(&mut ec, 300, &[("app", "web"), ("tier", "frontend")]).await;
     let (fast, mut plain_client) = proxy(&etcd, true).await;
     let mut config = Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
     config.watch.serve_path = watchproxy::config::ServePath::Tonic;
@@ -246,18 +237,7 @@ async fn compressed_watches_carry_the_same_events_compressed_once_for_all() {
 async fn batched_initial_states_carry_the_same_objects_and_compress_better() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    for i in 0..600 {
-        let node = format!("node-{}", i % 4);
-        let labels = [("app", "web"), ("tier", "frontend")];
-        put_pod(
-            &mut ec,
-            &format!("ns-{}", i % 3),
-            &format!("pod-{i}"),
-            &labels,
-            &node,
-        )
-        .await;
-    }
+    put_pods(&mut ec, 600, &[("app", "web"), ("tier", "frontend")]).await;
     let (one_by_one, client) = proxy(&etcd, true).await;
     let (batched, batched_client) = proxy(&etcd, true).await;
     let request = |batch: bool| WatchRequest {
