@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,93 +10,11 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use prometheus_client::registry::Unit;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResourceLabel {
-    resource: String,
-}
-
-/// Why a watch ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
-pub enum EndReason {
-    /// Fell behind further than the event window reaches.
-    expired,
-    timeout,
-    client_gone,
-    shutdown,
-    /// Its connection reached `limits.max_connection_age`.
-    connection_aged,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EndLabels {
-    resource: String,
-    reason: EndReason,
-}
-
-/// The kind of request made to etcd.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
-pub enum EtcdRequest {
-    list_page,
-    watch,
-    progress,
-    current_revision,
-    exact_list_page,
-}
-
-/// The state of a reflector.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
-pub enum ReflectorState {
-    listing,
-    connecting,
-    watching,
-    backoff,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    resource: String,
-    state: ReflectorState,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    resource: String,
-    method: &'static str,
-    code: String,
-}
-
-/// How a reload of the TLS files, or a TLS handshake, ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
-pub enum TlsOutcome {
-    ok,
-    failed,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    result: TlsOutcome,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeniedLabels {
-    resource: String,
-    verb: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EtcdLabels {
-    resource: String,
-    request: EtcdRequest,
-}
+use super::labels::{
+    CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels, ReasonLabels, ResourceLabel,
+    StateLabels,
+};
+pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
 
 /// All metric families, registered once; [`Metrics::resource`] hands out
 /// the per-resource series.

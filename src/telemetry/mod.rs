@@ -2,6 +2,7 @@
 //! by `exposition.rs`.
 
 mod exposition;
+mod labels;
 mod metrics;
 
 use tracing_subscriber::EnvFilter;

@@ -1,0 +1,92 @@
+//! The label sets the metric families are keyed by, and the values
+//! their labels take.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ResourceLabel {
+    pub(super) resource: String,
+}
+
+/// Why a watch ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum EndReason {
+    /// Fell behind further than the event window reaches.
+    expired,
+    timeout,
+    client_gone,
+    shutdown,
+    /// Its connection reached `limits.max_connection_age`.
+    connection_aged,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct EndLabels {
+    pub(super) resource: String,
+    pub(super) reason: EndReason,
+}
+
+/// The kind of request made to etcd.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum EtcdRequest {
+    list_page,
+    watch,
+    progress,
+    current_revision,
+    exact_list_page,
+}
+
+/// The state of a reflector.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum ReflectorState {
+    listing,
+    connecting,
+    watching,
+    backoff,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct StateLabels {
+    pub(super) resource: String,
+    pub(super) state: ReflectorState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct CallLabels {
+    pub(super) resource: String,
+    pub(super) method: &'static str,
+    pub(super) code: String,
+}
+
+/// How a reload of the TLS files, or a TLS handshake, ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum TlsOutcome {
+    ok,
+    failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct OutcomeLabels {
+    pub(super) result: TlsOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReasonLabels {
+    pub(super) reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DeniedLabels {
+    pub(super) resource: String,
+    pub(super) verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct EtcdLabels {
+    pub(super) resource: String,
+    pub(super) request: EtcdRequest,
+}
