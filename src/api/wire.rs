@@ -3,13 +3,14 @@
 //! (the dispatcher calls [`encode_event`]), on top of the object's own
 //! encoding made when it was read.
 
-use std::sync::{Arc, OnceLock};
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
 
 use super::compression::Codec;
-use crate::dispatch::{Encoded, View};
+use crate::dispatch::{Compressed, Encoded, View};
 use crate::object::{EventType, Object, Revision};
 use crate::pb;
 
@@ -30,7 +31,7 @@ pub enum WatchMessage {
 #[derive(Debug, Default)]
 pub struct Packed {
     pub encoded: Encoded,
-    compressed: [OnceLock<Option<Bytes>>; 2],
+    compressed: Compressed,
 }
 
 impl Packed {
@@ -44,12 +45,7 @@ impl Packed {
     /// Its form in `codec`, and whether this call made it; none when
     /// compressing does not shrink it.
     pub fn compressed(&self, codec: Codec) -> (Option<&Bytes>, bool) {
-        let mut made = false;
-        let form = self.compressed[codec.slot()].get_or_init(|| {
-            made = true;
-            codec.compress(&self.encoded.to_bytes())
-        });
-        (form.as_ref(), made)
+        (self.compressed).get_or_make(codec.slot(), || codec.compress(&self.encoded.to_bytes()))
     }
 }
 
@@ -66,17 +62,10 @@ impl WatchMessage {
 
     /// Writes the message to `dst`.
     pub fn write_to(&self, dst: &mut impl BufMut) {
-        let own;
         let e = match self {
             WatchMessage::Own(e) => e,
             WatchMessage::Initial(p) => &p.encoded,
-            WatchMessage::Change(view) => match &view.encoded {
-                Some(e) => e,
-                None => {
-                    own = encode_event(view.kind, &view.object, view.revision, view.resync_from);
-                    &own
-                }
-            },
+            WatchMessage::Change(view) => &*change_encoding(view),
         };
         dst.put_slice(&e.head);
         dst.put_slice(&e.body);
@@ -85,28 +74,28 @@ impl WatchMessage {
     /// The message compressed with `codec`, made once for every stream
     /// that sends it; none for bookmarks, and where it would not shrink.
     pub fn compressed(&self, codec: Codec) -> Option<Bytes> {
-        match self {
-            WatchMessage::Own(_) => None,
-            WatchMessage::Initial(p) => p.compressed(codec).0.cloned(),
-            WatchMessage::Change(view) => view.compressed[codec.slot()]
-                .get_or_init(|| {
-                    let own;
-                    let e = match &view.encoded {
-                        Some(e) => e,
-                        None => {
-                            own = encode_event(
-                                view.kind,
-                                &view.object,
-                                view.revision,
-                                view.resync_from,
-                            );
-                            &own
-                        }
-                    };
-                    codec.compress(&e.to_bytes())
-                })
-                .clone(),
-        }
+        let (form, _) = match self {
+            WatchMessage::Own(_) => return None,
+            WatchMessage::Initial(p) => p.compressed(codec),
+            WatchMessage::Change(view) => (view.compressed).get_or_make(codec.slot(), || {
+                codec.compress(&change_encoding(view).to_bytes())
+            }),
+        };
+        form.cloned()
+    }
+}
+
+/// A change's encoding: the one shared by its watchers, or, for a change
+/// read back from the window, made for this watcher.
+fn change_encoding(view: &View) -> Cow<'_, Encoded> {
+    match &view.encoded {
+        Some(e) => Cow::Borrowed(e),
+        None => Cow::Owned(encode_event(
+            view.kind,
+            &view.object,
+            view.revision,
+            view.resync_from,
+        )),
     }
 }
 

@@ -88,10 +88,31 @@ pub struct View {
     /// The encoded change, made once per event, type and projection (when
     /// the dispatcher has an encoder).
     pub encoded: Option<Encoded>,
-    /// Compressed forms of the change the API makes when a stream first
-    /// needs one (a slot per codec; none inside: not worth it), shared
-    /// like `encoded`.
-    pub compressed: [OnceLock<Option<Bytes>>; 2],
+    /// Compressed forms of the change, shared like `encoded`.
+    pub compressed: Compressed,
+}
+
+/// Compressed forms of a message the API makes when a stream first needs
+/// one, a slot per codec, shared by every stream that sends the message.
+#[derive(Debug, Default)]
+pub struct Compressed([OnceLock<Option<Bytes>>; 2]);
+
+impl Compressed {
+    /// The form in `slot`, made by `make` if no stream has yet (none
+    /// inside: compressing does not shrink it), and whether this call
+    /// made it.
+    pub fn get_or_make(
+        &self,
+        slot: usize,
+        make: impl FnOnce() -> Option<Bytes>,
+    ) -> (Option<&Bytes>, bool) {
+        let mut made = false;
+        let form = self.0[slot].get_or_init(|| {
+            made = true;
+            make()
+        });
+        (form.as_ref(), made)
+    }
 }
 
 /// What a watcher's queue carries. Small, so an idle watcher's queue is

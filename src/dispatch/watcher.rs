@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use super::{transition, Delivery, Place, Subscription, View, Wants, Window};
-use crate::object::{Object, Revision};
+use crate::object::Revision;
 use crate::selector::Predicate;
 
 /// How many window events a watcher that is behind reads per turn.
@@ -97,11 +97,6 @@ impl Watcher {
 
     pub fn predicate(&self) -> &Predicate {
         &self.wants.predicate
-    }
-
-    /// `o` as this watcher is shown it (cut to its projection).
-    pub fn show(&self, o: Arc<Object>) -> Arc<Object> {
-        self.subscription.show(&self.wants, o)
     }
 
     /// The revision of the last change shown (or of the start or the last
