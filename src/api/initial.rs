@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use super::compression::Codec;
 use super::wire::{encode_added_batch, encode_event, Packed};
 use crate::cache::{Snapshot, WatchCache, WatchFrom};
-use crate::dispatch::{Dispatcher, Inbox, Wants, Watcher};
-use crate::object::{EventType, Projection, Resource, Revision, TooOld};
+use crate::dispatch::{Dispatcher, Encoded, Inbox, Wants, Watcher};
+use crate::object::{EventType, Object, Projection, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
 
@@ -173,42 +173,47 @@ impl InitialState {
     }
 
     fn build_more(&self, built: &mut Built) {
-        let resource = &self.resource;
-        let objects = self
-            .snapshot
-            .select(resource, &self.wants.predicate, built.after.as_deref());
-        let mut bytes = 0;
-        let mut taken = 0;
-        let mut batch = Vec::new();
-        let mut batch_bytes = 0;
+        let objects = (self.snapshot).select(
+            &self.resource,
+            &self.wants.predicate,
+            built.after.as_deref(),
+        );
+        let mut shown = Vec::with_capacity(CHUNK);
         for o in objects.take(CHUNK) {
-            let shown = self.dispatcher.show(&self.wants, o.clone());
             built.after = Some(o.key.clone());
-            taken += 1;
-            if self.batched {
-                batch_bytes += shown.wire.len();
-                batch.push(shown);
-                if batch_bytes < BATCH_BYTES {
-                    continue;
-                }
-                let message = encode_added_batch(&std::mem::take(&mut batch));
-                batch_bytes = 0;
-                bytes += message.size() as u64;
-                built.messages.push_back(Arc::new(Packed::new(message)));
-                continue;
-            }
-            let message = encode_event(EventType::Added, &shown, shown.revision, None);
-            bytes += message.size() as u64;
-            built.messages.push_back(Arc::new(Packed::new(message)));
+            shown.push(self.dispatcher.show(&self.wants, o.clone()));
         }
-        if !batch.is_empty() {
-            let message = encode_added_batch(&batch);
-            bytes += message.size() as u64;
-            built.messages.push_back(Arc::new(Packed::new(message)));
-        }
-        built.done = taken < CHUNK;
-        self.metrics.initial_snapshot_bytes.inc_by(bytes);
+        built.done = shown.len() < CHUNK;
+        let messages: Vec<Encoded> = match self.batched {
+            true => batches(&shown).map(encode_added_batch).collect(),
+            false => (shown.iter())
+                .map(|o| encode_event(EventType::Added, o, o.revision, None))
+                .collect(),
+        };
+        let bytes: usize = messages.iter().map(Encoded::size).sum();
+        self.metrics.initial_snapshot_bytes.inc_by(bytes as u64);
+        (built.messages).extend(messages.into_iter().map(|m| Arc::new(Packed::new(m))));
     }
+}
+
+/// `objects` in runs of about [`BATCH_BYTES`] each.
+fn batches(objects: &[Arc<Object>]) -> impl Iterator<Item = &[Arc<Object>]> {
+    let mut rest = objects;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let end = (rest.iter())
+            .position(|o| {
+                bytes += o.wire.len();
+                bytes >= BATCH_BYTES
+            })
+            .map_or(rest.len(), |last| last + 1);
+        let (batch, after) = rest.split_at(end);
+        rest = after;
+        Some(batch)
+    })
 }
 
 /// Where one joiner is in its initial state.

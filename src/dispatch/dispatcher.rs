@@ -246,6 +246,10 @@ impl Dispatcher {
         self.watchers.lock().index.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// `o` as a watcher that wants `wants` is shown it: cut to its
     /// projection once for every watcher shown this version so.
     pub fn show(&self, wants: &Wants, o: Arc<Object>) -> Arc<Object> {
@@ -253,10 +257,6 @@ impl Dispatcher {
             Some(p) => self.cuts.cut(p, &o),
             None => o,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Queues `events` (in revision order) to every watcher they concern,
