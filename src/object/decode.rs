@@ -118,22 +118,15 @@ impl Resource {
                 return Err(DecodeError::NotJson(e));
             }
         };
-        let paths: Vec<Vec<&str>> = self
-            .selectable_fields
-            .iter()
+        // The selectable fields, then the uid (for its shard hash).
+        let paths: Vec<Vec<&str>> = (self.selectable_fields.iter().map(String::as_str))
+            .chain(["metadata.uid"])
             .map(|f| f.split('.').collect())
             .collect();
-        let wants: Vec<Want> = [
-            Want {
-                rest: &["metadata", "labels"],
-                target: Target::Labels,
-            },
-            Want {
-                rest: &["metadata", "uid"],
-                target: Target::Uid,
-            },
-        ]
-        .into_iter()
+        let wants: Vec<Want> = std::iter::once(Want {
+            rest: &["metadata", "labels"],
+            target: Target::Labels,
+        })
         .chain(paths.iter().enumerate().map(|(i, p)| Want {
             rest: p,
             target: Target::Field(i),
@@ -141,7 +134,6 @@ impl Resource {
         .collect();
         let mut found = Found {
             labels: None,
-            uid: None,
             fields: vec![None; paths.len()],
             object: false,
         };
@@ -168,12 +160,11 @@ impl Resource {
                 .ok_or(DecodeError::BadLabels)?,
             Some(_) => return Err(DecodeError::BadLabels),
         };
-        let fields = found
-            .fields
-            .iter()
+        let mut fields: Vec<String> = (found.fields.iter())
             .map(|v| field_string(v.as_ref()))
             .collect();
-        Ok((labels, fields, field_string(found.uid.as_ref())))
+        let uid = fields.pop().unwrap_or_default();
+        Ok((labels, fields.into(), uid))
     }
 }
 
@@ -187,13 +178,11 @@ struct Want<'a> {
 #[derive(Clone, Copy)]
 enum Target {
     Labels,
-    Uid,
     Field(usize),
 }
 
 struct Found {
     labels: Option<serde_json::Value>,
-    uid: Option<serde_json::Value>,
     fields: Vec<Option<serde_json::Value>>,
     /// The document is an object (set by any object in it, and only
     /// objects are looked into).
@@ -204,7 +193,6 @@ impl Found {
     fn set(&mut self, target: Target, v: Option<serde_json::Value>) {
         match target {
             Target::Labels => self.labels = v,
-            Target::Uid => self.uid = v,
             Target::Field(i) => self.fields[i] = v,
         }
     }
