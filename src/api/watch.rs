@@ -161,6 +161,11 @@ impl WatchStream {
         self.codec = Some(codec);
     }
 
+    /// What its messages worth compressing are sent compressed with.
+    pub fn codec(&self) -> Option<Codec> {
+        self.codec
+    }
+
     /// Ends the watch because its connection reached its maximum age: the
     /// status names the version to resume from, the last one all of whose
     /// events were sent; none while the initial events are unfinished.

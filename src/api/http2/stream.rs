@@ -93,7 +93,6 @@ pub(super) async fn start_watch(
             Some(LiveWatch {
                 events,
                 tx,
-                codec,
                 awaiting_room: false,
             })
         }
@@ -109,8 +108,6 @@ pub(super) async fn start_watch(
 pub(super) struct LiveWatch {
     events: WatchStream,
     tx: SendStream<Bytes>,
-    /// Messages worth compressing go out compressed with it.
-    codec: Option<Codec>,
     /// h2 holds the watch's waker until the stream has room, and wakes it
     /// on a reset too.
     awaiting_room: bool,
@@ -148,7 +145,7 @@ impl Drive for LiveWatch {
             let ended = loop {
                 match self.events.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(message))) => {
-                        match self.codec.and_then(|c| message.compressed(c)) {
+                        match self.events.codec().and_then(|c| message.compressed(c)) {
                             Some(packed) => put_compressed(buf, &packed),
                             None => put_message(buf, message.len_hint(), |b| message.write_to(b)),
                         }
