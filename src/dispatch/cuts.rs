@@ -9,16 +9,15 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::object::{Object, Projection, Revision};
+use crate::object::{Object, Projection};
 
 /// The bytes of cut objects a resource keeps; the oldest go first.
 const BUDGET: usize = 8 << 20;
 
-/// One cut: which projection of which object version it is.
+/// One cut: which projection it is, and the cut object (with the key and
+/// revision of the version it was cut from).
 struct Cut {
     projection: Arc<Projection>,
-    key: Arc<str>,
-    revision: Revision,
     object: Arc<Object>,
 }
 
@@ -50,7 +49,8 @@ impl Cuts {
     pub fn cut(&self, p: &Arc<Projection>, o: &Arc<Object>) -> Arc<Object> {
         let h = self.hash(p, o);
         if let Some(c) = self.inner.lock().by_hash.get(&h) {
-            if c.revision == o.revision && c.key == o.key && *c.projection == **p {
+            let same = c.object.revision == o.revision && c.object.key == o.key;
+            if same && *c.projection == **p {
                 return c.object.clone();
             }
         }
@@ -62,8 +62,6 @@ impl Cuts {
         }
         let cut = Cut {
             projection: p.clone(),
-            key: o.key.clone(),
-            revision: o.revision,
             object: object.clone(),
         };
         let mut inner = self.inner.lock();
