@@ -26,7 +26,7 @@ use etcd_client::{Client, WatchOptions};
 use tonic::transport::Channel;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{EventType, HashRange, ShardSelector, WatchRequest};
-use watchproxy_testkit::{free_port, Etcd, EtcdOptions};
+use watchproxy_testkit::{free_port, Etcd, EtcdOptions, ProcFigures as Figures};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -228,40 +228,6 @@ impl Proc {
 
     fn figures(&self) -> Figures {
         Figures(self.0.id())
-    }
-}
-
-/// What /proc says of a process.
-#[derive(Clone, Copy)]
-struct Figures(u32);
-
-impl Figures {
-    /// user + system CPU seconds so far.
-    fn cpu_seconds(self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).unwrap_or_default();
-        let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let f: Vec<&str> = after_comm.split_whitespace().collect();
-        let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-            + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks / 100.0
-    }
-
-    fn peak_rss_mib(self) -> f64 {
-        self.status_mib("VmHWM:")
-    }
-
-    fn rss_mib(self) -> f64 {
-        self.status_mib("VmRSS:")
-    }
-
-    fn status_mib(self, field: &str) -> f64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0)).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
     }
 }
 

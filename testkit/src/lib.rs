@@ -4,6 +4,7 @@
 
 mod cluster;
 mod etcd;
+mod process;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 pub use cluster::EtcdCluster;
 pub use etcd::{Etcd, EtcdOptions};
+pub use process::ProcFigures;
 
 /// How to get etcd, said whenever it is missing.
 pub const ETCD_INSTALL_HINT: &str = "etcd is required by the integration tests and was not found. \

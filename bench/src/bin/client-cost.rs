@@ -18,7 +18,7 @@ use clap::Parser;
 use tokio_stream::StreamExt;
 use watchproxy_client::pb::{ListRequest, WatchRequest};
 use watchproxy_client::{Client, Event, Informer};
-use watchproxy_testkit::{free_port, Etcd};
+use watchproxy_testkit::{free_port, Etcd, ProcFigures};
 
 const PREFIX: &str = "/registry/pods";
 
@@ -46,20 +46,6 @@ struct Args {
     /// the floor an informer adds its store, index and events to.
     #[arg(long, hide = true)]
     bare: bool,
-}
-
-/// CPU-seconds a process has used (Linux /proc, 100 ticks a second).
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn pod(i: usize, generation: usize) -> String {
@@ -145,8 +131,8 @@ async fn count_until_stdin_closes(
     objects: usize,
     stats: impl Fn() -> String,
 ) -> anyhow::Result<()> {
-    let me = std::process::id().to_string();
-    let synced_cpu = cpu_seconds(&me);
+    let me = ProcFigures::own();
+    let synced_cpu = me.cpu_seconds();
     println!(
         "{}",
         serde_json::json!({"synced_cpu": synced_cpu, "objects": objects})
@@ -167,7 +153,7 @@ async fn count_until_stdin_closes(
             },
         }
     }
-    let cpu = cpu_seconds(&me) - synced_cpu;
+    let cpu = me.cpu_seconds() - synced_cpu;
     println!(
         "{}",
         serde_json::json!({"cpu": cpu, "changes": counted, "stats": stats()})
@@ -239,8 +225,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut proxy = start_watchproxy(&bin, &config, port)?;
     let endpoint = format!("http://127.0.0.1:{port}");
-    let me = std::process::id().to_string();
-    let etcd_pid = etcd.pid().map(|p| p.to_string()).unwrap_or_default();
+    let me = ProcFigures::own();
+    let etcd_figures = ProcFigures(etcd.pid().context("etcd is running")?);
 
     let mut per_event = [Vec::new(), Vec::new()];
     let runs = (0..args.rounds).flat_map(|r| [(r, false), (r, true)]);
@@ -256,12 +242,8 @@ async fn main() -> anyhow::Result<()> {
         );
         let mut out = BufReader::new(child.0.stdout.take().unwrap());
         let synced = read_json(&mut out)?;
-        let proxy_pid = proxy.0.id().to_string();
-        let before = [
-            cpu_seconds(&me),
-            cpu_seconds(&proxy_pid),
-            cpu_seconds(&etcd_pid),
-        ];
+        let processes = [me, ProcFigures(proxy.0.id()), etcd_figures];
+        let before = processes.map(ProcFigures::cpu_seconds);
         let writes = (args.rate * args.seconds) as usize;
         let started = Instant::now();
         let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / args.rate));
@@ -272,11 +254,7 @@ async fn main() -> anyhow::Result<()> {
         }
         let rate = writes as f64 / started.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = [
-            cpu_seconds(&me),
-            cpu_seconds(&proxy_pid),
-            cpu_seconds(&etcd_pid),
-        ];
+        let after = processes.map(ProcFigures::cpu_seconds);
         drop(child.0.stdin.take());
         let result = read_json(&mut out)?;
         let (cpu, changes) = (

@@ -18,7 +18,7 @@ use clap::Parser;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::Channel;
 use watchproxy::pb::WatchRequest;
-use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions};
+use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions, ProcFigures};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -71,24 +71,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// user + system CPU seconds of process `pid` so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn status_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// One way of serving the storm.
@@ -230,7 +212,8 @@ async fn storm(
         metric("watchproxy_initial_snapshot_bytes_total"),
         metric("watchproxy_initial_snapshot_compressed_bytes_total"),
     );
-    let (cpu0, rss_before) = (cpu_seconds(pid), status_mib(pid, "VmRSS:"));
+    let figures = ProcFigures(pid);
+    let (cpu0, rss_before) = (figures.cpu_seconds(), figures.rss_mib());
     let started = Instant::now();
     let joiners: Vec<_> = (0..args.joiners)
         .map(|i| {
@@ -255,10 +238,10 @@ async fn storm(
     let seconds = started.elapsed().as_secs_f64();
     Ok(Storm {
         seconds,
-        cpu: cpu_seconds(pid) - cpu0,
+        cpu: figures.cpu_seconds() - cpu0,
         initial_events,
         rss_before,
-        peak: status_mib(pid, "VmHWM:"),
+        peak: figures.peak_rss_mib(),
         raw: metric("watchproxy_initial_snapshot_bytes_total") - raw0,
         compressed: metric("watchproxy_initial_snapshot_compressed_bytes_total") - compressed0,
         made: metric("watchproxy_initial_snapshots_total") - made0,
