@@ -302,21 +302,7 @@ async fn a_rust_and_a_python_informer_split_a_resource_between_their_shards() {
             }
         }
     }
-    let all = ec
-        .get(
-            "/registry/pods/",
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    let want: BTreeMap<String, String> = (all.kvs().iter())
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_owned(),
-                String::from_utf8_lossy(kv.value()).into_owned(),
-            )
-        })
-        .collect();
+    let want = pod_values(&mut ec).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let mine: BTreeMap<String, String> = (lower.store().list().into_iter())

@@ -391,18 +391,29 @@ pub fn test_leaf(
 /// etcd's pods labelled app=web: key → mod revision, as an informer with
 /// the selector `app=web` must end up holding.
 pub async fn web_pods(c: &mut Client) -> std::collections::BTreeMap<String, String> {
-    web_pods_by(c, |kv| kv.mod_revision().to_string()).await
+    pods_by(c, true, |kv| kv.mod_revision().to_string()).await
 }
 
 /// etcd's pods labelled app=web: key → value. A resync's events carry
 /// the version the lost history starts from, not each object's, so a
 /// copy made through one is compared by value.
 pub async fn web_pod_values(c: &mut Client) -> std::collections::BTreeMap<String, String> {
-    web_pods_by(c, |kv| String::from_utf8_lossy(kv.value()).into_owned()).await
+    pods_by(c, true, value_of).await
 }
 
-async fn web_pods_by(
+/// etcd's pods: key → value.
+pub async fn pod_values(c: &mut Client) -> std::collections::BTreeMap<String, String> {
+    pods_by(c, false, value_of).await
+}
+
+fn value_of(kv: &etcd_client::KeyValue) -> String {
+    String::from_utf8_lossy(kv.value()).into_owned()
+}
+
+/// etcd's pods (only those labelled app=web with `web`), by key.
+async fn pods_by(
     c: &mut Client,
+    web: bool,
     f: impl Fn(&etcd_client::KeyValue) -> String,
 ) -> std::collections::BTreeMap<String, String> {
     let all = c
@@ -414,7 +425,7 @@ async fn web_pods_by(
         .unwrap();
     all.kvs()
         .iter()
-        .filter(|kv| String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
+        .filter(|kv| !web || String::from_utf8_lossy(kv.value()).contains(r#""app":"web""#))
         .map(|kv| (kv.key_str().unwrap().to_owned(), f(kv)))
         .collect()
 }
