@@ -1,5 +1,6 @@
 //! Kubernetes label selectors: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
-//! `k notin (a,b)`, `k`, `!k`, joined by commas; whitespace is free.
+//! `k notin (a,b)`, `k`, `!k`, and the numeric `k>n`, `k<n`, joined by
+//! commas; whitespace is free.
 
 use std::collections::BTreeSet;
 
@@ -14,6 +15,10 @@ pub enum LabelOp {
     NotIn(BTreeSet<String>),
     Exists,
     DoesNotExist,
+    /// The label is set to an integer above this one.
+    GreaterThan(i64),
+    /// The label is set to an integer below this one.
+    LessThan(i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -23,7 +28,8 @@ pub struct LabelRequirement {
 }
 
 impl LabelRequirement {
-    /// As in Kubernetes: a missing label satisfies `!=` and `notin`.
+    /// As in Kubernetes: a missing label satisfies `!=` and `notin`; one
+    /// that is not a 64-bit integer satisfies neither `>` nor `<`.
     pub fn matches(&self, labels: &Labels) -> bool {
         let v = labels.get(&self.key);
         match &self.op {
@@ -33,8 +39,15 @@ impl LabelRequirement {
             LabelOp::NotIn(set) => v.is_none_or(|v| !set.contains(v)),
             LabelOp::Exists => v.is_some(),
             LabelOp::DoesNotExist => v.is_none(),
+            LabelOp::GreaterThan(n) => integer(v).is_some_and(|v| v > *n),
+            LabelOp::LessThan(n) => integer(v).is_some_and(|v| v < *n),
         }
     }
+}
+
+/// A label's value read as Kubernetes reads it for `>` and `<`.
+fn integer(v: Option<&String>) -> Option<i64> {
+    v?.parse().ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -47,6 +60,8 @@ enum Token<'a> {
     DoubleEquals,
     NotEquals,
     Bang,
+    Greater,
+    Less,
 }
 
 /// A token and the byte offset it starts at.
@@ -71,9 +86,11 @@ fn lex(s: &str) -> Result<Vec<Spanned<'_>>, SelectorError> {
             b'=' => (1, Token::Equals),
             b'!' if bytes.get(i + 1) == Some(&b'=') => (2, Token::NotEquals),
             b'!' => (1, Token::Bang),
+            b'>' => (1, Token::Greater),
+            b'<' => (1, Token::Less),
             _ => {
                 let end = s[i..]
-                    .find(|c: char| c.is_whitespace() || ",()=!".contains(c))
+                    .find(|c: char| c.is_whitespace() || ",()=!<>".contains(c))
                     .map_or(s.len(), |n| i + n);
                 (end - i, Token::Word(&s[i..end]))
             }
@@ -138,6 +155,13 @@ impl<'a> Parser<'a> {
         Ok(v.to_owned())
     }
 
+    /// The operand of `>` or `<`: a 64-bit integer, as Kubernetes requires.
+    fn number(&mut self) -> Result<i64, SelectorError> {
+        let (at, v) = self.word("an integer")?;
+        v.parse()
+            .map_err(|_| self.err(at, format!("{v:?} is not a 64-bit integer")))
+    }
+
     fn set(&mut self) -> Result<BTreeSet<String>, SelectorError> {
         match self.next() {
             Some((_, Token::Open)) => {}
@@ -193,9 +217,17 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
                 LabelOp::NotIn(self.set()?)
             }
+            Some(Token::Greater) => {
+                self.pos += 1;
+                LabelOp::GreaterThan(self.number()?)
+            }
+            Some(Token::Less) => {
+                self.pos += 1;
+                LabelOp::LessThan(self.number()?)
+            }
             Some(t) => {
                 let why = format!(
-                    "expected an operator (=, ==, !=, in, notin) after key {key:?}, found {t:?}"
+                    "expected an operator (=, ==, !=, in, notin, >, <) after key {key:?}, found {t:?}"
                 );
                 return Err(self.err(self.here(), why));
             }
@@ -323,6 +355,16 @@ mod tests {
                 ],
             ),
             ("in in (in)", vec![req("in", LabelOp::In(set(&["in"])))]),
+            ("a>5", vec![req("a", LabelOp::GreaterThan(5))]),
+            (" a < -3 ", vec![req("a", LabelOp::LessThan(-3))]),
+            (
+                "x>0,x<10,y",
+                vec![
+                    req("x", LabelOp::GreaterThan(0)),
+                    req("x", LabelOp::LessThan(10)),
+                    req("y", LabelOp::Exists),
+                ],
+            ),
         ];
         for (s, want) in cases {
             assert_eq!(parse(s).unwrap(), want, "{s:?}");
@@ -353,6 +395,12 @@ mod tests {
             ("!".into(), "expected a label key"),
             ("a==".into(), ""),
             ("(a)".into(), "expected a label key"),
+            ("a>".into(), "expected an integer"),
+            ("a>b".into(), "not a 64-bit integer"),
+            ("a<1.5".into(), "not a 64-bit integer"),
+            ("a>99999999999999999999".into(), "not a 64-bit integer"),
+            ("a>=1".into(), "expected an integer"),
+            (">1".into(), "expected a label key"),
         ];
         for (s, needle) in cases {
             match parse(&s) {
@@ -373,9 +421,24 @@ mod tests {
         assert!(!m("a!=1") && !m("a notin (1)") && !m("b in (1)") && !m("!a") && !m("b"));
     }
 
+    #[test]
+    fn numeric_operators_compare_integers_and_nothing_else() {
+        let labels: Labels = [("n", "7"), ("neg", "-2"), ("word", "seven"), ("big", "1e3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(&labels));
+        assert!(m("n>6") && m("n<8") && m("n>-1") && m("neg<0") && m("neg>-3"));
+        assert!(!m("n>7") && !m("n<7") && !m("neg>0"));
+        // Missing, or not an integer: neither above nor below anything.
+        for s in ["missing>0", "missing<0", "word>0", "word<0", "big>0", "big<0"] {
+            assert!(!m(s), "{s}");
+        }
+    }
+
     proptest! {
         #[test]
-        fn the_parser_never_panics_on_selector_like_input(s in "[a-z!=(), .in/-]{0,30}") {
+        fn the_parser_never_panics_on_selector_like_input(s in "[a-z0-9!=(), .in/<>-]{0,30}") {
             let _ = parse(&s);
         }
     }
