@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use watchproxy::config::ValueFormat;
+use watchproxy::config::{KeyLayout, ValueFormat};
 use watchproxy::object::Resource;
 
 /// A pod as a kubelet-managed workload stores it: many small fields.
@@ -17,6 +17,7 @@ fn pods() -> Resource {
         name: "pods".into(),
         prefix: "/registry/pods".into(),
         namespaced: true,
+        layout: KeyLayout::standard(true),
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into(), "status.phase".into()],
         indexed_fields: vec!["spec.nodeName".into()],

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use watchproxy::cache::{Change, WatchCache};
-use watchproxy::config::{CacheConfig, ValueFormat};
+use watchproxy::config::{CacheConfig, KeyLayout, ValueFormat};
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, Object, Resource};
 use watchproxy::selector::Predicate;
@@ -20,6 +20,7 @@ fn resource(indexed: bool) -> Resource {
         name: "pods".into(),
         prefix: "/registry/pods".into(),
         namespaced: true,
+        layout: KeyLayout::standard(true),
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: if indexed {

@@ -2,6 +2,7 @@
 //! cache, as read from YAML; `security.rs` holds TLS, identities and rules,
 //! `validate.rs` checks it whole.
 
+mod key_layout;
 mod security;
 mod validate;
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use key_layout::{KeyLayout, Segment};
 pub use security::{
     AuthConfig, AuthorizationConfig, ClientAuth, JwtConfig, RuleConfig, TlsConfig, Verb,
 };
@@ -268,10 +270,15 @@ pub struct ResourceConfig {
     /// The name clients use, e.g. "pods".
     pub name: String,
     /// The etcd key prefix, e.g. "/registry/pods"; keys are
-    /// `<prefix>/<namespace>/<name>` or `<prefix>/<name>`.
+    /// `<prefix>/<namespace>/<name>` or `<prefix>/<name>` unless
+    /// `key_layout` says otherwise.
     pub prefix: String,
     #[serde(default = "default_true")]
     pub namespaced: bool,
+    /// Where the key, after the prefix, holds the namespace and name, e.g.
+    /// `tenants/{namespace}/items/{name...}`.
+    #[serde(default)]
+    pub key_layout: Option<KeyLayout>,
     #[serde(default = "default_format")]
     pub format: ValueFormat,
     /// Dotted JSON paths usable in field selectors, e.g. "spec.nodeName".
@@ -282,6 +289,13 @@ pub struct ResourceConfig {
     pub indexed_fields: Vec<String>,
     #[serde(default)]
     pub cache: CacheConfig,
+}
+
+impl ResourceConfig {
+    /// `key_layout`, or Kubernetes' when it is not given.
+    pub fn layout(&self) -> KeyLayout {
+        (self.key_layout.clone()).unwrap_or_else(|| KeyLayout::standard(self.namespaced))
+    }
 }
 
 /// Bounds of the event window kept for resuming watches.

@@ -215,6 +215,21 @@ impl Config {
                 }
             }
             prefixes.push((&r.prefix, i));
+            match (&r.key_layout, r.namespaced) {
+                (Some(l), true) if !l.namespaced() => {
+                    return Err(invalid(
+                        at("key_layout"),
+                        "holds no {namespace} for a namespaced resource (or set namespaced: false)",
+                    ))
+                }
+                (Some(l), false) if l.namespaced() => {
+                    return Err(invalid(
+                        at("key_layout"),
+                        "holds {namespace}, but the resource sets namespaced: false",
+                    ))
+                }
+                _ => {}
+            }
             if r.format == ValueFormat::Raw && !r.selectable_fields.is_empty() {
                 return Err(invalid(
                     at("selectable_fields"),

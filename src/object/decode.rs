@@ -21,7 +21,7 @@ pub enum DecodeError {
     #[error("key is not valid UTF-8")]
     KeyNotUtf8,
     #[error("key does not have the form {0}")]
-    KeyShape(&'static str),
+    KeyShape(String),
     #[error("value is not JSON: {0}")]
     NotJson(#[source] serde_json::Error),
     #[error("value is JSON but not an object")]
@@ -78,29 +78,11 @@ impl Resource {
     /// decodable value (deletions).
     pub fn split_key(&self, key: &[u8]) -> Result<(String, String), DecodeError> {
         let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
-        let rest = key
-            .strip_prefix(self.prefix.as_str())
+        key.strip_prefix(self.prefix.as_str())
             .and_then(|r| r.strip_prefix('/'))
-            .ok_or(DecodeError::KeyShape(self.key_shape()))?;
-        let mut parts = rest.split('/');
-        let shape = (parts.next(), parts.next(), parts.next());
-        match (self.namespaced, shape) {
-            (true, (Some(ns), Some(name), None)) if !ns.is_empty() && !name.is_empty() => {
-                Ok((ns.to_owned(), name.to_owned()))
-            }
-            (false, (Some(name), None, None)) if !name.is_empty() => {
-                Ok((String::new(), name.to_owned()))
-            }
-            _ => Err(DecodeError::KeyShape(self.key_shape())),
-        }
-    }
-
-    fn key_shape(&self) -> &'static str {
-        if self.namespaced {
-            "<prefix>/<namespace>/<name>"
-        } else {
-            "<prefix>/<name>"
-        }
+            .and_then(|r| self.layout.split(r))
+            .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
+            .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }
 
     /// Reads the labels and the selectable fields in one pass over the

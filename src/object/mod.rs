@@ -2,6 +2,7 @@
 //! events, and resource versions.
 
 mod decode;
+mod key;
 mod projection;
 mod shard;
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::{ResourceConfig, ValueFormat};
+use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;
@@ -30,6 +31,8 @@ pub struct Resource {
     /// Without the trailing '/'.
     pub prefix: String,
     pub namespaced: bool,
+    /// Where its keys hold the namespace and name.
+    pub layout: KeyLayout,
     pub format: ValueFormat,
     /// Dotted JSON paths; an object's `fields` hold their values in this order.
     pub selectable_fields: Vec<String>,
@@ -42,6 +45,7 @@ impl From<&ResourceConfig> for Resource {
             name: c.name.clone(),
             prefix: c.prefix.clone(),
             namespaced: c.namespaced,
+            layout: c.layout(),
             format: c.format,
             selectable_fields: c.selectable_fields.clone(),
             indexed_fields: c.indexed_fields.clone(),
@@ -57,6 +61,7 @@ impl Resource {
             name: "pods".into(),
             prefix: "/p".into(),
             namespaced: true,
+            layout: KeyLayout::standard(true),
             format: ValueFormat::Json,
             selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
             indexed_fields: vec![],
@@ -94,21 +99,17 @@ impl Resource {
     /// The key of an object; `namespace` is ignored for cluster-scoped
     /// resources.
     pub fn key(&self, namespace: &str, name: &str) -> String {
-        if self.namespaced {
-            format!("{}/{namespace}/{name}", self.prefix)
-        } else {
-            format!("{}/{name}", self.prefix)
-        }
+        self.layout.key(&self.prefix, namespace, name)
     }
 
-    /// The key prefix of one namespace (or of everything, if not namespaced
-    /// or `namespace` is empty).
+    /// The key prefix of one namespace: of everything, if not namespaced,
+    /// `namespace` is empty, or the key layout puts the namespace after
+    /// the name.
     pub fn namespace_prefix(&self, namespace: &str) -> String {
-        if self.namespaced && !namespace.is_empty() {
-            format!("{}/{namespace}/", self.prefix)
-        } else {
-            self.key_prefix()
-        }
+        (self.namespaced && !namespace.is_empty())
+            .then(|| self.layout.namespace_prefix(&self.prefix, namespace))
+            .flatten()
+            .unwrap_or_else(|| self.key_prefix())
     }
 }
 

@@ -431,7 +431,14 @@ mod tests {
         assert!(m("n>6") && m("n<8") && m("n>-1") && m("neg<0") && m("neg>-3"));
         assert!(!m("n>7") && !m("n<7") && !m("neg>0"));
         // Missing, or not an integer: neither above nor below anything.
-        for s in ["missing>0", "missing<0", "word>0", "word<0", "big>0", "big<0"] {
+        for s in [
+            "missing>0",
+            "missing<0",
+            "word>0",
+            "word<0",
+            "big>0",
+            "big<0",
+        ] {
             assert!(!m(s), "{s}");
         }
     }

@@ -77,8 +77,15 @@ impl Etcd {
         }
         let more = items.len() > limit;
         items.truncate(limit);
+        // The keys left in the range are the objects left only when the
+        // range is the namespace's: a key layout can put the namespace
+        // after the name.
+        let counted = !predicate.has_selectors()
+            && predicate
+                .namespace()
+                .is_none_or(|_| prefix != resource.key_prefix());
         let remaining = match items.last() {
-            Some(last) if more && !predicate.has_selectors() => {
+            Some(last) if more && counted => {
                 let after_last = format!("{}\0", last.key);
                 let (n, _) = self
                     .count(

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use watchproxy::config::ValueFormat;
+use watchproxy::config::{KeyLayout, ValueFormat};
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, Resource};
 use watchproxy::selector::Predicate;
@@ -20,6 +20,7 @@ fn main() {
         name: "pods".into(),
         prefix: "/registry/pods".into(),
         namespaced: true,
+        layout: KeyLayout::standard(true),
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: vec!["spec.nodeName".into()],

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use watchproxy::cache::{Change, WatchCache};
-use watchproxy::config::{CacheConfig, ValueFormat};
+use watchproxy::config::{CacheConfig, KeyLayout, ValueFormat};
 use watchproxy::dispatch::Dispatcher;
 use watchproxy::object::{Object, Resource};
 use watchproxy::telemetry::Metrics;
@@ -41,6 +41,7 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         name: "pods".into(),
         prefix: "/registry/pods".into(),
         namespaced: true,
+        layout: KeyLayout::standard(true),
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: vec!["spec.nodeName".into()],
