@@ -63,9 +63,11 @@ impl KeyLayout {
                 "{namespace}" => Segment::Namespace,
                 "{name}" => Segment::Name,
                 "{name...}" => Segment::NameRest,
-                _ if s.contains(['{', '}']) => return Err(format!(
+                _ if s.contains(['{', '}']) => {
+                    return Err(format!(
                     "{s:?} is neither fixed text nor one of {{namespace}}, {{name}}, {{name...}}"
-                )),
+                ))
+                }
                 _ => Segment::Literal(s.to_owned()),
             };
             segments.push(segment);

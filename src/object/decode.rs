@@ -51,9 +51,9 @@ impl Resource {
             name,
             resource_version: revision.to_string(),
             labels,
-            value: Bytes::copy_from_slice(value),
+            value: Bytes::new(),
         };
-        let (wire, value) = super::wire_of(&pb);
+        let (wire, value) = super::wire_of(&pb, value);
         // Taken back from the message rather than copied into it.
         let crate::pb::Object {
             namespace,

@@ -120,12 +120,25 @@ pub fn range_end(prefix: &str) -> String {
     format!("{}0", &prefix[..prefix.len() - 1])
 }
 
-/// An object's `watchproxy.v1.Object` encoding, and its value as a slice
-/// of it: the value is the last field written, so it is the encoding's end.
-pub(crate) fn wire_of(pb: &crate::pb::Object) -> (Bytes, Bytes) {
+/// An object's `watchproxy.v1.Object` encoding: `pb`, whose value is
+/// empty, with `value`; and the value as a slice of it. The value is the
+/// last field written, so it is the encoding's end, and it is copied once,
+/// straight into the encoding.
+pub(crate) fn wire_of(pb: &crate::pb::Object, value: &[u8]) -> (Bytes, Bytes) {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
     use prost::Message;
-    let wire = Bytes::from(pb.encode_to_vec());
-    let value = wire.slice(wire.len() - pb.value.len()..);
+    debug_assert!(pb.value.is_empty());
+    let mut wire = Vec::with_capacity(
+        pb.encoded_len() + 1 + encoded_len_varint(value.len() as u64) + value.len(),
+    );
+    pb.encode(&mut wire).expect("a Vec grows to fit");
+    if !value.is_empty() {
+        encode_key(6, WireType::LengthDelimited, &mut wire);
+        encode_varint(value.len() as u64, &mut wire);
+        wire.extend_from_slice(value);
+    }
+    let wire = Bytes::from(wire);
+    let value = wire.slice(wire.len() - value.len()..);
     (wire, value)
 }
 
@@ -322,6 +335,29 @@ impl RequestedVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wire_is_the_messages_own_encoding_with_the_value_at_its_end() {
+        use prost::Message;
+        let r = Resource {
+            format: ValueFormat::Raw,
+            ..Resource::for_tests(&[])
+        };
+        for value in [&b""[..], b"v", &[7u8; 300]] {
+            let o = r.decode(b"/p/ns/a", value, 42).unwrap();
+            let whole = crate::pb::Object {
+                key: "/p/ns/a".into(),
+                namespace: "ns".into(),
+                name: "a".into(),
+                resource_version: "42".into(),
+                labels: Labels::new(),
+                value: Bytes::copy_from_slice(value),
+            };
+            assert_eq!(o.wire, whole.encode_to_vec());
+            assert_eq!(o.value, value);
+            assert_eq!(crate::pb::Object::decode(o.wire.clone()).unwrap(), whole);
+        }
+    }
 
     #[test]
     fn an_event_is_named_by_the_states_before_and_after_it() {

@@ -88,9 +88,9 @@ impl Projection {
             name: o.name.clone(),
             resource_version: o.revision.to_string(),
             labels: o.labels.clone(),
-            value: Bytes::from(value),
+            value: Bytes::new(),
         };
-        let (wire, value) = super::wire_of(&pb);
+        let (wire, value) = super::wire_of(&pb, &value);
         Arc::new(Object {
             value,
             wire,
