@@ -397,14 +397,16 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     let client = EtcdClient::connect(&config.etcd.endpoints, Duration::from_secs(2), 100)
         .await
         .unwrap();
-    let (kvs, listed) = client
-        .list_all(&m, &resource.key_prefix(), &resource.key_range_end(), None)
-        .await
-        .unwrap();
-    let objects = kvs
-        .iter()
-        .map(|(k, v, r)| resource.decode(k, v, *r).unwrap())
-        .collect();
+    let (start, end) = (resource.key_prefix(), resource.key_range_end());
+    let mut pages = client.pages(&m, &start, &end);
+    let mut objects = Vec::new();
+    while let Some(kvs) = pages.next().await.unwrap() {
+        objects.extend(
+            kvs.iter()
+                .map(|(k, v, r)| resource.decode(k, v, *r).unwrap()),
+        );
+    }
+    let listed = pages.revision().unwrap();
     let dispatcher = Dispatcher::new(64, Duration::from_secs(60), m.clone());
     let (cache, mut writer) = WatchCache::new(
         resource.clone(),

@@ -56,6 +56,52 @@ pub struct Page {
     pub more: bool,
 }
 
+/// A range read page by page; see [`Etcd::pages`].
+pub struct Pages<'a> {
+    etcd: &'a Etcd,
+    m: &'a ResourceMetrics,
+    /// Where the next page starts; none once the last was read.
+    from: Option<String>,
+    end: String,
+    revision: Option<Revision>,
+}
+
+impl Pages<'_> {
+    /// The next page's pairs; none after the last.
+    pub async fn next(&mut self) -> Result<Option<Vec<ListedKv>>, EtcdError> {
+        let Some(from) = self.from.take() else {
+            return Ok(None);
+        };
+        let (etcd, size) = (self.etcd, self.etcd.page_size);
+        let page = etcd
+            .page(
+                self.m,
+                EtcdRequest::list_page,
+                &from,
+                &self.end,
+                self.revision,
+                size,
+            )
+            .await?;
+        self.revision = Some(page.revision);
+        if page.more {
+            if let Some((k, _, _)) = page.kvs.last() {
+                let mut after = k.clone();
+                after.push(0); // the smallest key after the last one
+                self.from = Some(String::from_utf8(after).map_err(|_| {
+                    EtcdError::Client(etcd_client::Error::InvalidArgs("key is not UTF-8".into()))
+                })?);
+            }
+        }
+        Ok(Some(page.kvs))
+    }
+
+    /// The revision the pages are cut from, once the first was read.
+    pub fn revision(&self) -> Option<Revision> {
+        self.revision
+    }
+}
+
 /// The etcd client of the service, shared by every resource (one HTTP/2
 /// connection; each reflector's watch is a stream of its own on it).
 #[derive(Clone)]
@@ -137,36 +183,15 @@ impl Etcd {
         })
     }
 
-    /// Every pair in `[start, end)`, in pages all cut from one revision
-    /// (`revision`, or the latest at the first page).
-    pub async fn list_all(
-        &self,
-        m: &ResourceMetrics,
-        start: &str,
-        end: &str,
-        revision: Option<Revision>,
-    ) -> Result<(Vec<ListedKv>, Revision), EtcdError> {
-        let mut out = Vec::new();
-        let mut from = start.to_owned();
-        let mut at = revision;
-        loop {
-            let page = self
-                .page(m, EtcdRequest::list_page, &from, end, at, self.page_size)
-                .await?;
-            at = Some(page.revision);
-            let last = page.kvs.last().map(|(k, _, _)| k.clone());
-            out.extend(page.kvs);
-            match last {
-                Some(mut k) if page.more => {
-                    k.push(0); // the smallest key after the last one
-                    from = String::from_utf8(k).map_err(|_| {
-                        EtcdError::Client(etcd_client::Error::InvalidArgs(
-                            "key is not UTF-8".into(),
-                        ))
-                    })?;
-                }
-                _ => return Ok((out, page.revision)),
-            }
+    /// The pairs of `[start, end)` in pages all cut from one revision:
+    /// the latest at the first page.
+    pub fn pages<'a>(&'a self, m: &'a ResourceMetrics, start: &str, end: &str) -> Pages<'a> {
+        Pages {
+            etcd: self,
+            m,
+            from: Some(start.to_owned()),
+            end: end.to_owned(),
+            revision: None,
         }
     }
 

@@ -168,14 +168,20 @@ impl<U: Upstream> Reflector<U> {
     /// list (after compaction) turns its difference with the cache into
     /// events instead.
     async fn list(&mut self) -> Result<State<U::Watch>, EtcdError> {
-        let Listed { objects, revision } = self.upstream.list().await?;
-        let relist = std::mem::replace(&mut self.listed_once, true);
+        let relist = self.listed_once;
+        let (Listed { objects, revision }, history) = if !relist && self.history_depth > 0 {
+            let (listed, history) = self.upstream.list_with_history(self.history_depth).await?;
+            (listed, Some(history))
+        } else {
+            (self.upstream.list().await?, None)
+        };
+        self.listed_once = true;
         if relist {
             self.metrics.relists.inc();
         }
         info!(objects = objects.len(), revision, relist, "listed");
-        if !relist && self.history_depth > 0 {
-            match self.upstream.history(revision, self.history_depth).await {
+        if let Some(history) = history {
+            match history {
                 Ok(h) => {
                     info!(events = h.events.len(), oldest = h.oldest, "read history");
                     self.writer

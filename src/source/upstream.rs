@@ -9,6 +9,7 @@ use std::time::Duration;
 use etcd_client::{WatchOptions, WatchStream};
 use tracing::{debug, warn};
 
+use super::etcd::ListedKv;
 use super::history::{self, History};
 use super::{Etcd, EtcdError};
 use crate::cache::Change;
@@ -48,6 +49,22 @@ pub trait Upstream: Send + 'static {
         depth: u64,
     ) -> impl Future<Output = Result<History, EtcdError>> + Send;
 
+    /// Lists the whole prefix, then reads the history of up to `depth`
+    /// revisions before the list; a failed history read leaves the list.
+    fn list_with_history(
+        &mut self,
+        depth: u64,
+    ) -> impl Future<Output = Result<(Listed, Result<History, EtcdError>), EtcdError>> + Send
+    where
+        Self: Send,
+    {
+        async move {
+            let listed = self.list().await?;
+            let history = self.history(listed.revision, depth).await;
+            Ok((listed, history))
+        }
+    }
+
     /// Opens a watch for the changes after `after`.
     fn watch(
         &mut self,
@@ -72,27 +89,70 @@ pub struct EtcdUpstream {
     pub metrics: ResourceMetrics,
 }
 
+impl EtcdUpstream {
+    /// Lists the whole prefix; `beside` gets the list's revision once the
+    /// first page is read, and runs while the others are. Each page is
+    /// decoded on a blocking thread while the next is read, and let go once
+    /// decoded: the list takes about as long as etcd takes to send it, and
+    /// holds one page of raw pairs at a time.
+    async fn list_beside<F: Future>(
+        &self,
+        beside: impl FnOnce(Revision) -> F,
+    ) -> Result<(Listed, F::Output), EtcdError> {
+        let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
+        let mut pages = self.etcd.pages(&self.metrics, &start, &end);
+        let mut next = pages.next().await?;
+        let revision = pages.revision().expect("a page was read");
+        let rest = async {
+            let mut objects = Vec::new();
+            let mut decoding: Option<tokio::task::JoinHandle<Vec<Object>>> = None;
+            loop {
+                if let Some(kvs) = next.take() {
+                    let (resource, metrics) = (self.resource.clone(), self.metrics.clone());
+                    decoding = Some(tokio::task::spawn_blocking(move || {
+                        decode_page(&resource, &metrics, kvs)
+                    }));
+                }
+                let Some(page) = decoding.take() else {
+                    return Ok::<_, EtcdError>(objects);
+                };
+                let decoded = async { page.await.expect("decoding a page does not panic") };
+                let (read, decoded) = tokio::join!(pages.next(), decoded);
+                objects.extend(decoded);
+                next = read?;
+            }
+        };
+        let (objects, beside) = tokio::join!(rest, beside(revision));
+        Ok((
+            Listed {
+                objects: objects?,
+                revision,
+            },
+            beside,
+        ))
+    }
+}
+
 impl Upstream for EtcdUpstream {
     type Watch = WatchStream;
 
     async fn list(&mut self) -> Result<Listed, EtcdError> {
-        let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
-        let (kvs, revision) = self
-            .etcd
-            .list_all(&self.metrics, &start, &end, None)
-            .await?;
-        let objects = kvs
-            .iter()
-            .filter_map(|(k, v, rev)| match self.resource.decode(k, v, *rev) {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    self.metrics.undecodable.inc();
-                    warn!(key = %String::from_utf8_lossy(k), revision = rev, error = %e, "skipping undecodable value");
-                    None
-                }
-            })
-            .collect();
-        Ok(Listed { objects, revision })
+        let (listed, _) = self.list_beside(|_| async {}).await?;
+        Ok(listed)
+    }
+
+    /// The history is read while the list's pages after the first are: its
+    /// watch waits for etcd's next sync of old watches (every 100 ms), and
+    /// twice when the first start is compacted.
+    async fn list_with_history(
+        &mut self,
+        depth: u64,
+    ) -> Result<(Listed, Result<History, EtcdError>), EtcdError> {
+        let (etcd, metrics, resource) = (&self.etcd, &self.metrics, &self.resource);
+        self.list_beside(|listed| {
+            history::read(etcd, metrics, resource, listed, depth, HISTORY_BUDGET)
+        })
+        .await
     }
 
     async fn history(&mut self, listed: Revision, depth: u64) -> Result<History, EtcdError> {
@@ -151,4 +211,18 @@ impl Upstream for EtcdUpstream {
             .collect();
         Ok(Notice::Changes(changes))
     }
+}
+
+/// The objects of a listed page; undecodable pairs are counted and logged.
+fn decode_page(resource: &Resource, metrics: &ResourceMetrics, kvs: Vec<ListedKv>) -> Vec<Object> {
+    kvs.iter()
+        .filter_map(|(k, v, rev)| match resource.decode(k, v, *rev) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                metrics.undecodable.inc();
+                warn!(key = %String::from_utf8_lossy(k), revision = rev, error = %e, "skipping undecodable value");
+                None
+            }
+        })
+        .collect()
 }
