@@ -190,7 +190,7 @@ pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
         namespace: o.namespace.clone(),
         name: o.name.clone(),
         resource_version: revision.to_string(),
-        labels: o.labels.clone(),
+        labels: o.labels.to_map(),
         value: o.value.clone(),
     }
 }

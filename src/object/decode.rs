@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Labels, Object, Resource, Revision};
+use super::{LabelSet, Labels, Object, Resource, Revision};
 use crate::config::ValueFormat;
 
 /// Why a key/value pair could not become an [`Object`]. Such pairs are
@@ -66,7 +66,7 @@ impl Resource {
             namespace,
             name,
             revision,
-            labels,
+            labels: LabelSet::from(&labels),
             fields,
             shard_hashes,
             value,
@@ -324,7 +324,7 @@ mod tests {
             (o.namespace.as_str(), o.name.as_str(), o.revision),
             ("default", "web-1", 7)
         );
-        assert_eq!(o.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(o.labels.get("app"), Some("web"));
         assert_eq!(&*o.fields, ["node-1".to_string(), "3".to_string()]);
     }
 

@@ -3,6 +3,7 @@
 
 mod decode;
 mod key;
+mod labels;
 mod projection;
 mod shard;
 
@@ -14,6 +15,7 @@ use bytes::Bytes;
 
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
+pub use labels::LabelSet;
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;
 
@@ -152,7 +154,7 @@ pub struct Object {
     pub name: String,
     /// The etcd mod revision of the key.
     pub revision: Revision,
-    pub labels: Labels,
+    pub labels: LabelSet,
     /// Values of the resource's selectable fields, in configured order.
     pub fields: Box<[String]>,
     /// The hashes of its shard fields ([`Resource::shard_fields`]).

@@ -87,7 +87,7 @@ impl Projection {
             namespace: o.namespace.clone(),
             name: o.name.clone(),
             resource_version: o.revision.to_string(),
-            labels: o.labels.clone(),
+            labels: o.labels.to_map(),
             value: Bytes::new(),
         };
         let (wire, value) = super::wire_of(&pb, &value);

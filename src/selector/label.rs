@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::SelectorError;
-use crate::object::Labels;
+use crate::object::LabelSet;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LabelOp {
@@ -30,11 +30,11 @@ pub struct LabelRequirement {
 impl LabelRequirement {
     /// As in Kubernetes: a missing label satisfies `!=` and `notin`; one
     /// that is not a 64-bit integer satisfies neither `>` nor `<`.
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches(&self, labels: &LabelSet) -> bool {
         let v = labels.get(&self.key);
         match &self.op {
-            LabelOp::Equals(want) => v == Some(want),
-            LabelOp::NotEquals(want) => v != Some(want),
+            LabelOp::Equals(want) => v == Some(want.as_str()),
+            LabelOp::NotEquals(want) => v != Some(want.as_str()),
             LabelOp::In(set) => v.is_some_and(|v| set.contains(v)),
             LabelOp::NotIn(set) => v.is_none_or(|v| !set.contains(v)),
             LabelOp::Exists => v.is_some(),
@@ -46,7 +46,7 @@ impl LabelRequirement {
 }
 
 /// A label's value read as Kubernetes reads it for `>` and `<`.
-fn integer(v: Option<&String>) -> Option<i64> {
+fn integer(v: Option<&str>) -> Option<i64> {
     v?.parse().ok()
 }
 
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn missing_labels_satisfy_negative_operators() {
-        let labels: Labels = [("a".to_string(), "1".to_string())].into();
+        let labels = LabelSet::from([("a", "1")]);
         let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(&labels));
         assert!(m("a=1") && m("a in (1,2)") && m("a") && m("b!=1") && m("b notin (1)") && m("!b"));
         assert!(!m("a!=1") && !m("a notin (1)") && !m("b in (1)") && !m("!a") && !m("b"));
@@ -423,10 +423,7 @@ mod tests {
 
     #[test]
     fn numeric_operators_compare_integers_and_nothing_else() {
-        let labels: Labels = [("n", "7"), ("neg", "-2"), ("word", "seven"), ("big", "1e3")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let labels = LabelSet::from([("n", "7"), ("neg", "-2"), ("word", "seven"), ("big", "1e3")]);
         let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(&labels));
         assert!(m("n>6") && m("n<8") && m("n>-1") && m("neg<0") && m("neg>-3"));
         assert!(!m("n>7") && !m("n<7") && !m("neg>0"));
@@ -456,7 +453,7 @@ mod tests {
         fn fuzz_label_selectors(s in crate::fuzzing::text("label_selector")) {
             if let Ok(requirements) = parse(&s) {
                 // What parses is a selector that evaluates.
-                requirements.iter().for_each(|r| { r.matches(&Labels::new()); });
+                requirements.iter().for_each(|r| { r.matches(&LabelSet::default()); });
             }
         }
     }

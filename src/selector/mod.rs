@@ -146,7 +146,7 @@ impl Predicate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use crate::object::LabelSet;
     use std::sync::Arc;
 
     fn pods() -> Resource {
@@ -159,10 +159,12 @@ mod tests {
             namespace: ns.into(),
             name: name.into(),
             revision: 1,
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
+            labels: LabelSet::from(
+                &labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             fields: vec![node.to_string()].into(),
             value: Default::default(),
             shard_hashes: Default::default(),

@@ -84,7 +84,7 @@ impl ModelRule {
     }
 
     fn selects(&self, c: &Caller, o: &Object) -> bool {
-        let app = o.labels.get("app").map(String::as_str);
+        let app = o.labels.get("app");
         self.app.is_none_or(|a| app == Some(a))
             && match self.node {
                 None => true,
@@ -150,7 +150,7 @@ proptest! {
         );
         let requested = |o: &Object| {
             (namespace.is_empty() || o.namespace == namespace)
-                && app.is_none_or(|a| o.labels.get("app").map(String::as_str) == Some(a))
+                && app.is_none_or(|a| o.labels.get("app") == Some(a))
                 && node.is_none_or(|n| o.fields[0] == n)
         };
         let allowing: Vec<&ModelRule> = rules
