@@ -18,6 +18,7 @@ fn pods() -> Resource {
         prefix: "/registry/pods".into(),
         namespaced: true,
         layout: KeyLayout::standard(true),
+        max_bytes: None,
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into(), "status.phase".into()],
         indexed_fields: vec!["spec.nodeName".into()],

@@ -21,6 +21,7 @@ fn resource(indexed: bool) -> Resource {
         prefix: "/registry/pods".into(),
         namespaced: true,
         layout: KeyLayout::standard(true),
+        max_bytes: None,
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: if indexed {
@@ -141,7 +142,7 @@ fn list(c: &mut Criterion) {
         let m = Metrics::default().resource("pods");
         let d = Dispatcher::new(64, Duration::from_secs(3600), m.clone());
         let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, m);
-        writer.replace(vec![], 1);
+        writer.replace(vec![], 1).unwrap();
         let changes: Vec<Change> = (0..100_000)
             .map(|i| {
                 let o = pod(&r, i, i % 1000, 2);
@@ -152,7 +153,7 @@ fn list(c: &mut Criterion) {
                 }
             })
             .collect();
-        writer.apply(changes);
+        writer.apply(changes).unwrap();
         let snapshot = cache.snapshot();
         let p = Predicate::new(&r, "", "", "", "spec.nodeName=node-7").unwrap();
         assert_eq!(snapshot.select(&r, &p, None).count(), 100);

@@ -414,7 +414,7 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
         dispatcher,
         m.clone(),
     );
-    writer.replace(objects, listed);
+    writer.replace(objects, listed).unwrap();
     let shutdown = CancellationToken::new();
     let (freshness, checker) =
         spawn_freshness(client.clone(), cache.clone(), m.clone(), shutdown.clone());

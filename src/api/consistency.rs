@@ -24,12 +24,18 @@ impl Api {
     /// UNAVAILABLE with retry advice instead of a call held for the wait
     /// budget.
     async fn ready(&self, s: &Served) -> Result<(), ApiError> {
-        match s.cache.progress().ready {
-            true => Ok(()),
-            false => Err(ApiError::NotReady {
-                resource: s.cache.resource.name.clone(),
-            }),
+        if s.cache.progress().ready {
+            return Ok(());
         }
+        let resource = s.cache.resource.name.clone();
+        Err(match s.cache.over_budget() {
+            Some(over) => ApiError::OverBudget {
+                resource,
+                bytes: over.bytes,
+                budget: over.budget,
+            },
+            None => ApiError::NotReady { resource },
+        })
     }
 
     /// Brings the cache to `min`, or (no `min`) to etcd's revision at the

@@ -34,6 +34,7 @@ pub const REASONS: &[(&str, Code)] = &[
     ("COMPACTED", Code::OutOfRange),
     ("CONTINUE_EXPIRED", Code::OutOfRange),
     ("NOT_READY", Code::Unavailable),
+    ("OVER_BUDGET", Code::Unavailable),
     ("NOT_FRESH", Code::Unavailable),
     ("TOO_LARGE_RESOURCE_VERSION", Code::Unavailable),
     ("ETCD_UNAVAILABLE", Code::Unavailable),
@@ -65,6 +66,12 @@ pub enum ApiError {
     NotFound { key: String },
     #[error("the cache of {resource} is not ready yet; retry shortly")]
     NotReady { resource: String },
+    #[error("the cache of {resource} serves nothing: its objects need at least {bytes} bytes, over its max_bytes of {budget}; it lists again until they fit")]
+    OverBudget {
+        resource: String,
+        bytes: u64,
+        budget: u64,
+    },
     #[error("the cache of {resource} could not confirm it has caught up with etcd in time; retry shortly")]
     NotFresh { resource: String },
     #[error("too large resource version: {requested}, current: {current}; retry shortly")]
@@ -160,6 +167,7 @@ impl ApiError {
             | ApiError::Overloaded { .. }
             | ApiError::RequestTooLarge { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
+            | ApiError::OverBudget { .. }
             | ApiError::NotFresh { .. }
             | ApiError::TooLarge { .. }
             | ApiError::Etcd(_)
@@ -185,6 +193,7 @@ impl ApiError {
             ApiError::InvalidArgument { .. } => "BAD_REQUEST",
             ApiError::NotFound { .. } => "NOT_FOUND",
             ApiError::NotReady { .. } => "NOT_READY",
+            ApiError::OverBudget { .. } => "OVER_BUDGET",
             ApiError::NotFresh { .. } => "NOT_FRESH",
             ApiError::TooLarge { .. } => "TOO_LARGE_RESOURCE_VERSION",
             ApiError::TooOld { .. } => "TOO_OLD_RESOURCE_VERSION",
@@ -214,6 +223,7 @@ impl ApiError {
             | ApiError::TooLarge { .. }
             | ApiError::Etcd(_) => Some(Duration::from_secs(1)),
             ApiError::Overloaded { .. } => Some(Duration::from_millis(100)),
+            ApiError::OverBudget { .. } => Some(Duration::from_secs(30)),
             ApiError::TooManyWatchers { .. } => Some(Duration::from_secs(5)),
             ApiError::UserLimit { retry_after, .. } => *retry_after,
             ApiError::ShuttingDown { .. } | ApiError::ConnectionAged { .. } => Some(Duration::ZERO),
@@ -478,6 +488,11 @@ mod tests {
             ApiError::ContinueExpired { revision: 1 },
             ApiError::NotReady {
                 resource: "pods".into(),
+            },
+            ApiError::OverBudget {
+                resource: "pods".into(),
+                bytes: 2,
+                budget: 1,
             },
             ApiError::NotFresh {
                 resource: "pods".into(),

@@ -33,7 +33,9 @@ fn cache(objects: &[(u8, bool)]) -> Arc<WatchCache> {
         r.decode(key.as_bytes(), value.as_bytes(), 2 + i as u64)
             .unwrap()
     });
-    writer.replace(decoded.collect(), 2 + objects.len() as u64);
+    writer
+        .replace(decoded.collect(), 2 + objects.len() as u64)
+        .unwrap();
     cache
 }
 

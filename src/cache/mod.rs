@@ -49,8 +49,21 @@ pub struct Progress {
     pub ready: bool,
 }
 
+/// The objects of a resource alone need more than its `max_bytes`: its
+/// cache holds nothing and serves nothing until a list fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("its objects need at least {bytes} bytes, over its max_bytes of {budget}")]
+pub struct OverBudget {
+    pub bytes: u64,
+    pub budget: u64,
+}
+
 pub(super) struct State {
     store: Store,
+    /// What the store's objects cost ([`Object::cost`]).
+    bytes: u64,
+    /// Set while the resource is refused for its budget.
+    over_budget: Option<OverBudget>,
     indexes: FieldIndexes,
     ring: EventRing,
     revision: Revision,
@@ -113,6 +126,8 @@ impl WatchCache {
     ) -> (Arc<Self>, CacheWriter) {
         let state = State {
             store: Store::new(),
+            bytes: 0,
+            over_budget: None,
             indexes: FieldIndexes::new(&resource.indexed_positions()),
             ring: EventRing::new(config.min_events, config.max_events, config.freshness),
             revision: 0,
@@ -133,6 +148,11 @@ impl WatchCache {
             on_history_lost: config.on_history_lost,
         });
         (cache.clone(), CacheWriter { cache })
+    }
+
+    /// Why the cache is not ready, when its budget is the reason.
+    pub fn over_budget(&self) -> Option<OverBudget> {
+        self.state.lock().over_budget
     }
 
     pub fn progress(&self) -> Progress {

@@ -196,7 +196,7 @@ proptest! {
         // the window and rejoin, again and again.
         let d = Dispatcher::new(queue, Duration::from_secs(3600), metrics.clone());
         let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
-        writer.replace(vec![], 1);
+        writer.replace(vec![], 1).unwrap();
 
         // Steps on distinct keys may share a revision (a transaction).
         let mut txns: Vec<Vec<Step>> = Vec::new();
@@ -258,7 +258,7 @@ proptest! {
                 history.extend(Event::between(revision, prev, object.clone().map(Arc::new)));
                 changes.push(Change { revision, key, object });
             }
-            writer.apply(changes);
+            writer.apply(changes).unwrap();
             states.push((revision, model.clone()));
             for (_, _, watcher, reads, got, _) in &mut subs {
                 for _ in 0..reads[i] {

@@ -27,6 +27,8 @@ pub struct EventRing {
     /// Ranges `(from, to)` of lost history that a resync spans: its events
     /// stand at `to`, shown at `from`. No resume is exact strictly inside.
     lost: VecDeque<(Revision, Revision)>,
+    /// What its events cost ([`Event::cost`]).
+    bytes: u64,
 }
 
 impl EventRing {
@@ -39,6 +41,7 @@ impl EventRing {
             freshness,
             start: 0,
             lost: VecDeque::new(),
+            bytes: 0,
         }
     }
 
@@ -47,6 +50,7 @@ impl EventRing {
         self.events.clear();
         self.lost.clear();
         self.start = start;
+        self.bytes = 0;
     }
 
     /// Records that the history in `(from, to)` is lost: the events pushed
@@ -88,6 +92,21 @@ impl EventRing {
         self.capacity
     }
 
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Evicts the oldest events, whatever the lower bound, until the window
+    /// costs at most `limit`; how many left.
+    pub fn shed(&mut self, limit: u64) -> usize {
+        let mut shed = 0;
+        while self.bytes > limit && !self.events.is_empty() {
+            self.evict_oldest();
+            shed += 1;
+        }
+        shed
+    }
+
     /// Appends an event; revisions must not decrease.
     pub fn push(&mut self, event: Arc<Event>, now: Instant) {
         debug_assert!(self
@@ -100,6 +119,7 @@ impl EventRing {
         while self.events.len() >= self.capacity {
             self.evict_oldest();
         }
+        self.bytes += event.cost();
         self.events.push_back((now, event));
     }
 
@@ -115,6 +135,7 @@ impl EventRing {
 
     fn evict_oldest(&mut self) {
         if let Some((_, e)) = self.events.pop_front() {
+            self.bytes -= e.cost();
             // Other events of the same revision may remain, so a resume
             // from just before it is no longer exact: the window now starts
             // at the evicted revision itself.

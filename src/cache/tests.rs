@@ -77,7 +77,8 @@ fn relisted(mode: OnHistoryLost) -> (Arc<WatchCache>, CacheWriter, Watcher) {
             obj("/p/a/gone", 4),
         ],
         10,
-    );
+    )
+    .unwrap();
     let live = cache
         .watch(
             &Inbox::solo(),
@@ -94,7 +95,8 @@ fn relisted(mode: OnHistoryLost) -> (Arc<WatchCache>, CacheWriter, Watcher) {
             obj("/p/a/new", 12),
         ],
         20,
-    );
+    )
+    .unwrap();
     (cache, w, live)
 }
 
@@ -160,7 +162,7 @@ fn a_relist_ends_every_watch_when_asked_to() {
 #[test]
 fn deleting_an_unknown_key_emits_nothing_but_advances_the_revision() {
     let (cache, mut w) = new_cache();
-    w.replace(vec![], 5);
+    w.replace(vec![], 5).unwrap();
     let mut watcher = cache
         .watch(
             &Inbox::solo(),
@@ -174,7 +176,8 @@ fn deleting_an_unknown_key_emits_nothing_but_advances_the_revision() {
         revision: 6,
         key: Arc::from("/p/a/x"),
         object: None,
-    }]);
+    }])
+    .unwrap();
     assert!(shown(&cache, &mut watcher).is_empty());
     assert_eq!(cache.progress().revision, 6);
 }
@@ -190,7 +193,8 @@ fn select_reads_only_the_pinned_range() {
             obj("/p/c/x", 5),
         ],
         5,
-    );
+    )
+    .unwrap();
     let snap = cache.snapshot();
     let r = resource();
     let keys = |p: &Predicate, after: Option<&str>| {
@@ -215,7 +219,7 @@ fn replays_reuse_the_cut_live_watchers_were_shown() {
     let metrics = Metrics::default().resource("pods");
     let d = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
     let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
-    writer.replace(vec![], 1);
+    writer.replace(vec![], 1).unwrap();
     let projection = || {
         let p = Projection::new(&["metadata".into()], false).unwrap();
         Some(Arc::new(p.unwrap()))
@@ -230,11 +234,13 @@ fn replays_reuse_the_cut_live_watchers_were_shown() {
     for rev in 2..5 {
         let value = format!(r#"{{"metadata":{{"name":"a{rev}"}},"spec":{{"x":{rev}}}}}"#);
         let o = r.decode(b"/p/ns/a", value.as_bytes(), rev).unwrap();
-        writer.apply(vec![Change {
-            revision: rev,
-            key: o.key.clone(),
-            object: Some(o),
-        }]);
+        writer
+            .apply(vec![Change {
+                revision: rev,
+                key: o.key.clone(),
+                object: Some(o),
+            }])
+            .unwrap();
     }
     let objects = |w: &mut Watcher| {
         let mut out = Vec::new();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{FieldIndexes, Progress, State, Store, WatchCache};
+use super::{FieldIndexes, OverBudget, Progress, State, Store, WatchCache};
 use crate::config::OnHistoryLost;
 use crate::object::{Event, Object, Revision};
 
@@ -45,13 +45,20 @@ impl CacheWriter {
     /// with the right state and know the history in between is lost;
     /// with [`OnHistoryLost::End`], the window restarts at `revision` and
     /// every watch ends with OUT_OF_RANGE.
-    pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) {
+    ///
+    /// A list whose objects alone exceed the resource's `max_bytes` is
+    /// refused, and a ready cache gives up what it holds (see
+    /// [`CacheWriter::apply`]).
+    pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) -> Result<(), OverBudget> {
+        let bytes = self.within_budget(&objects)?;
         let new: Store = objects
             .into_iter()
             .map(|o| (o.key.clone(), Arc::new(o)))
             .collect();
         let mut s = self.cache.state.lock();
         let positions = self.cache.resource.indexed_positions();
+        s.bytes = bytes;
+        s.over_budget = None;
         if !s.ready {
             s.indexes = FieldIndexes::build(&positions, &new);
             s.store = new;
@@ -60,7 +67,7 @@ impl CacheWriter {
             s.valid_through = revision;
             s.ready = true;
             self.publish(&s);
-            return;
+            return Ok(());
         }
         let from = s.revision;
         // A list older than the cache (etcd restored from a backup) has no
@@ -98,10 +105,12 @@ impl CacheWriter {
         s.store = new;
         s.revision = revision;
         s.valid_through = revision;
+        self.shed(&mut s);
         self.publish(&s);
         drop(s);
         self.cache.dispatcher.dispatch(&events);
         self.cache.dispatcher.history_lost(revision, end);
+        Ok(())
     }
 
     /// Installs the first list, taken at `listed`, with the events that
@@ -117,13 +126,16 @@ impl CacheWriter {
         oldest: Revision,
         through: Revision,
         history: Vec<Event>,
-    ) {
+    ) -> Result<(), OverBudget> {
+        let bytes = self.within_budget(&objects)?;
         let store: Store = objects
             .into_iter()
             .map(|o| (o.key.clone(), Arc::new(o)))
             .collect();
         let mut s = self.cache.state.lock();
         debug_assert!(!s.ready, "history comes with the first list only");
+        s.bytes = bytes;
+        s.over_budget = None;
         s.indexes = FieldIndexes::build(&self.cache.resource.indexed_positions(), &store);
         s.store = store;
         s.ring.reset(oldest);
@@ -134,11 +146,20 @@ impl CacheWriter {
         s.revision = through.min(listed);
         s.valid_through = listed;
         s.ready = true;
+        self.shed(&mut s);
         self.publish(&s);
+        Ok(())
     }
 
     /// Applies changes from the watch, in order.
-    pub fn apply(&mut self, changes: Vec<Change>) {
+    ///
+    /// Within the resource's `max_bytes`: when the objects and the window
+    /// together exceed it, the window's oldest events go first, below its
+    /// lower bound; when the objects alone do, the cache gives up all it
+    /// holds and stops serving: every watch ends (OUT_OF_RANGE, as for a
+    /// version that left the window) and reads are refused (UNAVAILABLE,
+    /// OVER_BUDGET) until a list fits again.
+    pub fn apply(&mut self, changes: Vec<Change>) -> Result<(), OverBudget> {
         let now = Instant::now();
         let mut events = Vec::with_capacity(changes.len());
         let mut s = self.cache.state.lock();
@@ -151,6 +172,8 @@ impl CacheWriter {
             let Some(event) = Event::between(c.revision, prev, object) else {
                 continue;
             };
+            s.bytes += event.object().map_or(0, |o| o.cost());
+            s.bytes -= event.prev().map_or(0, |o| o.cost());
             s.indexes.update(
                 &c.key,
                 event.prev().map(Arc::as_ref),
@@ -170,6 +193,11 @@ impl CacheWriter {
             s.valid_through = s.revision;
         }
         s.valid_through = s.valid_through.max(s.revision);
+        if let Some(over) = self.shed(&mut s) {
+            drop(s);
+            self.refuse(over);
+            return Err(over);
+        }
         self.publish(&s);
         drop(s);
         self.cache
@@ -180,6 +208,7 @@ impl CacheWriter {
         if let Some(last) = events.last() {
             self.cache.dispatcher.progress(last.revision);
         }
+        Ok(())
     }
 
     /// etcd reports that nothing under the prefix changed up to `revision`.
@@ -195,8 +224,67 @@ impl CacheWriter {
         self.cache.dispatcher.progress(revision);
     }
 
+    /// Records that the objects do not fit the budget: a ready cache gives
+    /// up all it holds, and its watches end.
+    pub fn refuse(&mut self, over: OverBudget) {
+        let mut s = self.cache.state.lock();
+        s.over_budget = Some(over);
+        if !s.ready {
+            self.publish(&s);
+            return;
+        }
+        let end = s.revision + 1;
+        s.store = Store::new();
+        s.indexes = FieldIndexes::new(&self.cache.resource.indexed_positions());
+        s.bytes = 0;
+        s.ring.reset(end);
+        s.ready = false;
+        self.publish(&s);
+        drop(s);
+        self.cache.past.lock().clear();
+        tracing::error!(
+            resource = %self.cache.resource.name,
+            bytes = over.bytes,
+            budget = over.budget,
+            "the objects alone exceed max_bytes: the cache gives them up and serves nothing until a list fits"
+        );
+        self.cache.dispatcher.history_lost(end, true);
+    }
+
+    /// What `objects` cost, when that is within the budget; refused
+    /// otherwise.
+    fn within_budget(&mut self, objects: &[Object]) -> Result<u64, OverBudget> {
+        let bytes = objects.iter().map(Object::cost).sum();
+        match self.cache.resource.max_bytes {
+            Some(budget) if bytes > budget => {
+                let over = OverBudget { bytes, budget };
+                self.refuse(over);
+                Err(over)
+            }
+            _ => Ok(bytes),
+        }
+    }
+
+    /// Sheds the window's oldest events while the cache exceeds its
+    /// budget; the budget the objects alone exceed, if they do.
+    fn shed(&self, s: &mut State) -> Option<OverBudget> {
+        let budget = self.cache.resource.max_bytes?;
+        if s.bytes + s.ring.bytes() <= budget {
+            return None;
+        }
+        let shed = s.ring.shed(budget.saturating_sub(s.bytes));
+        self.cache.metrics.window_shed.inc_by(shed as u64);
+        (s.bytes > budget).then_some(OverBudget {
+            bytes: s.bytes,
+            budget,
+        })
+    }
+
     fn publish(&self, s: &State) {
         let m = &self.cache.metrics;
+        m.cache_bytes.set(s.bytes as i64);
+        m.window_bytes.set(s.ring.bytes() as i64);
+        m.over_budget.set(i64::from(s.over_budget.is_some()));
         m.cache_objects.set(s.store.len() as i64);
         m.cache_revision.set(s.revision as i64);
         m.window_events.set(s.ring.len() as i64);

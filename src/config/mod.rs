@@ -2,6 +2,7 @@
 //! cache, as read from YAML; `security.rs` holds TLS, identities and rules,
 //! `validate.rs` checks it whole.
 
+mod bytes;
 mod key_layout;
 mod security;
 mod validate;
@@ -275,6 +276,10 @@ pub struct ResourceConfig {
     pub prefix: String,
     #[serde(default = "default_true")]
     pub namespaced: bool,
+    /// The most memory the resource's cache may take (objects and event
+    /// window): bytes, or a string such as `512Mi` or `2G`. See the README.
+    #[serde(default, deserialize_with = "bytes::optional")]
+    pub max_bytes: Option<u64>,
     /// Where the key, after the prefix, holds the namespace and name, e.g.
     /// `tenants/{namespace}/items/{name...}`.
     #[serde(default)]

@@ -215,6 +215,9 @@ impl Config {
                 }
             }
             prefixes.push((&r.prefix, i));
+            if r.max_bytes == Some(0) {
+                return Err(invalid(at("max_bytes"), "must be more than 0"));
+            }
             match (&r.key_layout, r.namespaced) {
                 (Some(l), true) if !l.namespaced() => {
                     return Err(invalid(

@@ -34,6 +34,11 @@ impl LabelSet {
         self.ends.len() / 2
     }
 
+    /// The bytes of its two allocations.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.len() + 4 * self.ends.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
     }

@@ -35,6 +35,8 @@ pub struct Resource {
     pub namespaced: bool,
     /// Where its keys hold the namespace and name.
     pub layout: KeyLayout,
+    /// The most its cache may hold: objects, and the window's events.
+    pub max_bytes: Option<u64>,
     pub format: ValueFormat,
     /// Dotted JSON paths; an object's `fields` hold their values in this order.
     pub selectable_fields: Vec<String>,
@@ -48,6 +50,7 @@ impl From<&ResourceConfig> for Resource {
             prefix: c.prefix.clone(),
             namespaced: c.namespaced,
             layout: c.layout(),
+            max_bytes: c.max_bytes,
             format: c.format,
             selectable_fields: c.selectable_fields.clone(),
             indexed_fields: c.indexed_fields.clone(),
@@ -64,6 +67,7 @@ impl Resource {
             prefix: "/p".into(),
             namespaced: true,
             layout: KeyLayout::standard(true),
+            max_bytes: None,
             format: ValueFormat::Json,
             selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
             indexed_fields: vec![],
@@ -165,6 +169,28 @@ pub struct Object {
     /// once when it is read, so every event and initial state that shows
     /// this version sends these bytes instead of encoding it again.
     pub wire: Bytes,
+}
+
+impl Object {
+    /// About the memory this version takes: its encoding, the strings
+    /// read from it, the object itself, allocation headers and its entries
+    /// in the store and index maps. What a cache's byte budget counts.
+    pub fn cost(&self) -> u64 {
+        /// Allocation headers and rounding, and the entries in the store
+        /// and index maps: what 100k pods of 1 KiB added to the process's
+        /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
+        const OVERHEAD: usize = 400;
+        let fields: usize = self.fields.iter().map(|f| f.len() + 24).sum();
+        (self.wire.len()
+            + self.key.len()
+            + self.namespace.len()
+            + self.name.len()
+            + self.labels.heap_bytes()
+            + fields
+            + 8 * self.shard_hashes.len()
+            + std::mem::size_of::<Object>()
+            + OVERHEAD) as u64
+    }
 }
 
 /// What happened to a key, as etcd reported it.
@@ -275,6 +301,13 @@ impl Event {
     }
 
     /// The new state; none for a deletion.
+    /// The memory of the state it shows, as [`Object::cost`] counts it,
+    /// and of the event itself.
+    pub fn cost(&self) -> u64 {
+        let shown = self.object().or(self.prev());
+        shown.map_or(0, |o| o.cost()) + std::mem::size_of::<Event>() as u64 + 32
+    }
+
     pub fn object(&self) -> Option<&Arc<Object>> {
         match &self.change {
             Change::Added(o) | Change::Modified { object: o, .. } => Some(o),

@@ -7,6 +7,7 @@ use etcd_client::{
     Client, GetOptions, GetResponse, SortOrder, SortTarget, WatchOptions, WatchStream,
 };
 
+use crate::cache::OverBudget;
 use crate::object::Revision;
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
@@ -27,6 +28,9 @@ pub enum EtcdError {
     WatchCanceled(String),
     #[error("etcd closed the watch stream")]
     StreamEnded,
+    /// Not etcd's: the resource's objects do not fit its `max_bytes`.
+    #[error("the resource is over its budget: {0}")]
+    OverBudget(#[from] OverBudget),
 }
 
 impl From<etcd_client::Error> for EtcdError {

@@ -30,7 +30,7 @@ pub enum Recovery {
 /// watch cache that gave up would serve stale data forever.
 pub fn classify(err: &EtcdError) -> Recovery {
     match err {
-        EtcdError::Compacted { .. } => Recovery::Relist,
+        EtcdError::Compacted { .. } | EtcdError::OverBudget(_) => Recovery::Relist,
         EtcdError::Client(_)
         | EtcdError::Timeout
         | EtcdError::FutureRevision

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::upstream::{EtcdUpstream, Listed, Notice, Upstream};
 use super::{classify, Etcd, EtcdError, Recovery};
-use crate::cache::CacheWriter;
+use crate::cache::{CacheWriter, OverBudget};
 use crate::object::Revision;
 use crate::telemetry::{ReflectorState, ResourceMetrics};
 
@@ -135,8 +135,11 @@ impl<U: Upstream> Reflector<U> {
             } => match self.upstream.next(&mut watch).await {
                 Ok(notice) => {
                     self.backoff.reset();
-                    self.apply(notice, &mut watch_id);
-                    State::Watching { watch, watch_id }
+                    match self.apply(notice, &mut watch_id) {
+                        Ok(()) => State::Watching { watch, watch_id },
+                        // The watch goes; a list is tried again later.
+                        Err(over) => self.recover(over.into(), State::Listing),
+                    }
                 }
                 Err(e) => {
                     let revision = self.writer.cache().progress().revision;
@@ -157,7 +160,7 @@ impl<U: Upstream> Reflector<U> {
             Recovery::Retry => retry,
             Recovery::Relist => State::Listing,
         };
-        warn!(error = %err, next = next.name(), "etcd failure");
+        warn!(error = %err, next = next.name(), "cannot go on; backing off");
         State::Backoff {
             next: Box::new(next),
         }
@@ -169,11 +172,18 @@ impl<U: Upstream> Reflector<U> {
     /// events instead.
     async fn list(&mut self) -> Result<State<U::Watch>, EtcdError> {
         let relist = self.listed_once;
-        let (Listed { objects, revision }, history) = if !relist && self.history_depth > 0 {
-            let (listed, history) = self.upstream.list_with_history(self.history_depth).await?;
-            (listed, Some(history))
+        let listed = if !relist && self.history_depth > 0 {
+            (self.upstream.list_with_history(self.history_depth).await)
+                .map(|(listed, history)| (listed, Some(history)))
         } else {
-            (self.upstream.list().await?, None)
+            self.upstream.list().await.map(|listed| (listed, None))
+        };
+        let (Listed { objects, revision }, history) = match listed {
+            Err(EtcdError::OverBudget(over)) => {
+                self.writer.refuse(over);
+                return Err(over.into());
+            }
+            other => other?,
         };
         self.listed_once = true;
         if relist {
@@ -185,19 +195,19 @@ impl<U: Upstream> Reflector<U> {
                 Ok(h) => {
                     info!(events = h.events.len(), oldest = h.oldest, "read history");
                     self.writer
-                        .replace_with_history(objects, revision, h.oldest, h.through, h.events);
-                    self.writer.apply(h.live);
+                        .replace_with_history(objects, revision, h.oldest, h.through, h.events)?;
+                    self.writer.apply(h.live)?;
                     let revision = self.writer.cache().progress().revision;
                     return Ok(State::Connecting { revision });
                 }
                 Err(e) => warn!(error = %e, "could not read history; resumes start at the list"),
             }
         }
-        self.writer.replace(objects, revision);
+        self.writer.replace(objects, revision)?;
         Ok(State::Connecting { revision })
     }
 
-    fn apply(&mut self, notice: Notice, watch_id: &mut Option<i64>) {
+    fn apply(&mut self, notice: Notice, watch_id: &mut Option<i64>) -> Result<(), OverBudget> {
         match notice {
             Notice::Created { watch_id: id } => *watch_id = Some(id),
             // Only the periodic notification of our own watch is ordered
@@ -211,8 +221,9 @@ impl<U: Upstream> Reflector<U> {
                     self.writer.progress(revision);
                 }
             }
-            Notice::Changes(changes) => self.writer.apply(changes),
+            Notice::Changes(changes) => return self.writer.apply(changes),
         }
+        Ok(())
     }
 }
 

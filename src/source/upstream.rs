@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 use super::etcd::ListedKv;
 use super::history::{self, History};
 use super::{Etcd, EtcdError};
-use crate::cache::Change;
+use crate::cache::{Change, OverBudget};
 use crate::object::{Object, Resource, Revision};
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
@@ -104,7 +104,7 @@ impl EtcdUpstream {
         let mut next = pages.next().await?;
         let revision = pages.revision().expect("a page was read");
         let rest = async {
-            let mut objects = Vec::new();
+            let (mut objects, mut bytes) = (Vec::new(), 0);
             let mut decoding: Option<tokio::task::JoinHandle<Vec<Object>>> = None;
             loop {
                 if let Some(kvs) = next.take() {
@@ -118,6 +118,11 @@ impl EtcdUpstream {
                 };
                 let decoded = async { page.await.expect("decoding a page does not panic") };
                 let (read, decoded) = tokio::join!(pages.next(), decoded);
+                bytes += decoded.iter().map(Object::cost).sum::<u64>();
+                if let Some(budget) = self.resource.max_bytes.filter(|&b| bytes > b) {
+                    // Stopped here, rather than holding a list it cannot keep.
+                    return Err(OverBudget { bytes, budget }.into());
+                }
                 objects.extend(decoded);
                 next = read?;
             }

@@ -39,6 +39,10 @@ pub struct Metrics {
     cache_revision: Family<ResourceLabel, Gauge>,
     window_events: Family<ResourceLabel, Gauge>,
     window_capacity: Family<ResourceLabel, Gauge>,
+    cache_bytes: Family<ResourceLabel, Gauge>,
+    window_bytes: Family<ResourceLabel, Gauge>,
+    over_budget: Family<ResourceLabel, Gauge>,
+    window_shed: Family<ResourceLabel, Counter>,
     consistent_read_fallbacks: Family<ResourceLabel, Counter>,
     cache_lag: Family<ResourceLabel, Gauge>,
     reflector_state: Family<StateLabels, Gauge>,
@@ -81,6 +85,10 @@ impl Default for Metrics {
             cache_revision: Family::default(),
             window_events: Family::default(),
             window_capacity: Family::default(),
+            cache_bytes: Family::default(),
+            window_bytes: Family::default(),
+            over_budget: Family::default(),
+            window_shed: Family::default(),
             consistent_read_fallbacks: Family::default(),
             cache_lag: Family::default(),
             reflector_state: Family::default(),
@@ -173,6 +181,26 @@ impl Default for Metrics {
             m.window_capacity.clone(),
         );
         r.register(
+            "cache_bytes",
+            "Memory the cache's objects take, as its max_bytes counts it",
+            m.cache_bytes.clone(),
+        );
+        r.register(
+            "window_bytes",
+            "Memory of the states the resume window's events carry (the current ones are in cache_bytes too)",
+            m.window_bytes.clone(),
+        );
+        r.register(
+            "over_budget",
+            "1 while the resource's objects alone need more than its max_bytes and it serves nothing",
+            m.over_budget.clone(),
+        );
+        r.register(
+            "window_shed_events",
+            "Events evicted from the resume window, below its lower bound, to keep the cache within max_bytes",
+            m.window_shed.clone(),
+        );
+        r.register(
             "consistent_read_fallbacks",
             "Consistent reads answered from etcd because the cache did not catch up in time",
             m.consistent_read_fallbacks.clone(),
@@ -245,6 +273,10 @@ impl Metrics {
             cache_revision: self.cache_revision.get_or_create(&l).clone(),
             window_events: self.window_events.get_or_create(&l).clone(),
             window_capacity: self.window_capacity.get_or_create(&l).clone(),
+            cache_bytes: self.cache_bytes.get_or_create(&l).clone(),
+            window_bytes: self.window_bytes.get_or_create(&l).clone(),
+            over_budget: self.over_budget.get_or_create(&l).clone(),
+            window_shed: self.window_shed.get_or_create(&l).clone(),
             consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
             cache_lag: self.cache_lag.get_or_create(&l).clone(),
             reflector_state: self.reflector_state.clone(),
@@ -319,6 +351,10 @@ pub struct ResourceMetrics {
     pub cache_revision: Gauge,
     pub window_events: Gauge,
     pub window_capacity: Gauge,
+    pub cache_bytes: Gauge,
+    pub window_bytes: Gauge,
+    pub over_budget: Gauge,
+    pub window_shed: Counter,
     pub consistent_read_fallbacks: Counter,
     pub cache_lag: Gauge,
     reflector_state: Family<StateLabels, Gauge>,

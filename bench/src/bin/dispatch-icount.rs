@@ -21,6 +21,7 @@ fn main() {
         prefix: "/registry/pods".into(),
         namespaced: true,
         layout: KeyLayout::standard(true),
+        max_bytes: None,
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: vec!["spec.nodeName".into()],

@@ -42,6 +42,7 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         prefix: "/registry/pods".into(),
         namespaced: true,
         layout: KeyLayout::standard(true),
+        max_bytes: None,
         format: ValueFormat::Json,
         selectable_fields: vec!["spec.nodeName".into()],
         indexed_fields: vec!["spec.nodeName".into()],
@@ -59,16 +60,20 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         Dispatcher::new(64, Duration::from_secs(60), m.clone()),
         m,
     );
-    writer.replace((0..OBJECTS).map(|i| pod(&r, i, 0, 2)).collect(), 2);
+    writer
+        .replace((0..OBJECTS).map(|i| pod(&r, i, 0, 2)).collect(), 2)
+        .unwrap();
     let base = rss_mib();
     for w in 0..WRITES {
         let rev = 3 + w as u64;
         let o = pod(&r, (w * 7919) % OBJECTS, 1, rev);
-        writer.apply(vec![Change {
-            revision: rev,
-            key: o.key.clone(),
-            object: Some(o),
-        }]);
+        writer
+            .apply(vec![Change {
+                revision: rev,
+                key: o.key.clone(),
+                object: Some(o),
+            }])
+            .unwrap();
         // A paged list every 2,500 writes pins the state it started at.
         if keep_snapshots && w % 2_500 == 0 {
             cache.remember(cache.snapshot());

@@ -15,7 +15,7 @@ use clap::Parser;
 use etcd_client::{GetOptions, TxnOp};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::ListRequest;
-use watchproxy_testkit::{free_port, Etcd, EtcdOptions, ProcFigures};
+use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions, ProcFigures};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -143,10 +143,12 @@ struct Start {
     seconds: f64,
     cpu: f64,
     rss: f64,
+    /// What the cache counts its objects at (`watchproxy_cache_bytes`).
+    counted: f64,
 }
 
 async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Result<Start> {
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
     let config = etcd.dir().join(format!("watchproxy-{tag}.yaml"));
     let extra: String = (args.resource_extra.iter())
         .map(|l| format!("    {l}\n"))
@@ -154,7 +156,7 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
     std::fs::write(
         &config,
         format!(
-            "etcd: {{endpoints: [\"{}\"], list_page_size: {}}}\nlisten: 127.0.0.1:{port}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName, status.phase]\n    indexed_fields: [spec.nodeName]\n{extra}",
+            "etcd: {{endpoints: [\"{}\"], list_page_size: {}}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName, status.phase]\n    indexed_fields: [spec.nodeName]\n{extra}",
             etcd.client_url, args.page_size,
         ),
     )?;
@@ -213,10 +215,13 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
     }
     // Memory once what the start left behind is freed.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let text = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
     Ok(Start {
         seconds,
         cpu,
         rss: figures.rss_mib(),
+        counted: metric_value(&text, "watchproxy_cache_bytes", "resource=\"pods\"")
+            / f64::from(1 << 20),
     })
 }
 
@@ -253,8 +258,15 @@ async fn main() -> anyhow::Result<()> {
         targets.push(("baseline", b.clone()));
     }
     println!(
-        "{:<12} {:>6} {:>9} {:>12} {:>9} {:>13} {:>12}",
-        "target", "round", "ready s", "÷ etcd range", "CPU s", "RSS MiB", "RSS ÷ raw"
+        "{:<12} {:>6} {:>9} {:>12} {:>9} {:>9} {:>11} {:>12}",
+        "target",
+        "round",
+        "ready s",
+        "÷ etcd range",
+        "CPU s",
+        "RSS MiB",
+        "counted MiB",
+        "RSS ÷ raw"
     );
     for round in 1..=args.rounds {
         let (range, read) = paged_range(&etcd, args.page_size).await?;
@@ -262,17 +274,18 @@ async fn main() -> anyhow::Result<()> {
             bail!("etcd's range read {read} pairs, not {}", args.objects);
         }
         println!(
-            "{:<12} {round:>6} {range:>9.2} {:>12} {:>9} {:>13} {:>12}",
-            "etcd range", "1.00", "—", "—", "—"
+            "{:<12} {round:>6} {range:>9.2} {:>12} {:>9} {:>9} {:>11} {:>12}",
+            "etcd range", "1.00", "—", "—", "—", "—"
         );
         for (tag, bin) in &targets {
             let s = start(&args, &etcd, bin, tag).await?;
             println!(
-                "{tag:<12} {round:>6} {:>9.2} {:>12.2} {:>9.2} {:>13.1} {:>12.2}",
+                "{tag:<12} {round:>6} {:>9.2} {:>12.2} {:>9.2} {:>9.1} {:>11.1} {:>12.2}",
                 s.seconds,
                 s.seconds / range,
                 s.cpu,
                 s.rss,
+                s.counted,
                 s.rss / raw_mib,
             );
         }

@@ -58,6 +58,7 @@ reasons! {
     Compacted = "COMPACTED",
     ContinueExpired = "CONTINUE_EXPIRED",
     NotReady = "NOT_READY",
+    OverBudget = "OVER_BUDGET",
     NotFresh = "NOT_FRESH",
     TooLargeResourceVersion = "TOO_LARGE_RESOURCE_VERSION",
     EtcdUnavailable = "ETCD_UNAVAILABLE",
