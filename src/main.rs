@@ -74,6 +74,11 @@ enum Command {
         nodes: usize,
         #[arg(long, default_value_t = 10)]
         namespaces: usize,
+        /// How the pods are stored: `json`, or `kubernetes` (protobuf in
+        /// the storage envelope, as the apiserver stores them; serve them
+        /// with `format: kubernetes`).
+        #[arg(long, value_enum, default_value = "json")]
+        format: DemoFormat,
     },
     /// List objects from a running watchproxy.
     List {
@@ -148,13 +153,14 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             count,
             nodes,
             namespaces,
+            format,
         } => {
             demo_load(
                 &etcd_endpoints,
                 &prefix,
                 count,
-                nodes.max(1),
-                namespaces.max(1),
+                (nodes.max(1), namespaces.max(1)),
+                format,
             )
             .await
         }
@@ -214,12 +220,18 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DemoFormat {
+    Json,
+    Kubernetes,
+}
+
 async fn demo_load(
     endpoints: &[String],
     prefix: &str,
     count: usize,
-    nodes: usize,
-    namespaces: usize,
+    (nodes, namespaces): (usize, usize),
+    format: DemoFormat,
 ) -> anyhow::Result<()> {
     let mut client = etcd_client::Client::connect(endpoints, None)
         .await
@@ -239,7 +251,11 @@ async fn demo_load(
                     "spec": {"nodeName": node, "containers": [{"name": app, "image": format!("registry.example/{app}:1.{}", i % 7)}]},
                     "status": {"phase": if i % 10 == 0 { "Pending" } else { "Running" }},
                 });
-                etcd_client::TxnOp::put(format!("{prefix}/{ns}/{name}"), pod.to_string(), None)
+                let value = match format {
+                    DemoFormat::Json => pod.to_string().into_bytes(),
+                    DemoFormat::Kubernetes => demo_pod_protobuf(&pod),
+                };
+                etcd_client::TxnOp::put(format!("{prefix}/{ns}/{name}"), value, None)
             })
             .collect();
         client
@@ -249,6 +265,42 @@ async fn demo_load(
     }
     println!("wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces");
     Ok(())
+}
+
+/// A demo pod as the apiserver stores a pod: its protobuf, in the
+/// storage envelope.
+fn demo_pod_protobuf(pod: &serde_json::Value) -> Vec<u8> {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let text = |path: &str| pod.pointer(path).and_then(|v| v.as_str()).map(String::from);
+    let labels = (pod["metadata"]["labels"].as_object().into_iter().flatten())
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    let containers = (pod["spec"]["containers"].as_array().into_iter().flatten())
+        .map(|c| core::Container {
+            name: c["name"].as_str().map(String::from),
+            image: c["image"].as_str().map(String::from),
+            ..Default::default()
+        })
+        .collect();
+    let pb = core::Pod {
+        metadata: Some(ObjectMeta {
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            labels,
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            node_name: text("/spec/nodeName"),
+            containers,
+            ..Default::default()
+        }),
+        status: Some(core::PodStatus {
+            phase: text("/status/phase"),
+            ..Default::default()
+        }),
+    };
+    watchproxy::object::storage_encoding("v1", "Pod", &pb)
 }
 
 async fn connect(server: &str) -> anyhow::Result<WatchProxyClient<tonic::transport::Channel>> {

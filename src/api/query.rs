@@ -60,12 +60,12 @@ fn projection(
 ) -> Result<Option<Arc<Projection>>, ApiError> {
     let projection = Projection::new(fields, metadata_only)
         .map_err(|e| ApiError::invalid("fields", e.to_string()))?;
-    if projection.is_some() && resource.format == ValueFormat::Raw {
+    if projection.is_some() && resource.format != ValueFormat::Json {
         return Err(ApiError::invalid(
             "fields",
             format!(
-                "{} holds raw values; only JSON values can be projected",
-                resource.name
+                "{} holds values of format {:?}; only JSON values can be projected",
+                resource.name, resource.format
             ),
         ));
     }

@@ -263,6 +263,9 @@ pub enum ValueFormat {
     Json,
     /// Opaque bytes: only key-based filtering (namespace, name) applies.
     Raw,
+    /// As the Kubernetes apiserver stores objects: built-in types as
+    /// protobuf in its storage envelope, custom resources as JSON.
+    Kubernetes,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -28,6 +28,12 @@ pub enum DecodeError {
     NotJsonObject,
     #[error("metadata.labels is not a map of strings")]
     BadLabels,
+    #[error("value is encrypted at rest ({0}); watchproxy cannot read it")]
+    Encrypted(String),
+    #[error("value is neither Kubernetes protobuf nor JSON")]
+    NotKubernetes,
+    #[error("value is not Kubernetes protobuf: {0}")]
+    NotProtobuf(#[source] prost::DecodeError),
 }
 
 impl Resource {
@@ -42,6 +48,7 @@ impl Resource {
         let (labels, fields, uid) = match self.format {
             ValueFormat::Raw => (BTreeMap::new(), Box::default(), String::new()),
             ValueFormat::Json => self.read_json(value)?,
+            ValueFormat::Kubernetes => self.read_kubernetes(value)?,
         };
         let shard_hashes = self.shard_hashes(&namespace, &name, &uid, &fields);
         let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
@@ -90,7 +97,10 @@ impl Resource {
     /// whole object was most of the cost of reading a change. The result is
     /// the same as reading them from such a value (later duplicate keys
     /// win; a step into something other than an object finds nothing).
-    fn read_json(&self, value: &[u8]) -> Result<(Labels, Box<[String]>, String), DecodeError> {
+    pub(super) fn read_json(
+        &self,
+        value: &[u8],
+    ) -> Result<(Labels, Box<[String]>, String), DecodeError> {
         let text = match std::str::from_utf8(value) {
             Ok(text) => text,
             Err(_) => {

@@ -3,6 +3,7 @@
 
 mod decode;
 mod key;
+mod kubernetes;
 mod labels;
 mod projection;
 mod shard;
@@ -15,6 +16,7 @@ use bytes::Bytes;
 
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
+pub use kubernetes::storage_encoding;
 pub use labels::LabelSet;
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;

@@ -188,8 +188,7 @@ pub fn change(
         EtcdEventType::Put => match resource.decode(kv.key(), kv.value(), revision) {
             Ok(o) => Some(o),
             Err(e) => {
-                metrics.undecodable.inc();
-                warn!(key = %String::from_utf8_lossy(kv.key()), revision, error = %e, "skipping undecodable value");
+                super::skip(metrics, kv.key(), revision, &e);
                 None
             }
         },

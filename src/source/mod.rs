@@ -15,6 +15,9 @@ pub use freshness::{spawn_freshness, Freshness};
 pub use read::ObjectsPage;
 pub use reflector::spawn_reflector;
 
+use crate::object::{DecodeError, Revision};
+use crate::telemetry::ResourceMetrics;
+
 /// What to do after an etcd failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recovery {
@@ -36,6 +39,22 @@ pub fn classify(err: &EtcdError) -> Recovery {
         | EtcdError::FutureRevision
         | EtcdError::WatchCanceled(_)
         | EtcdError::StreamEnded => Recovery::Retry,
+    }
+}
+
+/// Counts and logs a pair that could not become an object. A value the
+/// apiserver encrypted at rest is named as such, never as corruption.
+pub(crate) fn skip(metrics: &ResourceMetrics, key: &[u8], revision: Revision, e: &DecodeError) {
+    let key = String::from_utf8_lossy(key);
+    match e {
+        DecodeError::Encrypted(provider) => {
+            metrics.encrypted.inc();
+            tracing::warn!(%key, revision, %provider, "skipping a value encrypted at rest: watchproxy reads etcd directly and holds no key to decrypt it");
+        }
+        _ => {
+            metrics.undecodable.inc();
+            tracing::warn!(%key, revision, error = %e, "skipping undecodable value");
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{WatchOptions, WatchStream};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::etcd::ListedKv;
 use super::history::{self, History};
@@ -224,8 +224,7 @@ fn decode_page(resource: &Resource, metrics: &ResourceMetrics, kvs: Vec<ListedKv
         .filter_map(|(k, v, rev)| match resource.decode(k, v, *rev) {
             Ok(o) => Some(o),
             Err(e) => {
-                metrics.undecodable.inc();
-                warn!(key = %String::from_utf8_lossy(k), revision = rev, error = %e, "skipping undecodable value");
+                super::skip(metrics, k, *rev, &e);
                 None
             }
         })

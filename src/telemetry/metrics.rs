@@ -31,6 +31,7 @@ pub struct Metrics {
     fell_behind: Family<ResourceLabel, Counter>,
     replayed: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
+    encrypted: Family<ResourceLabel, Counter>,
     relists: Family<ResourceLabel, Counter>,
     watchers: Family<ResourceLabel, Gauge>,
     watchers_ended: Family<EndLabels, Counter>,
@@ -77,6 +78,7 @@ impl Default for Metrics {
             fell_behind: Family::default(),
             replayed: Family::default(),
             undecodable: Family::default(),
+            encrypted: Family::default(),
             relists: Family::default(),
             watchers: Family::default(),
             watchers_ended: Family::default(),
@@ -143,6 +145,11 @@ impl Default for Metrics {
             "undecodable_values",
             "etcd key/value pairs skipped because the key or value could not be decoded",
             m.undecodable.clone(),
+        );
+        r.register(
+            "encrypted_values",
+            "etcd values skipped because the apiserver encrypted them at rest (format kubernetes)",
+            m.encrypted.clone(),
         );
         r.register(
             "relists",
@@ -267,6 +274,7 @@ impl Metrics {
             fell_behind: self.fell_behind.get_or_create(&l).clone(),
             replayed: self.replayed.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
+            encrypted: self.encrypted.get_or_create(&l).clone(),
             relists: self.relists.get_or_create(&l).clone(),
             watchers: self.watchers.get_or_create(&l).clone(),
             cache_objects: self.cache_objects.get_or_create(&l).clone(),
@@ -345,6 +353,7 @@ pub struct ResourceMetrics {
     pub fell_behind: Counter,
     pub replayed: Counter,
     pub undecodable: Counter,
+    pub encrypted: Counter,
     pub relists: Counter,
     pub watchers: Gauge,
     pub cache_objects: Gauge,
