@@ -58,7 +58,30 @@ impl EtcdCluster {
             cluster.spawn(i)?;
         }
         cluster.wait_leader().await?;
+        cluster.wait_serving().await?;
         Ok(cluster)
+    }
+
+    /// Waits until every member answers on its client URL: a leader needs
+    /// only a majority, and a client of every member that reaches one still
+    /// starting is refused.
+    async fn wait_serving(&self) -> anyhow::Result<()> {
+        for m in &self.members {
+            let mut serving = false;
+            for _ in 0..200 {
+                if let Ok(mut c) = Client::connect([&m.client_url], None).await {
+                    if c.status().await.is_ok() {
+                        serving = true;
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if !serving {
+                bail!("etcd member {} does not answer on {}", m.name, m.client_url);
+            }
+        }
+        Ok(())
     }
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
