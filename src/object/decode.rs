@@ -33,7 +33,7 @@ pub enum DecodeError {
     #[error("value is neither Kubernetes protobuf nor JSON")]
     NotKubernetes,
     #[error("value is not Kubernetes protobuf: {0}")]
-    NotProtobuf(#[source] prost::DecodeError),
+    NotProtobuf(String),
 }
 
 impl Resource {

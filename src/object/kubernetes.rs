@@ -1,14 +1,15 @@
 //! Values as the Kubernetes apiserver stores them (`format: kubernetes`):
 //! built-in types as protobuf in the storage envelope (`k8s\0`, then a
 //! `runtime.Unknown` naming the kind and holding the object's own
-//! protobuf), custom resources as JSON. Labels, the uid and the declared
-//! fields are read with the types of `k8s-pb`; the value is kept and sent
-//! as stored, for clients that read Kubernetes' protobuf.
+//! protobuf), custom resources as JSON. The envelope is read with the
+//! types of `k8s-pb`; labels, the uid and the declared fields are read in
+//! place by their tags in those types (the tests encode with them). The
+//! value is kept and sent as stored, for clients that read Kubernetes'
+//! protobuf.
 
-use k8s_pb::api::core::v1 as core;
-use k8s_pb::api::discovery::v1 as discovery;
-use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
+use prost::bytes::Buf;
+use prost::encoding::{decode_key, decode_varint, WireType};
 use prost::Message;
 
 use super::decode::DecodeError;
@@ -21,79 +22,148 @@ const ENVELOPE: &[u8] = b"k8s\0";
 /// provider, its version and the key's name.
 const ENCRYPTED: &[u8] = b"k8s:enc:";
 
-/// Any object of any kind, for its metadata: every Kubernetes type holds
-/// its `ObjectMeta` at field 1.
-#[derive(Clone, PartialEq, Message)]
-struct Metadata {
-    #[prost(message, optional, tag = "1")]
-    metadata: Option<ObjectMeta>,
+/// How a field's last tag is read.
+#[derive(Clone, Copy)]
+enum Scalar {
+    Text,
+    Flag,
 }
 
-/// A built-in object read for its selectable fields (boxed: a pod is
-/// 2 KiB before its heap).
-enum Typed {
-    Pod(Box<core::Pod>),
-    Node(Box<core::Node>),
-    Service(Box<core::Service>),
-    Secret(Box<core::Secret>),
-    Namespace(Box<core::Namespace>),
-    EndpointSlice(Box<discovery::EndpointSlice>),
-    /// Another kind: its metadata only.
-    Other,
-}
+/// A selectable field of a kind: its JSON path, the protobuf tags that
+/// lead to it from the object (as in k8s-pb's types, which the tests
+/// encode with), and how it reads.
+type FieldAt = (&'static str, &'static [u32], Scalar);
 
-impl Typed {
-    fn decode(kind: &str, raw: &[u8]) -> Result<Self, prost::DecodeError> {
-        Ok(match kind {
-            "Pod" => Typed::Pod(Box::new(Message::decode(raw)?)),
-            "Node" => Typed::Node(Box::new(Message::decode(raw)?)),
-            "Service" => Typed::Service(Box::new(Message::decode(raw)?)),
-            "Secret" => Typed::Secret(Box::new(Message::decode(raw)?)),
-            "Namespace" => Typed::Namespace(Box::new(Message::decode(raw)?)),
-            "EndpointSlice" => Typed::EndpointSlice(Box::new(Message::decode(raw)?)),
-            _ => Typed::Other,
-        })
+/// The apiserver's own field selectors of the kinds users watch most.
+fn fields_of(kind: &str) -> &'static [FieldAt] {
+    use Scalar::*;
+    match kind {
+        "Pod" => &[
+            ("spec.nodeName", &[2, 10], Text),
+            ("spec.restartPolicy", &[2, 3], Text),
+            ("spec.schedulerName", &[2, 19], Text),
+            ("spec.serviceAccountName", &[2, 8], Text),
+            ("spec.hostNetwork", &[2, 11], Flag),
+            ("status.phase", &[3, 1], Text),
+            ("status.podIP", &[3, 6], Text),
+            ("status.nominatedNodeName", &[3, 11], Text),
+        ],
+        "Node" => &[
+            ("spec.podCIDR", &[2, 1], Text),
+            ("spec.providerID", &[2, 3], Text),
+            ("spec.unschedulable", &[2, 4], Flag),
+        ],
+        "Service" => &[
+            ("spec.clusterIP", &[2, 3], Text),
+            ("spec.type", &[2, 4], Text),
+        ],
+        "Secret" => &[("type", &[3], Text)],
+        "Namespace" => &[("status.phase", &[3, 1], Text)],
+        "EndpointSlice" => &[("addressType", &[4], Text)],
+        _ => &[],
     }
+}
 
-    /// A field by its JSON path, as the apiserver's field selectors name
-    /// them for the kind; `None` for one the kind does not have.
-    fn field(&self, path: &str) -> Option<String> {
-        let text = |s: &Option<String>| s.clone();
-        let flag = |b: &Option<bool>| b.map(|b| b.to_string());
-        match (self, path) {
-            (Typed::Pod(p), _) => {
-                let (spec, status) = (p.spec.as_ref(), p.status.as_ref());
-                match path {
-                    "spec.nodeName" => spec.and_then(|s| text(&s.node_name)),
-                    "spec.restartPolicy" => spec.and_then(|s| text(&s.restart_policy)),
-                    "spec.schedulerName" => spec.and_then(|s| text(&s.scheduler_name)),
-                    "spec.serviceAccountName" => spec.and_then(|s| text(&s.service_account_name)),
-                    "spec.hostNetwork" => spec.and_then(|s| flag(&s.host_network)),
-                    "status.phase" => status.and_then(|s| text(&s.phase)),
-                    "status.podIP" => status.and_then(|s| text(&s.pod_ip)),
-                    "status.nominatedNodeName" => status.and_then(|s| text(&s.nominated_node_name)),
-                    _ => None,
+/// Every Kubernetes object holds its `ObjectMeta` at field 1, and that its
+/// uid at 5 and its labels at 11.
+const METADATA: u32 = 1;
+const UID: u32 = 5;
+const LABELS: u32 = 11;
+
+/// One field of a protobuf message as read in place.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+fn bad(what: impl std::fmt::Display) -> DecodeError {
+    DecodeError::NotProtobuf(what.to_string())
+}
+
+/// The fields of a message, in order, read without copying.
+fn each_field<'a>(
+    mut buf: &'a [u8],
+    mut f: impl FnMut(u32, Payload<'a>) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    while buf.has_remaining() {
+        let (tag, wire) = decode_key(&mut buf).map_err(bad)?;
+        let payload = match wire {
+            WireType::Varint => Payload::Varint(decode_varint(&mut buf).map_err(bad)?),
+            WireType::LengthDelimited => {
+                let len = decode_varint(&mut buf).map_err(bad)? as usize;
+                if len > buf.len() {
+                    return Err(bad("a field runs past the end of its message"));
                 }
+                let (bytes, rest) = buf.split_at(len);
+                buf = rest;
+                Payload::Bytes(bytes)
             }
-            (Typed::Node(n), _) => {
-                let spec = n.spec.as_ref();
-                match path {
-                    "spec.unschedulable" => spec.and_then(|s| flag(&s.unschedulable)),
-                    "spec.podCIDR" => spec.and_then(|s| text(&s.pod_cidr)),
-                    "spec.providerID" => spec.and_then(|s| text(&s.provider_id)),
-                    _ => None,
+            WireType::ThirtyTwoBit | WireType::SixtyFourBit => {
+                let n = if wire == WireType::ThirtyTwoBit { 4 } else { 8 };
+                if n > buf.len() {
+                    return Err(bad("a field runs past the end of its message"));
                 }
+                buf = &buf[n..];
+                Payload::Fixed
             }
-            (Typed::Service(s), "spec.type") => s.spec.as_ref().and_then(|s| text(&s.r#type)),
-            (Typed::Service(s), "spec.clusterIP") => {
-                s.spec.as_ref().and_then(|s| text(&s.cluster_ip))
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(bad("groups are not used by Kubernetes' types"))
             }
-            (Typed::Secret(s), "type") => text(&s.r#type),
-            (Typed::Namespace(n), "status.phase") => n.status.as_ref().and_then(|s| text(&s.phase)),
-            (Typed::EndpointSlice(e), "addressType") => text(&e.address_type),
-            _ => None,
+        };
+        f(tag, payload)?;
+    }
+    Ok(())
+}
+
+/// The field at `tags` below `buf`, as protobuf reads it: the last
+/// occurrence wins, and a message given more than once is merged.
+fn find<'a>(buf: &'a [u8], tags: &[u32]) -> Result<Option<Payload<'a>>, DecodeError> {
+    let mut found = None;
+    each_field(buf, |tag, payload| {
+        if tag != tags[0] {
+            return Ok(());
         }
+        match (&tags[1..], payload) {
+            ([], p) => found = Some(p),
+            (rest, Payload::Bytes(sub)) => {
+                if let Some(p) = find(sub, rest)? {
+                    found = Some(p);
+                }
+            }
+            _ => return Err(bad("a message field holds a scalar")),
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+fn text(p: Payload<'_>) -> Result<String, DecodeError> {
+    match p {
+        Payload::Bytes(b) => std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| bad("a string is not UTF-8")),
+        _ => Err(bad("a string field holds no bytes")),
     }
+}
+
+/// `metadata.labels`: map entries of a key (1) and a value (2).
+fn labels(object: &[u8]) -> Result<Labels, DecodeError> {
+    let mut labels = Labels::new();
+    each_field(object, |tag, meta| match (tag, meta) {
+        (METADATA, Payload::Bytes(meta)) => each_field(meta, |tag, entry| {
+            if let (LABELS, Payload::Bytes(entry)) = (tag, entry) {
+                let (key, value) = (find(entry, &[1])?, find(entry, &[2])?);
+                let key = key.map(text).transpose()?.unwrap_or_default();
+                let value = value.map(text).transpose()?.unwrap_or_default();
+                labels.insert(key, value);
+            }
+            Ok(())
+        }),
+        _ => Ok(()),
+    })?;
+    Ok(labels)
 }
 
 /// What a kubernetes value holds for the cache: labels, the selectable
@@ -102,7 +172,9 @@ pub(super) type Read = (Labels, Box<[String]>, String);
 
 impl Resource {
     /// Reads a value stored by the apiserver: protobuf in its envelope, or
-    /// JSON (custom resources, and built-ins stored as JSON).
+    /// JSON (custom resources, and built-ins stored as JSON). Only the
+    /// fields wanted are read, in place: a pod's containers, annotations
+    /// and managed fields are stepped over, never decoded.
     pub(super) fn read_kubernetes(&self, value: &[u8]) -> Result<Read, DecodeError> {
         if let Some(rest) = value.strip_prefix(ENCRYPTED) {
             return Err(DecodeError::Encrypted(provider(rest)));
@@ -113,22 +185,25 @@ impl Resource {
                 _ => Err(DecodeError::NotKubernetes),
             };
         };
-        let unknown = Unknown::decode(envelope).map_err(DecodeError::NotProtobuf)?;
+        let unknown = Unknown::decode(envelope).map_err(bad)?;
         let raw = unknown.raw.unwrap_or_default();
         let kind = (unknown.type_meta).and_then(|t| t.kind).unwrap_or_default();
-        let metadata = Metadata::decode(raw.as_slice())
-            .map_err(DecodeError::NotProtobuf)?
-            .metadata
-            .unwrap_or_default();
-        let wants_fields = !self.selectable_fields.is_empty();
-        let typed = match wants_fields {
-            true => Typed::decode(&kind, &raw).map_err(DecodeError::NotProtobuf)?,
-            false => Typed::Other,
-        };
+        let known = fields_of(&kind);
         let fields = (self.selectable_fields.iter())
-            .map(|path| typed.field(path).unwrap_or_default())
-            .collect();
-        Ok((metadata.labels, fields, metadata.uid.unwrap_or_default()))
+            .map(|path| {
+                let Some(&(_, tags, scalar)) = known.iter().find(|(p, ..)| p == path) else {
+                    return Ok(String::new());
+                };
+                Ok(match (find(&raw, tags)?, scalar) {
+                    (None, _) => String::new(),
+                    (Some(p), Scalar::Text) => text(p)?,
+                    (Some(Payload::Varint(v)), Scalar::Flag) => (v != 0).to_string(),
+                    (Some(_), Scalar::Flag) => return Err(bad("a bool field holds no varint")),
+                })
+            })
+            .collect::<Result<_, DecodeError>>()?;
+        let uid = find(&raw, &[METADATA, UID])?.map(text).transpose()?;
+        Ok((labels(&raw)?, fields, uid.unwrap_or_default()))
     }
 }
 
@@ -163,61 +238,202 @@ pub fn storage_encoding(api_version: &str, kind: &str, object: &impl Message) ->
 mod tests {
     use super::*;
     use crate::config::ValueFormat;
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::api::discovery::v1 as discovery;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 
-    fn pods(fields: &[&str]) -> Resource {
+    fn resource(fields: &[&str]) -> Resource {
         Resource {
             format: ValueFormat::Kubernetes,
             ..Resource::for_tests(fields)
         }
     }
 
+    fn meta(labels: &[(&str, &str)]) -> Option<ObjectMeta> {
+        Some(ObjectMeta {
+            name: Some("web-1".into()),
+            namespace: Some("default".into()),
+            uid: Some("6b1f".into()),
+            labels: (labels.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: [("a".to_string(), "x".repeat(300))].into(),
+            managed_fields: vec![ManagedFieldsEntry {
+                manager: Some("kubelet".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
     fn pod(node: &str, phase: &str) -> core::Pod {
         core::Pod {
-            metadata: Some(ObjectMeta {
-                name: Some("web-1".into()),
-                namespace: Some("default".into()),
-                uid: Some("6b1f".into()),
-                labels: [("app".to_string(), "web".to_string())].into(),
-                ..Default::default()
-            }),
+            metadata: meta(&[("app", "web"), ("tier", "a")]),
             spec: Some(core::PodSpec {
                 node_name: Some(node.into()),
+                restart_policy: Some("Always".into()),
+                scheduler_name: Some("default-scheduler".into()),
+                service_account_name: Some("sa".into()),
                 host_network: Some(true),
+                containers: vec![core::Container {
+                    name: Some("web".into()),
+                    image: Some("registry.example/web:1".into()),
+                    ..Default::default()
+                }],
                 ..Default::default()
             }),
             status: Some(core::PodStatus {
                 phase: Some(phase.into()),
+                pod_ip: Some("10.0.0.7".into()),
+                nominated_node_name: Some("node-9".into()),
                 ..Default::default()
             }),
         }
     }
 
+    /// Every field of every kind's table, read from an object k8s-pb
+    /// encoded with it set.
     #[test]
-    fn a_pod_as_the_apiserver_stores_it_gives_its_labels_uid_and_fields() {
-        let r = pods(&[
-            "spec.nodeName",
-            "status.phase",
-            "spec.hostNetwork",
-            "spec.unknown",
-        ]);
-        let value = storage_encoding("v1", "Pod", &pod("node-7", "Running"));
-        assert!(value.starts_with(b"k8s\0"));
-        let o = r.decode(b"/p/default/web-1", &value, 3).unwrap();
-        assert_eq!(o.labels.get("app"), Some("web"));
-        assert_eq!(&*o.fields, ["node-7", "Running", "true", ""]);
-        assert_eq!(o.value, value, "the value is sent as stored");
-        assert_eq!(o.shard_hashes[2], crate::object::shard_hash("6b1f"));
+    fn every_declared_field_is_where_k8s_pb_puts_it() {
+        // (kind, its stored value, each field and what it holds)
+        type Case = (&'static str, Vec<u8>, Vec<(&'static str, &'static str)>);
+        let kinds: Vec<Case> = vec![
+            (
+                "Pod",
+                storage_encoding("v1", "Pod", &pod("node-7", "Running")),
+                vec![
+                    ("spec.nodeName", "node-7"),
+                    ("spec.restartPolicy", "Always"),
+                    ("spec.schedulerName", "default-scheduler"),
+                    ("spec.serviceAccountName", "sa"),
+                    ("spec.hostNetwork", "true"),
+                    ("status.phase", "Running"),
+                    ("status.podIP", "10.0.0.7"),
+                    ("status.nominatedNodeName", "node-9"),
+                ],
+            ),
+            (
+                "Node",
+                storage_encoding(
+                    "v1",
+                    "Node",
+                    &core::Node {
+                        metadata: meta(&[]),
+                        spec: Some(core::NodeSpec {
+                            pod_cidr: Some("10.1.0.0/24".into()),
+                            provider_id: Some("cloud://n1".into()),
+                            unschedulable: Some(false),
+                            ..Default::default()
+                        }),
+                        status: None,
+                    },
+                ),
+                vec![
+                    ("spec.podCIDR", "10.1.0.0/24"),
+                    ("spec.providerID", "cloud://n1"),
+                    ("spec.unschedulable", "false"),
+                ],
+            ),
+            (
+                "Service",
+                storage_encoding(
+                    "v1",
+                    "Service",
+                    &core::Service {
+                        metadata: meta(&[]),
+                        spec: Some(core::ServiceSpec {
+                            cluster_ip: Some("10.96.0.1".into()),
+                            r#type: Some("ClusterIP".into()),
+                            ..Default::default()
+                        }),
+                        status: None,
+                    },
+                ),
+                vec![("spec.clusterIP", "10.96.0.1"), ("spec.type", "ClusterIP")],
+            ),
+            (
+                "Secret",
+                storage_encoding(
+                    "v1",
+                    "Secret",
+                    &core::Secret {
+                        metadata: meta(&[]),
+                        r#type: Some("Opaque".into()),
+                        ..Default::default()
+                    },
+                ),
+                vec![("type", "Opaque")],
+            ),
+            (
+                "Namespace",
+                storage_encoding(
+                    "v1",
+                    "Namespace",
+                    &core::Namespace {
+                        metadata: meta(&[]),
+                        spec: None,
+                        status: Some(core::NamespaceStatus {
+                            phase: Some("Active".into()),
+                            ..Default::default()
+                        }),
+                    },
+                ),
+                vec![("status.phase", "Active")],
+            ),
+            (
+                "EndpointSlice",
+                storage_encoding(
+                    "discovery.k8s.io/v1",
+                    "EndpointSlice",
+                    &discovery::EndpointSlice {
+                        metadata: meta(&[]),
+                        address_type: Some("IPv4".into()),
+                        ..Default::default()
+                    },
+                ),
+                vec![("addressType", "IPv4")],
+            ),
+        ];
+        for (kind, value, want) in kinds {
+            let paths: Vec<&str> = want.iter().map(|(p, _)| *p).collect();
+            assert_eq!(
+                paths.len(),
+                fields_of(kind).len(),
+                "{kind}: every field is tried"
+            );
+            let r = resource(&paths);
+            let o = r.decode(b"/p/default/web-1", &value, 3).unwrap();
+            let got: Vec<(&str, &str)> = paths
+                .iter()
+                .copied()
+                .zip(o.fields.iter().map(String::as_str))
+                .collect();
+            assert_eq!(got, want, "{kind}");
+            assert_eq!(
+                o.shard_hashes[2],
+                crate::object::shard_hash("6b1f"),
+                "{kind}: the uid"
+            );
+            assert_eq!(o.value, value, "the value is sent as stored");
+        }
     }
 
     #[test]
-    fn other_kinds_json_and_what_cannot_be_read() {
-        let r = pods(&["spec.nodeName"]);
-        // A kind without declared fields: its metadata only.
+    fn labels_and_fields_another_kind_lacks_read_as_absent() {
+        let r = resource(&["spec.nodeName", "spec.unknown"]);
+        let value = storage_encoding("v1", "Pod", &pod("node-7", "Running"));
+        let o = r.decode(b"/p/default/web-1", &value, 3).unwrap();
+        assert_eq!(
+            o.labels.to_map(),
+            [
+                ("app".to_string(), "web".to_string()),
+                ("tier".into(), "a".into())
+            ]
+            .into()
+        );
+        assert_eq!(&*o.fields, ["node-7", ""]);
         let cm = core::ConfigMap {
-            metadata: Some(ObjectMeta {
-                labels: [("a".to_string(), "b".to_string())].into(),
-                ..Default::default()
-            }),
+            metadata: meta(&[("a", "b")]),
             ..Default::default()
         };
         let o = r
@@ -225,8 +441,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             (o.labels.get("a"), &*o.fields),
-            (Some("b"), &[String::new()][..])
+            (Some("b"), &[String::new(), String::new()][..])
         );
+    }
+
+    #[test]
+    fn json_encrypted_and_broken_values() {
+        let r = resource(&["spec.nodeName"]);
         // A custom resource, stored as JSON.
         let json = br#"{"metadata":{"labels":{"x":"y"}},"spec":{"nodeName":"n"}}"#;
         let o = r.decode(b"/p/ns/cr", json, 1).unwrap();
@@ -241,10 +462,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            r.decode(b"/p/ns/b", b"k8s\0\xff\xff", 1),
-            Err(DecodeError::NotProtobuf(_))
-        ));
+        let whole = storage_encoding("v1", "Pod", &pod("node-7", "Running"));
+        for cut in [whole.len() - 1, whole.len() - 40, 20] {
+            assert!(
+                matches!(
+                    r.decode(b"/p/ns/b", &whole[..cut], 1),
+                    Err(DecodeError::NotProtobuf(_))
+                ),
+                "cut at {cut}"
+            );
+        }
         assert!(matches!(
             r.decode(b"/p/ns/b", b"plain", 1),
             Err(DecodeError::NotKubernetes)
@@ -252,12 +479,33 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// What is read in place equals what k8s-pb decodes, whatever else
+        /// the pod holds.
+        #[test]
+        fn fields_read_in_place_equal_k8s_pb_decoding(
+            node in "[a-z0-9-]{0,12}",
+            phase in proptest::option::of("[A-Za-z]{0,8}"),
+            labels in proptest::collection::btree_map("[a-z]{1,5}", "[a-z0-9]{0,5}", 0..5),
+            containers in 0usize..4,
+        ) {
+            let mut p = pod(&node, "");
+            p.status.as_mut().unwrap().phase = phase.clone();
+            p.metadata.as_mut().unwrap().labels = labels.clone();
+            p.spec.as_mut().unwrap().containers = (0..containers)
+                .map(|i| core::Container { name: Some(format!("c{i}")), ..Default::default() })
+                .collect();
+            let value = storage_encoding("v1", "Pod", &p);
+            let o = resource(&["spec.nodeName", "status.phase"]).decode(b"/p/ns/a", &value, 1).unwrap();
+            proptest::prop_assert_eq!(&*o.fields, [node, phase.unwrap_or_default()]);
+            proptest::prop_assert_eq!(o.labels.to_map(), labels);
+        }
+    }
+
+    proptest::proptest! {
         #![proptest_config(crate::fuzzing::config())]
         #[test]
-        fn fuzz_kubernetes_values(mut value in crate::fuzzing::bytes("kubernetes_value")) {
-            let r = pods(&["spec.nodeName", "status.phase"]);
-            let _ = r.decode(b"/p/ns/a", &value, 1);
-            value.splice(0..0, b"k8s\0".iter().copied());
+        fn fuzz_kubernetes_values(value in crate::fuzzing::bytes("kubernetes_value")) {
+            let r = resource(&["spec.nodeName", "status.phase"]);
             let _ = r.decode(b"/p/ns/a", &value, 1);
         }
     }

@@ -24,6 +24,10 @@ struct Args {
     /// Approximate size of each pod's JSON.
     #[arg(long, default_value_t = 1024)]
     object_bytes: usize,
+    /// `json`, or `kubernetes`: the pods stored as the apiserver stores
+    /// them (protobuf in its envelope), served with `format: kubernetes`.
+    #[arg(long, default_value = "json")]
+    format: String,
     /// Keys per page, for etcd's paged range and watchproxy's list alike.
     #[arg(long, default_value_t = 1000)]
     page_size: usize,
@@ -58,8 +62,9 @@ impl Drop for Proc {
     }
 }
 
-/// A Kubernetes-shaped pod of about `bytes` bytes of JSON.
-fn pod(i: usize, bytes: usize) -> (String, String) {
+/// A Kubernetes-shaped pod of about `bytes` bytes, as JSON or as the
+/// apiserver stores it.
+fn pod(i: usize, bytes: usize, protobuf: bool) -> (String, Vec<u8>) {
     let (ns, name) = (format!("ns-{}", i % 100), format!("pod-{i}"));
     let mut pod = serde_json::json!({
         "apiVersion": "v1",
@@ -78,11 +83,50 @@ fn pod(i: usize, bytes: usize) -> (String, String) {
     let len = pod.to_string().len();
     pod["metadata"]["annotations"]["example.com/pad"] =
         "x".repeat(bytes.saturating_sub(len)).into();
-    (format!("/registry/pods/{ns}/{name}"), pod.to_string())
+    let key = format!("/registry/pods/{ns}/{name}");
+    if !protobuf {
+        return (key, pod.to_string().into_bytes());
+    }
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let text = |path: &str| pod.pointer(path).and_then(|v| v.as_str()).map(String::from);
+    let map = |path: &str| -> std::collections::BTreeMap<String, String> {
+        (pod.pointer(path)
+            .and_then(|v| v.as_object())
+            .into_iter()
+            .flatten())
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect()
+    };
+    let pb = core::Pod {
+        metadata: Some(ObjectMeta {
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            uid: text("/metadata/uid"),
+            labels: map("/metadata/labels"),
+            annotations: map("/metadata/annotations"),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            node_name: text("/spec/nodeName"),
+            containers: vec![core::Container {
+                name: Some("main".into()),
+                image: Some("registry.example/app:1.0".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: Some(core::PodStatus {
+            phase: text("/status/phase"),
+            pod_ip: text("/status/podIP"),
+            ..Default::default()
+        }),
+    };
+    (key, watchproxy::object::storage_encoding("v1", "Pod", &pb))
 }
 
 /// Writes the pods, several transactions at once; the raw bytes written.
-async fn load(etcd: &Etcd, objects: usize, bytes: usize) -> anyhow::Result<usize> {
+async fn load(etcd: &Etcd, objects: usize, bytes: usize, protobuf: bool) -> anyhow::Result<usize> {
     let client = etcd.client().await;
     let mut writers = tokio::task::JoinSet::new();
     let per = objects.div_ceil(8);
@@ -95,7 +139,7 @@ async fn load(etcd: &Etcd, objects: usize, bytes: usize) -> anyhow::Result<usize
                 let ops: Vec<TxnOp> = chunk
                     .iter()
                     .map(|&i| {
-                        let (k, v) = pod(i, bytes);
+                        let (k, v) = pod(i, bytes, protobuf);
                         raw += k.len() + v.len();
                         TxnOp::put(k, v, None)
                     })
@@ -156,8 +200,8 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
     std::fs::write(
         &config,
         format!(
-            "etcd: {{endpoints: [\"{}\"], list_page_size: {}}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    selectable_fields: [spec.nodeName, status.phase]\n    indexed_fields: [spec.nodeName]\n{extra}",
-            etcd.client_url, args.page_size,
+            "etcd: {{endpoints: [\"{}\"], list_page_size: {}}}\nlisten: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nresources:\n  - name: pods\n    prefix: /registry/pods\n    format: {}\n    selectable_fields: [spec.nodeName, status.phase]\n    indexed_fields: [spec.nodeName]\n{extra}",
+            etcd.client_url, args.page_size, args.format,
         ),
     )?;
     let log = etcd.dir().join(format!("watchproxy-{tag}.log"));
@@ -230,7 +274,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let etcd = Etcd::start_with(EtcdOptions::for_load(args.etcd_bin.clone())).await?;
     let loading = Instant::now();
-    let raw = load(&etcd, args.objects, args.object_bytes).await?;
+    let protobuf = match args.format.as_str() {
+        "json" => false,
+        "kubernetes" => true,
+        other => bail!("--format {other}: json or kubernetes"),
+    };
+    let raw = load(&etcd, args.objects, args.object_bytes, protobuf).await?;
     if !args.keep_history {
         let mut client = etcd.client().await;
         let revision = client
@@ -242,8 +291,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let raw_mib = raw as f64 / f64::from(1 << 20);
     println!(
-        "{} pods of ~{} B ({raw_mib:.1} MiB of keys and values) loaded in {:.1} s, history {}; pages of {}",
+        "{} {} pods of ~{} B ({raw_mib:.1} MiB of keys and values) loaded in {:.1} s, history {}; pages of {}",
         args.objects,
+        args.format,
         args.object_bytes,
         loading.elapsed().as_secs_f64(),
         if args.keep_history { "kept" } else { "compacted" },
