@@ -189,6 +189,8 @@ struct Start {
     rss: f64,
     /// What the cache counts its objects at (`watchproxy_cache_bytes`).
     counted: f64,
+    /// Refused for its `max_bytes` (OVER_BUDGET) rather than ready.
+    refused: bool,
 }
 
 async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Result<Start> {
@@ -237,9 +239,15 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
         resource_version: "0".into(),
         ..Default::default()
     };
+    let mut refused = false;
     loop {
         match client.list(ready.clone()).await {
             Ok(_) => break,
+            // A budget below what the objects need: refused, as it must be.
+            Err(e) if e.message().contains("max_bytes") => {
+                refused = true;
+                break;
+            }
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(2)).await
             }
@@ -266,6 +274,7 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
         rss: figures.rss_mib(),
         counted: metric_value(&text, "watchproxy_cache_bytes", "resource=\"pods\"")
             / f64::from(1 << 20),
+        refused,
     })
 }
 
@@ -329,6 +338,13 @@ async fn main() -> anyhow::Result<()> {
         );
         for (tag, bin) in &targets {
             let s = start(&args, &etcd, bin, tag).await?;
+            if s.refused {
+                println!(
+                    "{tag:<12} {round:>6} refused (OVER_BUDGET) after {:.2} s; CPU {:.2} s, RSS {:.1} MiB, alive",
+                    s.seconds, s.cpu, s.rss
+                );
+                continue;
+            }
             println!(
                 "{tag:<12} {round:>6} {:>9.2} {:>12.2} {:>9.2} {:>9.1} {:>11.1} {:>12.2}",
                 s.seconds,
