@@ -49,7 +49,7 @@ use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
 use object::Resource;
-use source::{spawn_freshness, spawn_reflector, Etcd};
+use source::{spawn_freshness, spawn_reflector, Etcd, Source};
 use telemetry::Metrics;
 
 /// The sockets the service serves on, bound by the caller (so tests can
@@ -102,13 +102,17 @@ pub async fn run(
         .with_encoder(Arc::new(api::wire::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
         dispatchers.push(cache.dispatcher().clone());
+        let source = match rc.upstream.clone().or_else(|| config.upstream.clone()) {
+            Some(url) => Source::Tier(url),
+            None => Source::Etcd(Box::new(etcd.clone())),
+        };
         tasks.push(spawn_reflector(
-            etcd.clone(),
+            source,
             writer,
             m.clone(),
             rc.cache.max_events as u64,
             shutdown.clone(),
-        ));
+        )?);
         let (freshness, checker) =
             spawn_freshness(etcd.clone(), cache.clone(), m.clone(), shutdown.clone());
         tasks.push(checker);

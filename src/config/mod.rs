@@ -24,6 +24,10 @@ pub use validate::ConfigError;
 pub struct Config {
     #[serde(default)]
     pub etcd: EtcdConfig,
+    /// Another watchproxy every resource is taken from, unless it names its
+    /// own `upstream`.
+    #[serde(default)]
+    pub upstream: Option<String>,
     /// Address of the gRPC listener.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -279,6 +283,10 @@ pub struct ResourceConfig {
     pub prefix: String,
     #[serde(default = "default_true")]
     pub namespaced: bool,
+    /// Another watchproxy to take the resource from (its List and Watch)
+    /// instead of etcd, e.g. `http://core:50051`; see the README's tiers.
+    #[serde(default)]
+    pub upstream: Option<String>,
     /// The most memory the resource's cache may take (objects and event
     /// window): bytes, or a string such as `512Mi` or `2G`. See the README.
     #[serde(default, deserialize_with = "bytes::optional")]

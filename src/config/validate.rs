@@ -215,6 +215,22 @@ impl Config {
                 }
             }
             prefixes.push((&r.prefix, i));
+            for (at_, url) in [("upstream", &self.upstream), ("", &r.upstream)] {
+                let Some(url) = url else { continue };
+                let field = if at_.is_empty() {
+                    at("upstream")
+                } else {
+                    at_.to_owned()
+                };
+                if !(url.starts_with("http://") || url.starts_with("https://"))
+                    || url.parse::<http::Uri>().is_err()
+                {
+                    return Err(invalid(
+                        field,
+                        format!("{url:?} is not a URL such as http://core:50051"),
+                    ));
+                }
+            }
             if r.max_bytes == Some(0) {
                 return Err(invalid(at("max_bytes"), "must be more than 0"));
             }

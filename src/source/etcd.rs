@@ -28,6 +28,9 @@ pub enum EtcdError {
     WatchCanceled(String),
     #[error("etcd closed the watch stream")]
     StreamEnded,
+    /// A watchproxy upstream (`upstream:`) failed the call.
+    #[error("the upstream watchproxy failed: {0}")]
+    Upstream(String),
     /// Not etcd's: the resource's objects do not fit its `max_bytes`.
     #[error("the resource is over its budget: {0}")]
     OverBudget(#[from] OverBudget),

@@ -8,12 +8,13 @@ mod freshness;
 mod history;
 mod read;
 mod reflector;
+mod tier;
 mod upstream;
 
 pub use etcd::{Etcd, EtcdError};
 pub use freshness::{spawn_freshness, Freshness};
 pub use read::ObjectsPage;
-pub use reflector::spawn_reflector;
+pub use reflector::{spawn_reflector, Source};
 
 use crate::object::{DecodeError, Revision};
 use crate::telemetry::ResourceMetrics;
@@ -38,7 +39,8 @@ pub fn classify(err: &EtcdError) -> Recovery {
         | EtcdError::Timeout
         | EtcdError::FutureRevision
         | EtcdError::WatchCanceled(_)
-        | EtcdError::StreamEnded => Recovery::Retry,
+        | EtcdError::StreamEnded
+        | EtcdError::Upstream(_) => Recovery::Retry,
     }
 }
 

@@ -8,6 +8,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::tier::TierUpstream;
 use super::upstream::{EtcdUpstream, Listed, Notice, Upstream};
 use super::{classify, Etcd, EtcdError, Recovery};
 use crate::cache::{CacheWriter, OverBudget};
@@ -67,21 +68,38 @@ struct Reflector<U: Upstream> {
 /// Starts the reflector of a resource. The task exits when `shutdown` is
 /// cancelled; etcd failures never end it.
 pub fn spawn_reflector(
-    etcd: Etcd,
+    source: Source,
     writer: CacheWriter,
     metrics: ResourceMetrics,
     history_depth: u64,
     shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let resource = writer.cache().resource.clone();
     let span = tracing::info_span!("reflector", resource = %resource.name);
-    let upstream = EtcdUpstream {
-        etcd,
-        resource,
-        metrics: metrics.clone(),
-    };
-    let reflector = Reflector::new(upstream, writer, metrics, history_depth);
-    tokio::spawn(reflector.run(shutdown).instrument(span))
+    Ok(match source {
+        Source::Etcd(etcd) => {
+            let upstream = EtcdUpstream {
+                etcd: *etcd,
+                resource,
+                metrics: metrics.clone(),
+            };
+            let reflector = Reflector::new(upstream, writer, metrics, history_depth);
+            tokio::spawn(reflector.run(shutdown).instrument(span))
+        }
+        Source::Tier(url) => {
+            let upstream = TierUpstream::new(&url, resource, metrics.clone())?;
+            // Its watch gives no previous states to read history with.
+            let reflector = Reflector::new(upstream, writer, metrics, 0);
+            tokio::spawn(reflector.run(shutdown).instrument(span))
+        }
+    })
+}
+
+/// Where a resource's objects come from.
+pub enum Source {
+    Etcd(Box<Etcd>),
+    /// Another watchproxy, at this URL (`upstream:`).
+    Tier(String),
 }
 
 impl<U: Upstream> Reflector<U> {
