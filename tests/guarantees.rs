@@ -687,3 +687,44 @@ async fn clients_move_between_replicas_as_their_connections_age() {
         "none listed again: {report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_tiers_with_a_core_and_an_edge_restarted() {
+    let etcd = Etcd::start().await;
+    let mut core = Proxy::start(&etcd.client_url).await;
+    let core_addr = core.addr;
+    let edge_config = || {
+        let yaml = format!(
+            "upstream: http://{core_addr}\n{}",
+            pods_yaml(&etcd.client_url, 256)
+        );
+        Config::from_yaml(&yaml).unwrap()
+    };
+    let mut a = Proxy::start_config(edge_config()).await;
+    let b = Proxy::start_config(edge_config()).await;
+    let a_addr = a.addr;
+    for edge in [&a, &b] {
+        wait_ready(&mut edge.client().await, "pods").await;
+    }
+    let urls = vec![format!("http://{a_addr}"), format!("http://{}", b.addr)];
+    // The core goes and comes back under the writes, then an edge does:
+    // the edges follow the core, and the restarted edge's clients move to
+    // the other one.
+    let faults = async {
+        core.stop().await;
+        let config = Config::from_yaml(&pods_yaml(&etcd.client_url, 256)).unwrap();
+        core = Proxy::start_on(config, listener_at(core_addr).await).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        a.stop().await;
+        a = Proxy::start_on(edge_config(), listener_at(a_addr).await).await;
+    };
+    let report = through(
+        "etcd <- core <- 2 edges, the core then an edge restarted",
+        replicas(&etcd, urls, 17),
+        faults,
+        async {},
+    )
+    .await;
+    drop((a, b, core));
+    assert!(report.checked > 0);
+}
