@@ -104,6 +104,7 @@ fn both_modes_render_manifests_that_validate() {
         "sidecar-values.yaml",
         "secure-values.yaml",
         "scale-values.yaml",
+        "edge-values.yaml",
     ] {
         let manifests = render(values);
         let (ok, out) = run(
@@ -274,4 +275,18 @@ fn scale_values_add_an_autoscaler_a_headless_service_and_a_connection_age() {
     // By default: neither.
     let kinds = kinds(&documents(&render("default-values.yaml")));
     assert!(!kinds.contains(&"HorizontalPodAutoscaler".to_owned()));
+}
+
+#[test]
+fn an_edge_release_takes_its_resources_from_the_core_release() {
+    let docs = documents(&render("edge-values.yaml"));
+    let config = rendered_config(&docs);
+    assert_eq!(
+        config.upstream.as_deref(),
+        Some("http://core-watchproxy:50051")
+    );
+    assert!(!config.resources.is_empty());
+    assert!(rendered_config(&documents(&render("default-values.yaml")))
+        .upstream
+        .is_none());
 }
