@@ -15,7 +15,7 @@ mod floor;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,7 +26,7 @@ use etcd_client::{Client, WatchOptions};
 use tonic::transport::Channel;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{EventType, HashRange, ShardSelector, WatchRequest};
-use watchproxy_testkit::{free_port, Etcd, EtcdOptions, ProcFigures as Figures};
+use watchproxy_testkit::{free_port, Etcd, EtcdOptions, ProcFigures as Figures, Spawned};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -207,32 +207,8 @@ struct Report {
 
 const PREFIX: &str = "/bench/pods";
 
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// Fails if the process has exited, e.g. because its port was taken.
-    fn check_running(&mut self, what: &str) -> anyhow::Result<()> {
-        match self.0.try_wait()? {
-            Some(status) => bail!("{what} exited with {status}"),
-            None => Ok(()),
-        }
-    }
-
-    fn figures(&self) -> Figures {
-        Figures(self.0.id())
-    }
-}
-
 /// Waits until `proc` listens on `port`.
-async fn wait_port(proc: &mut Proc, what: &str, port: u16) -> anyhow::Result<()> {
+async fn wait_port(proc: &mut Spawned, what: &str, port: u16) -> anyhow::Result<()> {
     for _ in 0..200 {
         proc.check_running(what)?;
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -409,7 +385,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         .map_or(0, |h| h.revision());
 
     // The server the watchers talk to.
-    let (front, endpoint): (Option<Proc>, String) = match target {
+    let (front, endpoint): (Option<Spawned>, String) = match target {
         Target::Etcd => (None, etcd_url.clone()),
         Target::GrpcProxy => {
             let port = free_port();
@@ -425,7 +401,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .stderr(Stdio::null())
                 .spawn()
                 .context("starting etcd grpc-proxy")?;
-            let mut p = Proc(child);
+            let mut p = Spawned(child);
             wait_port(&mut p, "etcd grpc-proxy", port).await?;
             (Some(p), format!("http://127.0.0.1:{port}"))
         }
@@ -439,7 +415,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .stdout(Stdio::null())
                 .spawn()
                 .context("starting the floor")?;
-            let mut p = Proc(child);
+            let mut p = Spawned(child);
             wait_port(&mut p, "floor", port).await?;
             (Some(p), format!("127.0.0.1:{port}"))
         }
@@ -479,7 +455,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .stderr(Stdio::null())
                 .spawn()
                 .with_context(|| format!("starting {}", bin.display()))?;
-            let mut p = Proc(child);
+            let mut p = Spawned(child);
             wait_port(&mut p, "watchproxy", port).await?;
             let scheme = if tls.is_some() { "https" } else { "http" };
             (Some(p), format!("{scheme}://127.0.0.1:{port}"))
@@ -697,7 +673,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     }
 
     // Steady writes, each to a random object, carrying its send time.
-    let front_figures = front.as_ref().map(Proc::figures);
+    let front_figures = front.as_ref().map(Spawned::figures);
     let cpu = |p: Option<Figures>| p.map_or(0.0, Figures::cpu_seconds);
     let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(front_figures));
     let total = args.rate * args.duration;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 pub use cluster::EtcdCluster;
 pub use etcd::{Etcd, EtcdOptions};
-pub use process::ProcFigures;
+pub use process::{ProcFigures, Spawned};
 
 /// How to get etcd, said whenever it is missing.
 pub const ETCD_INSTALL_HINT: &str = "etcd is required by the integration tests and was not found. \

@@ -41,6 +41,52 @@ impl ProcFigures {
     }
 }
 
+/// A child process, killed and reaped when dropped: a run that fails
+/// midway leaves nothing running.
+pub struct Spawned(pub std::process::Child);
+
+impl Spawned {
+    /// Starts `command` with its output dropped and its log in `log`, at
+    /// the `RUST_LOG` level in the environment variable `level` (`warn`
+    /// when unset).
+    pub fn logged(
+        command: &mut std::process::Command,
+        level: &str,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let child = command
+            .env(
+                "RUST_LOG",
+                std::env::var(level).unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .with_context(|| format!("starting {:?}", command.get_program()))?;
+        Ok(Self(child))
+    }
+
+    pub fn figures(&self) -> ProcFigures {
+        ProcFigures(self.0.id())
+    }
+
+    /// Fails if the process has exited, e.g. because its port was taken.
+    pub fn check_running(&mut self, what: &str) -> anyhow::Result<()> {
+        match self.0.try_wait()? {
+            Some(status) => anyhow::bail!("{what} exited with {status}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -18,7 +18,7 @@ use clap::Parser;
 use tokio_stream::StreamExt;
 use watchproxy_client::pb::{ListRequest, WatchRequest};
 use watchproxy_client::{Client, Event, Informer};
-use watchproxy_testkit::{free_port, Etcd, ProcFigures};
+use watchproxy_testkit::{free_port, Etcd, ProcFigures, Spawned};
 
 const PREFIX: &str = "/registry/pods";
 
@@ -167,16 +167,7 @@ fn read_json(lines: &mut impl BufRead) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&line).with_context(|| format!("reading {line:?}"))
 }
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_watchproxy(bin: &PathBuf, config: &PathBuf, port: u16) -> anyhow::Result<Proc> {
+fn start_watchproxy(bin: &PathBuf, config: &PathBuf, port: u16) -> anyhow::Result<Spawned> {
     let child = Command::new(bin)
         .args(["serve", "--config"])
         .arg(config)
@@ -192,7 +183,7 @@ fn start_watchproxy(bin: &PathBuf, config: &PathBuf, port: u16) -> anyhow::Resul
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(Proc(child))
+    Ok(Spawned(child))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -232,7 +223,7 @@ async fn main() -> anyhow::Result<()> {
     let runs = (0..args.rounds).flat_map(|r| [(r, false), (r, true)]);
     for (run, (round, bare)) in runs.enumerate() {
         let kind = if bare { "bare watch" } else { "rust informer" };
-        let mut child = Proc(
+        let mut child = Spawned(
             Command::new(std::env::current_exe()?)
                 .args(["--informer", &endpoint])
                 .args(bare.then_some("--bare"))
@@ -287,7 +278,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut python = Proc(
+    let mut python = Spawned(
         Command::new("python3")
             .env("PYTHONPATH", root.join("clients/python"))
             .arg(root.join("bench/python/relist_time.py"))

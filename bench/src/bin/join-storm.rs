@@ -10,7 +10,7 @@
 //! `cargo run --release -p watchproxy-bench --bin join-storm -- --joiners 1000 --pods 10000`
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -18,7 +18,9 @@ use clap::Parser;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::Channel;
 use watchproxy::pb::WatchRequest;
-use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions, ProcFigures};
+use watchproxy_testkit::{
+    free_port, http_get, metric_value, Etcd, EtcdOptions, ProcFigures, Spawned,
+};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -63,15 +65,6 @@ struct Head {
 /// A message whose fields are all skipped.
 #[derive(Clone, PartialEq, prost::Message)]
 struct Skipped {}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One way of serving the storm.
 #[derive(Clone, Copy, PartialEq)]
@@ -166,16 +159,7 @@ async fn storm(
     let log = etcd
         .dir()
         .join(format!("watchproxy-{}.log", variant.name()));
-    let child = command
-        .env(
-            "RUST_LOG",
-            std::env::var("JOIN_STORM_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let proc = Proc(child);
+    let proc = Spawned::logged(&mut command, "JOIN_STORM_LOG", &log)?;
     let pid = proc.0.id();
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);

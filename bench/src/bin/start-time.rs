@@ -7,7 +7,7 @@
 //! `cargo run --release -p watchproxy-bench --bin start-time -- --objects 100000`
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -15,7 +15,7 @@ use clap::Parser;
 use etcd_client::{GetOptions, TxnOp};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::ListRequest;
-use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions, ProcFigures};
+use watchproxy_testkit::{free_port, http_get, metric_value, Etcd, EtcdOptions, Spawned};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -51,15 +51,6 @@ struct Args {
     /// spaces), e.g. `max_bytes: 50Mi`.
     #[arg(long)]
     resource_extra: Vec<String>,
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A Kubernetes-shaped pod of about `bytes` bytes, as JSON or as the
@@ -208,19 +199,10 @@ async fn start(args: &Args, etcd: &Etcd, bin: &PathBuf, tag: &str) -> anyhow::Re
     )?;
     let log = etcd.dir().join(format!("watchproxy-{tag}.log"));
     let started = Instant::now();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env(
-            "RUST_LOG",
-            std::env::var("START_TIME_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let proc = Proc(child);
-    let figures = ProcFigures(proc.0.id());
+    let mut command = Command::new(bin);
+    command.args(["serve", "--config"]).arg(&config);
+    let proc = Spawned::logged(&mut command, "START_TIME_LOG", &log)?;
+    let figures = proc.figures();
     let url = format!("http://127.0.0.1:{port}");
     let deadline = started + Duration::from_secs(300);
     let mut client = loop {
