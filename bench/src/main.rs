@@ -44,6 +44,10 @@ enum Target {
     /// bearer token) and asking for every pod: an authorization rule
     /// (`spec.nodeName={user}`) gives it its node's.
     WatchproxyTlsNodes,
+    /// A core watchproxy in front of etcd and `--edges` watchproxies taking
+    /// the resource from it (`upstream:`); the connections are spread over
+    /// the edges, and the front's figures are all of them together.
+    WatchproxyTiers,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection
@@ -60,6 +64,7 @@ impl Target {
                 | Target::WatchproxyBaseline
                 | Target::WatchproxyTls
                 | Target::WatchproxyTlsNodes
+                | Target::WatchproxyTiers
         )
     }
 }
@@ -162,6 +167,9 @@ struct Args {
     /// is wanted by one).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     shards: Option<u64>,
+    /// Edges of the watchproxy-tiers target.
+    #[arg(long, default_value_t = 3)]
+    edges: usize,
 
     /// Serve as the floor target on this address (the run starts it).
     #[arg(long, hide = true)]
@@ -203,9 +211,17 @@ struct Report {
     /// With every watcher still open, after the drain: what the watchers
     /// hold, without the peak of opening them all at once.
     front_rss_end_mib: f64,
+    /// The watches etcd held (`etcd_debugging_mvcc_watcher_total`), once
+    /// every watcher was open.
+    etcd_watches: f64,
 }
 
 const PREFIX: &str = "/bench/pods";
+
+/// The CPU seconds of the processes in front so far, together.
+fn fronts_cpu(fronts: &[Spawned]) -> f64 {
+    fronts.iter().map(|p| p.figures().cpu_seconds()).sum()
+}
 
 /// Waits until `proc` listens on `port`.
 async fn wait_port(proc: &mut Spawned, what: &str, port: u16) -> anyhow::Result<()> {
@@ -385,8 +401,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         .map_or(0, |h| h.revision());
 
     // The server the watchers talk to.
-    let (front, endpoint): (Option<Spawned>, String) = match target {
-        Target::Etcd => (None, etcd_url.clone()),
+    let (fronts, endpoints): (Vec<Spawned>, Vec<String>) = match target {
+        Target::Etcd => (vec![], vec![etcd_url.clone()]),
         Target::GrpcProxy => {
             let port = free_port();
             let child = Command::new(&args.etcd_bin)
@@ -403,7 +419,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .context("starting etcd grpc-proxy")?;
             let mut p = Spawned(child);
             wait_port(&mut p, "etcd grpc-proxy", port).await?;
-            (Some(p), format!("http://127.0.0.1:{port}"))
+            (vec![p], vec![format!("http://127.0.0.1:{port}")])
         }
         Target::Floor => {
             let port = free_port();
@@ -417,7 +433,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 .context("starting the floor")?;
             let mut p = Spawned(child);
             wait_port(&mut p, "floor", port).await?;
-            (Some(p), format!("127.0.0.1:{port}"))
+            (vec![p], vec![format!("127.0.0.1:{port}")])
         }
         Target::Watchproxy
         | Target::WatchproxyTonic
@@ -458,9 +474,48 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             let mut p = Spawned(child);
             wait_port(&mut p, "watchproxy", port).await?;
             let scheme = if tls.is_some() { "https" } else { "http" };
-            (Some(p), format!("{scheme}://127.0.0.1:{port}"))
+            (vec![p], vec![format!("{scheme}://127.0.0.1:{port}")])
+        }
+        Target::WatchproxyTiers => {
+            let bin = match &args.watchproxy_bin {
+                Some(b) => b.clone(),
+                None => std::env::current_exe()?.with_file_name("watchproxy"),
+            };
+            let core_port = free_port();
+            let mut fronts = Vec::new();
+            let mut endpoints = Vec::new();
+            for tier in 0..=args.edges {
+                let port = if tier == 0 { core_port } else { free_port() };
+                let upstream = match tier {
+                    0 => String::new(),
+                    _ => format!("upstream: http://127.0.0.1:{core_port}\n"),
+                };
+                let config = etcd.dir().join(format!("watchproxy-tier-{tier}.yaml"));
+                std::fs::write(
+                    &config,
+                    format!(
+                        "{upstream}etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
+                    ),
+                )?;
+                let child = Command::new(&bin)
+                    .args(["serve", "--config"])
+                    .arg(&config)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .with_context(|| format!("starting {}", bin.display()))?;
+                let mut p = Spawned(child);
+                wait_port(&mut p, "watchproxy", port).await?;
+                fronts.push(p);
+                if tier > 0 {
+                    endpoints.push(format!("http://127.0.0.1:{port}"));
+                }
+            }
+            (fronts, endpoints)
         }
     };
+    let endpoint = endpoints[0].clone();
 
     // Watchers, spread over connections; each reports once it is open.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -473,11 +528,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     if target.is_watchproxy() {
         // All at once, as clients reconnecting after a restart would: the
         // time and the front's CPU of their handshakes are reported.
-        let cpu = front.as_ref().map(|p| p.figures().cpu_seconds());
+        let cpu = fronts_cpu(&fronts);
         let started = Instant::now();
         let mut connecting = tokio::task::JoinSet::new();
-        for _ in 0..args.connections.max(1) {
-            let mut channel = Channel::from_shared(endpoint.clone())?;
+        for c in 0..args.connections.max(1) {
+            let mut channel = Channel::from_shared(endpoints[c % endpoints.len()].clone())?;
             if let Some(tls) = &tls {
                 channel = channel.tls_config(tls.client())?;
             }
@@ -486,7 +541,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         while let Some(connected) = connecting.join_next().await {
             wp_channels.push(connected??);
         }
-        let front_cpu = front.as_ref().map(|p| p.figures().cpu_seconds()).zip(cpu);
+        let front_cpu = Some((fronts_cpu(&fronts), cpu));
         eprintln!(
             "{target:?}: {} connections at once in {:.2} s, the front's CPU {:.2} s",
             wp_channels.len(),
@@ -673,9 +728,10 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     }
 
     // Steady writes, each to a random object, carrying its send time.
-    let front_figures = front.as_ref().map(Spawned::figures);
-    let cpu = |p: Option<Figures>| p.map_or(0.0, Figures::cpu_seconds);
-    let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(front_figures));
+    let front_figures: Vec<Figures> = fronts.iter().map(Spawned::figures).collect();
+    let cpu = |p: &[Figures]| p.iter().map(|f| f.cpu_seconds()).sum::<f64>();
+    let etcd_watches = etcd.metric("etcd_debugging_mvcc_watcher_total");
+    let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(&front_figures));
     let total = args.rate * args.duration;
     let mut per_node: HashMap<usize, u64> = HashMap::new();
     let mut per_shard: HashMap<u64, u64> = HashMap::new();
@@ -713,9 +769,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     }
     let (etcd_cpu, front_cpu) = (
         etcd_figures.cpu_seconds() - etcd_cpu0,
-        cpu(front_figures) - front_cpu0,
+        cpu(&front_figures) - front_cpu0,
     );
-    let front_rss_end_mib = front_figures.map_or(0.0, Figures::rss_mib);
+    let front_rss_end_mib = front_figures.iter().map(|f| f.rss_mib()).sum();
     stop.cancel();
     drop((stalled_wp, stalled_etcd));
     let mut all = Seen::default();
@@ -762,8 +818,9 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         etcd_cpu_s: etcd_cpu,
         front_cpu_s: front_cpu,
         etcd_peak_rss_mib: etcd_figures.peak_rss_mib(),
-        front_peak_rss_mib: front_figures.map_or(0.0, Figures::peak_rss_mib),
+        front_peak_rss_mib: front_figures.iter().map(|f| f.peak_rss_mib()).sum(),
         front_rss_end_mib,
+        etcd_watches,
     })
 }
 
@@ -859,9 +916,10 @@ async fn main() -> anyhow::Result<()> {
     for r in reports.iter().filter(|r| r.front_cpu_s > 0.0) {
         writeln!(
             out,
-            "{}: the process in front used {:.1}% of one core over the writes",
+            "{}: the process in front used {:.1}% of one core over the writes; etcd held {} watches",
             r.target,
-            100.0 * r.front_cpu_s / r.write_seconds.max(1e-9)
+            100.0 * r.front_cpu_s / r.write_seconds.max(1e-9),
+            r.etcd_watches
         )?;
     }
     if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
@@ -939,6 +997,7 @@ fn median(rounds: &[Report]) -> Report {
         etcd_peak_rss_mib: worst(|r| r.etcd_peak_rss_mib),
         front_peak_rss_mib: worst(|r| r.front_peak_rss_mib),
         front_rss_end_mib: worst(|r| r.front_rss_end_mib),
+        etcd_watches: worst(|r| r.etcd_watches),
     }
 }
 
