@@ -218,6 +218,35 @@ struct Report {
 
 const PREFIX: &str = "/bench/pods";
 
+/// The config of the watchproxy targets: one resource of pods, indexed
+/// by node, and room for every watcher.
+fn watchproxy_yaml(etcd_url: &str, port: u16) -> String {
+    format!(
+        "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
+    )
+}
+
+/// Starts `bin` serving `config` (with `args`), once it listens on `port`.
+async fn start_watchproxy(
+    bin: &std::path::Path,
+    config: &std::path::Path,
+    args: &[&str],
+    port: u16,
+) -> anyhow::Result<Spawned> {
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut p = Spawned(child);
+    wait_port(&mut p, "watchproxy", port).await?;
+    Ok(p)
+}
+
 /// The CPU seconds of the processes in front so far, together.
 fn fronts_cpu(fronts: &[Spawned]) -> f64 {
     fronts.iter().map(|p| p.figures().cpu_seconds()).sum()
@@ -442,9 +471,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         | Target::WatchproxyTlsNodes => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
-            let mut yaml = format!(
-                "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
-            );
+            let mut yaml = watchproxy_yaml(&etcd_url, port);
             if let Some(tls) = &tls {
                 yaml += &tls.config(etcd.dir())?;
             }
@@ -460,19 +487,11 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                 (_, Some(b)) => b.clone(),
                 (_, None) => std::env::current_exe()?.with_file_name("watchproxy"),
             };
-            let mut command = Command::new(&bin);
-            command.args(["serve", "--config"]).arg(&config);
-            if target == Target::WatchproxyTonic {
-                command.args(["--serve-path", "tonic"]);
-            }
-            let child = command
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .with_context(|| format!("starting {}", bin.display()))?;
-            let mut p = Spawned(child);
-            wait_port(&mut p, "watchproxy", port).await?;
+            let path: &[&str] = match target {
+                Target::WatchproxyTonic => &["--serve-path", "tonic"],
+                _ => &[],
+            };
+            let p = start_watchproxy(&bin, &config, path, port).await?;
             let scheme = if tls.is_some() { "https" } else { "http" };
             (vec![p], vec![format!("{scheme}://127.0.0.1:{port}")])
         }
@@ -491,23 +510,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                     _ => format!("upstream: http://127.0.0.1:{core_port}\n"),
                 };
                 let config = etcd.dir().join(format!("watchproxy-tier-{tier}.yaml"));
-                std::fs::write(
-                    &config,
-                    format!(
-                        "{upstream}etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
-                    ),
-                )?;
-                let child = Command::new(&bin)
-                    .args(["serve", "--config"])
-                    .arg(&config)
-                    .env("RUST_LOG", "warn")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .with_context(|| format!("starting {}", bin.display()))?;
-                let mut p = Spawned(child);
-                wait_port(&mut p, "watchproxy", port).await?;
-                fronts.push(p);
+                std::fs::write(&config, upstream + &watchproxy_yaml(&etcd_url, port))?;
+                fronts.push(start_watchproxy(&bin, &config, &[], port).await?);
                 if tier > 0 {
                     endpoints.push(format!("http://127.0.0.1:{port}"));
                 }
