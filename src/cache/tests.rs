@@ -262,3 +262,69 @@ fn replays_reuse_the_cut_live_watchers_were_shown() {
         }
     }
 }
+
+#[test]
+fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
+    let one = obj("/p/a/x", 1).cost();
+    let r = Arc::new(Resource {
+        max_bytes: Some(6 * one),
+        ..(*resource()).clone()
+    });
+    let metrics = Metrics::default().resource("pods");
+    let d = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
+    let (cache, mut w) = WatchCache::new(r, &CacheConfig::default(), d, metrics.clone());
+    w.replace(vec![obj("/p/a/x", 2), obj("/p/a/y", 3)], 3)
+        .unwrap();
+    let inbox = Inbox::solo();
+    let mut watcher = cache
+        .watch(&inbox, Predicate::default(), WatchFrom::Revision(3), false)
+        .unwrap()
+        .watcher;
+    // Updates fill the window until it is shed to fit: 2 objects and at
+    // most 4 events' states in 6 objects' worth.
+    for rev in 4..14 {
+        let o = obj("/p/a/x", rev);
+        w.apply(vec![Change {
+            revision: rev,
+            key: o.key.clone(),
+            object: Some(o),
+        }])
+        .unwrap();
+    }
+    let s = cache.state.lock();
+    assert!(s.bytes + s.ring.bytes() <= 6 * one, "within the budget");
+    assert!(
+        s.ring.len() < 10 && !s.ring.is_empty(),
+        "{} events",
+        s.ring.len()
+    );
+    drop(s);
+    assert!(metrics.window_shed.get() > 0);
+    assert!(cache.over_budget().is_none());
+    // Objects that alone exceed it: given up, the watch ends.
+    let many: Vec<Change> = (0..8)
+        .map(|i| {
+            let o = obj(&format!("/p/b/{i}"), 20);
+            Change {
+                revision: 20,
+                key: o.key.clone(),
+                object: Some(o),
+            }
+        })
+        .collect();
+    let over = w.apply(many).unwrap_err();
+    assert_eq!(over.budget, 6 * one);
+    assert!(over.bytes > over.budget);
+    assert_eq!(cache.over_budget(), Some(over));
+    assert!(!cache.progress().ready);
+    assert_eq!(cache.state.lock().store.len(), 0);
+    assert!(
+        shown_all(&cache, &mut watcher)
+            .last()
+            .is_some_and(|l| l.starts_with("expired")),
+        "the watch ends"
+    );
+    // A list that fits brings it back.
+    w.replace(vec![obj("/p/a/x", 21)], 21).unwrap();
+    assert!(cache.progress().ready && cache.over_budget().is_none());
+}
