@@ -48,6 +48,9 @@ enum Target {
     /// the resource from it (`upstream:`); the connections are spread over
     /// the edges, and the front's figures are all of them together.
     WatchproxyTiers,
+    /// `--edges` watchproxies each in front of etcd, the connections spread
+    /// over them: the replicas that tiers are measured against.
+    WatchproxyReplicas,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection
@@ -65,6 +68,7 @@ impl Target {
                 | Target::WatchproxyTls
                 | Target::WatchproxyTlsNodes
                 | Target::WatchproxyTiers
+                | Target::WatchproxyReplicas
         )
     }
 }
@@ -167,7 +171,8 @@ struct Args {
     /// is wanted by one).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     shards: Option<u64>,
-    /// Edges of the watchproxy-tiers target.
+    /// Edges of the watchproxy-tiers target, replicas of the
+    /// watchproxy-replicas one.
     #[arg(long, default_value_t = 3)]
     edges: usize,
 
@@ -495,7 +500,8 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             let scheme = if tls.is_some() { "https" } else { "http" };
             (vec![p], vec![format!("{scheme}://127.0.0.1:{port}")])
         }
-        Target::WatchproxyTiers => {
+        Target::WatchproxyTiers | Target::WatchproxyReplicas => {
+            let tiered = target == Target::WatchproxyTiers;
             let bin = match &args.watchproxy_bin {
                 Some(b) => b.clone(),
                 None => std::env::current_exe()?.with_file_name("watchproxy"),
@@ -503,10 +509,12 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
             let core_port = free_port();
             let mut fronts = Vec::new();
             let mut endpoints = Vec::new();
-            for tier in 0..=args.edges {
+            // Tier 0 is the core, when there is one.
+            for tier in usize::from(!tiered)..=args.edges {
                 let port = if tier == 0 { core_port } else { free_port() };
                 let upstream = match tier {
                     0 => String::new(),
+                    _ if !tiered => String::new(),
                     _ => format!("upstream: http://127.0.0.1:{core_port}\n"),
                 };
                 let config = etcd.dir().join(format!("watchproxy-tier-{tier}.yaml"));
