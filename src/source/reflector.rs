@@ -78,21 +78,31 @@ pub fn spawn_reflector(
     let span = tracing::info_span!("reflector", resource = %resource.name);
     Ok(match source {
         Source::Etcd(etcd) => {
-            let upstream = EtcdUpstream {
+            let etcd = EtcdUpstream {
                 etcd: *etcd,
                 resource,
                 metrics: metrics.clone(),
             };
-            let reflector = Reflector::new(upstream, writer, metrics, history_depth);
-            tokio::spawn(reflector.run(shutdown).instrument(span))
+            spawn_with(etcd, writer, metrics, history_depth, shutdown, span)
         }
         Source::Tier(url) => {
-            let upstream = TierUpstream::new(&url, resource, metrics.clone())?;
-            // Its watch gives no previous states to read history with.
-            let reflector = Reflector::new(upstream, writer, metrics, 0);
-            tokio::spawn(reflector.run(shutdown).instrument(span))
+            let tier = TierUpstream::new(&url, resource, metrics.clone())?;
+            spawn_with(tier, writer, metrics, history_depth, shutdown, span)
         }
     })
+}
+
+/// Runs a reflector over `upstream` in a task of its own.
+fn spawn_with<U: Upstream>(
+    upstream: U,
+    writer: CacheWriter,
+    metrics: ResourceMetrics,
+    history_depth: u64,
+    shutdown: CancellationToken,
+    span: tracing::Span,
+) -> tokio::task::JoinHandle<()> {
+    let reflector = Reflector::new(upstream, writer, metrics, history_depth);
+    tokio::spawn(reflector.run(shutdown).instrument(span))
 }
 
 /// Where a resource's objects come from.

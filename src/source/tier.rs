@@ -108,7 +108,7 @@ impl Upstream for TierUpstream {
     }
 
     /// The upstream's watch gives no previous states: an edge's window
-    /// starts at its list.
+    /// starts at its list, whatever the depth asked for.
     async fn history(&mut self, listed: Revision, _depth: u64) -> Result<History, EtcdError> {
         Ok(History {
             events: Vec::new(),
