@@ -253,7 +253,7 @@ async fn demo_load(
                 });
                 let value = match format {
                     DemoFormat::Json => pod.to_string().into_bytes(),
-                    DemoFormat::Kubernetes => demo_pod_protobuf(&pod),
+                    DemoFormat::Kubernetes => watchproxy::object::pod_as_stored(&pod),
                 };
                 etcd_client::TxnOp::put(format!("{prefix}/{ns}/{name}"), value, None)
             })
@@ -265,42 +265,6 @@ async fn demo_load(
     }
     println!("wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces");
     Ok(())
-}
-
-/// A demo pod as the apiserver stores a pod: its protobuf, in the
-/// storage envelope.
-fn demo_pod_protobuf(pod: &serde_json::Value) -> Vec<u8> {
-    use k8s_pb::api::core::v1 as core;
-    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let text = |path: &str| pod.pointer(path).and_then(|v| v.as_str()).map(String::from);
-    let labels = (pod["metadata"]["labels"].as_object().into_iter().flatten())
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-        .collect();
-    let containers = (pod["spec"]["containers"].as_array().into_iter().flatten())
-        .map(|c| core::Container {
-            name: c["name"].as_str().map(String::from),
-            image: c["image"].as_str().map(String::from),
-            ..Default::default()
-        })
-        .collect();
-    let pb = core::Pod {
-        metadata: Some(ObjectMeta {
-            name: text("/metadata/name"),
-            namespace: text("/metadata/namespace"),
-            labels,
-            ..Default::default()
-        }),
-        spec: Some(core::PodSpec {
-            node_name: text("/spec/nodeName"),
-            containers,
-            ..Default::default()
-        }),
-        status: Some(core::PodStatus {
-            phase: text("/status/phase"),
-            ..Default::default()
-        }),
-    };
-    watchproxy::object::storage_encoding("v1", "Pod", &pb)
 }
 
 async fn connect(server: &str) -> anyhow::Result<WatchProxyClient<tonic::transport::Channel>> {

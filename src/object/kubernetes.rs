@@ -234,6 +234,56 @@ pub fn storage_encoding(api_version: &str, kind: &str, object: &impl Message) ->
     [ENVELOPE, &unknown.encode_to_vec()].concat()
 }
 
+/// A pod given as Kubernetes JSON, encoded the way the apiserver stores it
+/// (see [`storage_encoding`]): its name, namespace, uid, labels and
+/// annotations, node, containers' names and images, phase and IP. For the
+/// demo data and the measurement programs.
+pub fn pod_as_stored(pod: &serde_json::Value) -> Vec<u8> {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let text = |path: &str| pod.pointer(path).and_then(|v| v.as_str()).map(String::from);
+    let map = |path: &str| -> Labels {
+        (pod.pointer(path)
+            .and_then(|v| v.as_object())
+            .into_iter()
+            .flatten())
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect()
+    };
+    let containers = (pod
+        .pointer("/spec/containers")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten())
+    .map(|c| core::Container {
+        name: c["name"].as_str().map(String::from),
+        image: c["image"].as_str().map(String::from),
+        ..Default::default()
+    })
+    .collect();
+    let pb = core::Pod {
+        metadata: Some(ObjectMeta {
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            uid: text("/metadata/uid"),
+            labels: map("/metadata/labels"),
+            annotations: map("/metadata/annotations"),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            node_name: text("/spec/nodeName"),
+            containers,
+            ..Default::default()
+        }),
+        status: Some(core::PodStatus {
+            phase: text("/status/phase"),
+            pod_ip: text("/status/podIP"),
+            ..Default::default()
+        }),
+    };
+    storage_encoding("v1", "Pod", &pb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
-pub use kubernetes::storage_encoding;
+pub use kubernetes::{pod_as_stored, storage_encoding};
 pub use labels::LabelSet;
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;

@@ -78,42 +78,7 @@ fn pod(i: usize, bytes: usize, protobuf: bool) -> (String, Vec<u8>) {
     if !protobuf {
         return (key, pod.to_string().into_bytes());
     }
-    use k8s_pb::api::core::v1 as core;
-    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let text = |path: &str| pod.pointer(path).and_then(|v| v.as_str()).map(String::from);
-    let map = |path: &str| -> std::collections::BTreeMap<String, String> {
-        (pod.pointer(path)
-            .and_then(|v| v.as_object())
-            .into_iter()
-            .flatten())
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-        .collect()
-    };
-    let pb = core::Pod {
-        metadata: Some(ObjectMeta {
-            name: text("/metadata/name"),
-            namespace: text("/metadata/namespace"),
-            uid: text("/metadata/uid"),
-            labels: map("/metadata/labels"),
-            annotations: map("/metadata/annotations"),
-            ..Default::default()
-        }),
-        spec: Some(core::PodSpec {
-            node_name: text("/spec/nodeName"),
-            containers: vec![core::Container {
-                name: Some("main".into()),
-                image: Some("registry.example/app:1.0".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: Some(core::PodStatus {
-            phase: text("/status/phase"),
-            pod_ip: text("/status/podIP"),
-            ..Default::default()
-        }),
-    };
-    (key, watchproxy::object::storage_encoding("v1", "Pod", &pb))
+    (key, watchproxy::object::pod_as_stored(&pod))
 }
 
 /// Writes the pods, several transactions at once; the raw bytes written.
