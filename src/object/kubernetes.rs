@@ -1,9 +1,9 @@
 //! Values as the Kubernetes apiserver stores them (`format: kubernetes`):
 //! built-in types as protobuf in the storage envelope (`k8s\0`, then a
 //! `runtime.Unknown` naming the kind and holding the object's own
-//! protobuf), custom resources as JSON. The envelope is read with the
-//! types of `k8s-pb`; labels, the uid and the declared fields are read in
-//! place by their tags in those types (the tests encode with them). The
+//! protobuf), custom resources as JSON. The envelope, labels, the uid and
+//! the declared fields are read in place by their tags in `k8s-pb`'s
+//! types, which the tests encode with, so nothing is copied. The
 //! value is kept and sent as stored, for clients that read Kubernetes'
 //! protobuf.
 
@@ -67,6 +67,10 @@ fn fields_of(kind: &str) -> &'static [FieldAt] {
 /// Every Kubernetes object holds its `ObjectMeta` at field 1, and that its
 /// uid at 5 and its labels at 11.
 const METADATA: u32 = 1;
+/// `runtime.Unknown`: its `typeMeta` (whose `kind` is field 2) and `raw`.
+const UNKNOWN_TYPE_META: u32 = 1;
+const TYPE_META_KIND: u32 = 2;
+const UNKNOWN_RAW: u32 = 2;
 const UID: u32 = 5;
 const LABELS: u32 = 11;
 
@@ -185,16 +189,22 @@ impl Resource {
                 _ => Err(DecodeError::NotKubernetes),
             };
         };
-        let unknown = Unknown::decode(envelope).map_err(bad)?;
-        let raw = unknown.raw.unwrap_or_default();
-        let kind = (unknown.type_meta).and_then(|t| t.kind).unwrap_or_default();
+        let raw = match find(envelope, &[UNKNOWN_RAW])? {
+            Some(Payload::Bytes(raw)) => raw,
+            None => &[],
+            Some(_) => return Err(bad("runtime.Unknown's raw holds no bytes")),
+        };
+        let kind = find(envelope, &[UNKNOWN_TYPE_META, TYPE_META_KIND])?
+            .map(text)
+            .transpose()?
+            .unwrap_or_default();
         let known = fields_of(&kind);
         let fields = (self.selectable_fields.iter())
             .map(|path| {
                 let Some(&(_, tags, scalar)) = known.iter().find(|(p, ..)| p == path) else {
                     return Ok(String::new());
                 };
-                Ok(match (find(&raw, tags)?, scalar) {
+                Ok(match (find(raw, tags)?, scalar) {
                     (None, _) => String::new(),
                     (Some(p), Scalar::Text) => text(p)?,
                     (Some(Payload::Varint(v)), Scalar::Flag) => (v != 0).to_string(),
@@ -202,8 +212,8 @@ impl Resource {
                 })
             })
             .collect::<Result<_, DecodeError>>()?;
-        let uid = find(&raw, &[METADATA, UID])?.map(text).transpose()?;
-        Ok((labels(&raw)?, fields, uid.unwrap_or_default()))
+        let uid = find(raw, &[METADATA, UID])?.map(text).transpose()?;
+        Ok((labels(raw)?, fields, uid.unwrap_or_default()))
     }
 }
 
