@@ -49,7 +49,7 @@ use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
 use object::Resource;
-use source::{spawn_freshness, spawn_reflector, Etcd, Source};
+use source::{spawn_freshness, spawn_reflector, Etcd, Origin, Tier};
 use telemetry::Metrics;
 
 /// The sockets the service serves on, bound by the caller (so tests can
@@ -81,17 +81,27 @@ pub async fn run(
         .transpose()?;
     let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
     let auth = api::auth::Auth::new(&config, &resources, metrics.clone())?;
-    let etcd = Etcd::from_config(&config.etcd).await?;
-    for r in &resources {
-        etcd.check_readable(&r.key_prefix(), &r.key_range_end())
-            .await?;
+    let upstreams: Vec<Option<&String>> = (config.resources.iter())
+        .map(|rc| rc.upstream.as_ref().or(config.upstream.as_ref()))
+        .collect();
+    // An edge whose every resource comes from another watchproxy never
+    // connects to etcd.
+    let etcd = match upstreams.iter().any(Option::is_none) {
+        true => Some(Etcd::from_config(&config.etcd).await?),
+        false => None,
+    };
+    for (r, upstream) in resources.iter().zip(&upstreams) {
+        if let (Some(etcd), None) = (&etcd, upstream) {
+            etcd.check_readable(&r.key_prefix(), &r.key_range_end())
+                .await?;
+        }
     }
 
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
     let mut dispatchers = Vec::new();
     tasks.extend(auth.spawn_reload(shutdown.clone()));
-    for (rc, resource) in config.resources.iter().zip(&resources) {
+    for ((rc, resource), upstream) in config.resources.iter().zip(&resources).zip(upstreams) {
         let resource = Arc::new(resource.clone());
         let m = metrics.resource(&resource.name);
         let dispatcher = Dispatcher::new(
@@ -102,24 +112,34 @@ pub async fn run(
         .with_encoder(Arc::new(api::wire::encode_event));
         let (cache, writer) = WatchCache::new(resource.clone(), &rc.cache, dispatcher, m.clone());
         dispatchers.push(cache.dispatcher().clone());
-        let source = match rc.upstream.clone().or_else(|| config.upstream.clone()) {
-            Some(url) => Source::Tier(url),
-            None => Source::Etcd(Box::new(etcd.clone())),
+        let origin = match upstream {
+            Some(url) => Origin::Tier(Box::new(Tier::new(
+                url,
+                config.upstream_tls.as_ref(),
+                config.upstream_token_file.as_deref(),
+                resource.clone(),
+                m.clone(),
+            )?)),
+            None => Origin::Etcd(Box::new(
+                etcd.clone()
+                    .context("etcd is connected for this resource")?,
+            )),
         };
         tasks.push(spawn_reflector(
-            source,
+            origin.clone(),
             writer,
             m.clone(),
             rc.cache.max_events as u64,
             shutdown.clone(),
-        )?);
+        ));
         let (freshness, checker) =
-            spawn_freshness(etcd.clone(), cache.clone(), m.clone(), shutdown.clone());
+            spawn_freshness(origin.clone(), cache.clone(), m.clone(), shutdown.clone());
         tasks.push(checker);
         served.insert(
             resource.name.clone(),
             Served {
                 cache,
+                origin,
                 freshness,
                 metrics: m.clone(),
                 watch_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -169,7 +189,6 @@ pub async fn run(
 
     let api = Api::new(
         served,
-        etcd,
         config.watch.freshness_wait,
         config.limits.max_watchers,
         metrics.clone(),

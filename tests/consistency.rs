@@ -378,7 +378,7 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     use watchproxy::cache::WatchCache;
     use watchproxy::dispatch::Dispatcher;
     use watchproxy::object::Resource;
-    use watchproxy::source::{spawn_freshness, Etcd as EtcdClient};
+    use watchproxy::source::{spawn_freshness, Etcd as EtcdClient, Origin};
     use watchproxy::telemetry::Metrics;
 
     let etcd = Etcd::start().await;
@@ -416,12 +416,14 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     );
     writer.replace(objects, listed).unwrap();
     let shutdown = CancellationToken::new();
+    let origin = Origin::Etcd(Box::new(client));
     let (freshness, checker) =
-        spawn_freshness(client.clone(), cache.clone(), m.clone(), shutdown.clone());
+        spawn_freshness(origin.clone(), cache.clone(), m.clone(), shutdown.clone());
     let served = HashMap::from([(
         "pods".to_string(),
         Served {
             cache,
+            origin,
             freshness,
             metrics: m.clone(),
             watch_slots: Arc::new(tokio::sync::Semaphore::new(10)),
@@ -430,7 +432,6 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     )]);
     let api = Api::new(
         served,
-        client,
         Duration::from_millis(600),
         10,
         metrics.clone(),

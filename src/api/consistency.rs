@@ -1,6 +1,7 @@
 //! Where a read is answered from under Kubernetes' resource version rules:
 //! the cache once it is ready and has caught up to the version asked for
-//! (or, unset, to etcd's revision at the time of the call), else etcd.
+//! (or, unset, to etcd's revision at the time of the call), else the
+//! resource's origin (etcd, or the upstream watchproxy).
 
 use std::time::Duration;
 
@@ -15,8 +16,8 @@ use crate::object::{RequestedVersion, Revision};
 pub(super) enum Source {
     /// The cache, at the snapshot's revision.
     Cache(Snapshot),
-    /// etcd at this revision: the cache did not catch up in time.
-    Etcd(Revision),
+    /// The origin at this revision: the cache did not catch up in time.
+    Origin(Revision),
 }
 
 impl Api {
@@ -42,7 +43,7 @@ impl Api {
     /// time of the call, learned from a check shared with concurrent reads.
     /// If the cache does not get there within `freshness_wait`, a version
     /// etcd has not reached is "too large"; otherwise the read falls back
-    /// to etcd at its current revision (counted).
+    /// to the origin at etcd's current revision (counted).
     pub(super) async fn catch_up(
         &self,
         s: &Served,
@@ -74,7 +75,7 @@ impl Api {
                     }),
                     _ => {
                         s.metrics.consistent_read_fallbacks.inc();
-                        Ok(Source::Etcd(now))
+                        Ok(Source::Origin(now))
                     }
                 };
             }
@@ -106,7 +107,7 @@ impl Api {
     ) -> Result<Snapshot, ApiError> {
         match self.source_for(s, version).await? {
             Source::Cache(snapshot) => Ok(snapshot),
-            Source::Etcd(_) => Err(ApiError::NotFresh {
+            Source::Origin(_) => Err(ApiError::NotFresh {
                 resource: s.cache.resource.name.clone(),
             }),
         }

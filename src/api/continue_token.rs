@@ -20,10 +20,14 @@ pub struct ContinueToken {
     /// The last key returned; the next page starts after it.
     #[serde(rename = "k")]
     pub after: String,
-    /// The list is read from etcd (its revision is older than the cache's
-    /// window), and so are its pages.
+    /// The list is read from the origin, etcd or the upstream watchproxy
+    /// (its revision is older than the cache's window), and so are its
+    /// pages.
     #[serde(rename = "e", default, skip_serializing_if = "std::ops::Not::not")]
-    pub from_etcd: bool,
+    pub from_origin: bool,
+    /// Where the upstream watchproxy's list goes on.
+    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
     /// The caller and what it may see (0 where everyone sees the same): a
     /// token is refused for another.
     #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
@@ -35,20 +39,25 @@ fn is_zero(v: &u64) -> bool {
 }
 
 impl ContinueToken {
-    pub fn new(
-        resource: &Resource,
-        revision: Revision,
-        after: String,
-        from_etcd: bool,
-        scope: u64,
-    ) -> Self {
+    pub fn new(resource: &Resource, revision: Revision, after: String, scope: u64) -> Self {
         Self {
             version: 1,
             resource: resource.name.clone(),
             revision,
             after,
-            from_etcd,
+            from_origin: false,
+            upstream: None,
             scope,
+        }
+    }
+
+    /// A token of a list read from the origin, which goes on at `upstream`
+    /// when that is another watchproxy.
+    pub fn read_from_origin(self, upstream: Option<String>) -> Self {
+        Self {
+            from_origin: true,
+            upstream,
+            ..self
         }
     }
 
@@ -99,14 +108,17 @@ mod tests {
     #[test]
     fn tokens_round_trip_and_tampering_is_rejected() {
         let r = pods();
-        let t = ContinueToken::new(&r, 42, "/p/ns/a".into(), false, 0);
+        let t = ContinueToken::new(&r, 42, "/p/ns/a".into(), 0);
         assert_eq!(ContinueToken::decode(&t.encode(), &r, 0).unwrap(), t);
-        let bound = ContinueToken::new(&r, 42, "/p/ns/a".into(), false, 7);
+        let bound = ContinueToken::new(&r, 42, "/p/ns/a".into(), 7);
         assert_eq!(
             ContinueToken::decode(&bound.encode(), &r, 7).unwrap(),
             bound
         );
         assert!(ContinueToken::decode(&bound.encode(), &r, 8).is_err());
+        let upstream = t.clone().read_from_origin(Some("next".into()));
+        let read = ContinueToken::decode(&upstream.encode(), &r, 0).unwrap();
+        assert!(read.from_origin && read.upstream.as_deref() == Some("next"));
         assert!(ContinueToken::decode(&bound.encode(), &r, 0).is_err());
         let mut other = r.clone();
         other.name = "nodes".into();

@@ -1,6 +1,7 @@
-//! List and Get: pages cut from a cache snapshot, or read from etcd at a
-//! revision the cache cannot show. Every page of a list comes from the
-//! revision of its first.
+//! List and Get: pages cut from a cache snapshot, or read from the
+//! resource's origin (etcd, or the upstream watchproxy) at a revision the
+//! cache cannot show. Every page of a list comes from the revision of its
+//! first.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::cache::{NotInWindow, Snapshot};
 use crate::object::{Object, Projection, Resource, Revision};
 use crate::pb;
 use crate::selector::{Predicate, Shard};
-use crate::source::{EtcdError, ObjectsPage};
+use crate::source::{EtcdError, ObjectsPage, PageStart};
 
 /// What a page says about the list it belongs to.
 struct Page {
@@ -23,7 +24,11 @@ struct Page {
     scope: u64,
     more: bool,
     remaining: Option<usize>,
-    from_etcd: bool,
+    /// The newest change in the objects (0: not known).
+    changed: Revision,
+    from_origin: bool,
+    /// Where the upstream watchproxy's list goes on.
+    upstream: Option<String>,
 }
 
 impl Api {
@@ -47,9 +52,12 @@ impl Api {
         match q.at {
             ListAt::Continue(token) => {
                 let after = Some(token.after.as_str());
-                if token.from_etcd {
-                    return self
-                        .etcd_page(s, predicate, token.revision, after, limit, scope)
+                if token.from_origin {
+                    let start = PageStart {
+                        after,
+                        upstream: token.upstream.as_deref(),
+                    };
+                    return (self.origin_page(s, predicate, token.revision, start, limit, scope))
                         .await;
                 }
                 match s.cache.snapshot_at(token.revision) {
@@ -62,21 +70,25 @@ impl Api {
                 }
             }
             ListAt::Exact(n) => {
-                if let Source::Etcd(_) = self.catch_up(s, Some(n)).await? {
-                    return self.etcd_page(s, predicate, n, None, limit, scope).await;
+                if let Source::Origin(_) = self.catch_up(s, Some(n)).await? {
+                    let start = PageStart::default();
+                    return (self.origin_page(s, predicate, n, start, limit, scope)).await;
                 }
                 match s.cache.snapshot_at(n) {
                     Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope)),
-                    Err(_) => self.etcd_page(s, predicate, n, None, limit, scope).await,
+                    Err(_) => {
+                        let start = PageStart::default();
+                        (self.origin_page(s, predicate, n, start, limit, scope)).await
+                    }
                 }
             }
             ListAt::NotOlderThan(version) => match self.source_for(s, version).await? {
                 Source::Cache(snapshot) => {
                     Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope))
                 }
-                Source::Etcd(revision) => {
-                    self.etcd_page(s, predicate, revision, None, limit, scope)
-                        .await
+                Source::Origin(revision) => {
+                    let start = PageStart::default();
+                    (self.origin_page(s, predicate, revision, start, limit, scope)).await
                 }
             },
         }
@@ -90,10 +102,9 @@ impl Api {
                 // What the caller may not see is not there.
                 .filter(|o| q.predicate.matches(o))
                 .map(|o| object_pb(o, o.revision)),
-            Source::Etcd(revision) => {
-                let page = self
-                    .etcd_page(s, &q.predicate, revision, None, 1, 0)
-                    .await?;
+            Source::Origin(revision) => {
+                let start = PageStart::default();
+                let page = (self.origin_page(s, &q.predicate, revision, start, 1, 0)).await?;
                 page.items.into_iter().next()
             }
         };
@@ -104,26 +115,26 @@ impl Api {
         Ok(found)
     }
 
-    /// A page of the state at `revision` read from etcd, for revisions the
-    /// cache cannot show.
-    async fn etcd_page(
+    /// A page of the state at `revision` read from the origin, for
+    /// revisions the cache cannot show.
+    async fn origin_page(
         &self,
         s: &Served,
         predicate: &Predicate,
         revision: Revision,
-        after: Option<&str>,
+        start: PageStart<'_>,
         limit: usize,
         scope: u64,
     ) -> Result<pb::ListResponse, ApiError> {
         let resource = &s.cache.resource;
-        let read = self
-            .etcd
-            .objects_at(&s.metrics, resource, predicate, revision, after, limit)
+        let read = (s.origin)
+            .objects_at(&s.metrics, resource, predicate, revision, start, limit)
             .await;
         let ObjectsPage {
             items,
             more,
             remaining,
+            upstream,
         } = match read {
             Ok(page) => page,
             Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
@@ -140,7 +151,9 @@ impl Api {
             scope,
             more,
             remaining,
-            from_etcd: true,
+            changed: 0,
+            from_origin: true,
+            upstream,
         };
         Ok(page_response(resource, items.iter(), page))
     }
@@ -186,7 +199,9 @@ fn snapshot_page(
         scope,
         more,
         remaining,
-        from_etcd: false,
+        changed: snapshot.changed,
+        from_origin: false,
+        upstream: None,
     };
     page_response(resource, items.into_iter(), page)
 }
@@ -200,7 +215,11 @@ fn page_response<'a>(
     let continue_token = match items.last() {
         Some(last) if page.more => {
             let (after, revision) = (last.key.clone(), page.revision);
-            ContinueToken::new(resource, revision, after, page.from_etcd, page.scope).encode()
+            let mut token = ContinueToken::new(resource, revision, after, page.scope);
+            if page.from_origin {
+                token = token.read_from_origin(page.upstream);
+            }
+            token.encode()
         }
         _ => String::new(),
     };
@@ -210,6 +229,10 @@ fn page_response<'a>(
         continue_token,
         remaining_item_count: page.remaining.filter(|_| page.more).map(|n| n as i64),
         shard: None,
+        changed_resource_version: match page.changed {
+            0 => String::new(),
+            n => n.to_string(),
+        },
     }
 }
 

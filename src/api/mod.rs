@@ -41,7 +41,7 @@ use crate::cache::WatchCache;
 use crate::config::Verb;
 use crate::dispatch::Inbox;
 use crate::pb;
-use crate::source::{Etcd, Freshness};
+use crate::source::{Freshness, Origin};
 use crate::telemetry::{Metrics, ResourceMetrics};
 use auth::{Auth, Caller, PeerCerts, Scope};
 use call::CallInfo;
@@ -55,6 +55,8 @@ pub use watch::WatchStream;
 #[derive(Clone)]
 pub struct Served {
     pub cache: Arc<WatchCache>,
+    /// Where reads the cache cannot answer go.
+    pub origin: Origin,
     pub freshness: Arc<Freshness>,
     pub metrics: ResourceMetrics,
     /// One permit per open watch of this resource.
@@ -66,7 +68,6 @@ pub struct Served {
 #[derive(Clone)]
 pub struct Api {
     resources: Arc<HashMap<String, Served>>,
-    etcd: Etcd,
     /// Bound on waiting for readiness, freshness or a requested version.
     freshness_wait: Duration,
     /// One permit per open watch of any resource.
@@ -92,7 +93,6 @@ fn peer_certs<T>(request: &Request<T>) -> Option<PeerCerts> {
 impl Api {
     pub fn new(
         resources: HashMap<String, Served>,
-        etcd: Etcd,
         freshness_wait: Duration,
         max_watchers: usize,
         metrics: Metrics,
@@ -100,7 +100,6 @@ impl Api {
     ) -> Self {
         Self {
             resources: Arc::new(resources),
-            etcd,
             freshness_wait,
             watch_slots: Arc::new(Semaphore::new(max_watchers)),
             auth: Arc::new(Auth::open(metrics.clone())),

@@ -69,6 +69,10 @@ pub(super) struct State {
     revision: Revision,
     /// See [`Progress::valid_through`]; never below `revision`.
     valid_through: Revision,
+    /// The revision of the newest change in the store (or of the list it
+    /// came from): the objects are those of every revision from it to
+    /// `valid_through`.
+    changed: Revision,
     ready: bool,
 }
 
@@ -132,6 +136,7 @@ impl WatchCache {
             ring: EventRing::new(config.min_events, config.max_events, config.freshness),
             revision: 0,
             valid_through: 0,
+            changed: 0,
             ready: false,
         };
         let cache = Arc::new(Self {
@@ -167,6 +172,7 @@ impl WatchCache {
             store: s.store.clone(),
             indexes: s.indexes.clone(),
             revision: s.valid_through,
+            changed: s.changed,
         }
     }
 
@@ -186,6 +192,7 @@ impl WatchCache {
                     store: s.store.clone(),
                     indexes: s.indexes.clone(),
                     revision,
+                    changed: s.changed,
                 });
             }
             let later = s.ring.since(revision).map_err(NotInWindow::TooOld)?;
@@ -196,6 +203,7 @@ impl WatchCache {
                 store: s.store.clone(),
                 indexes: s.indexes.clone(),
                 revision,
+                changed: 0,
             };
             (snapshot, later)
         };
@@ -286,6 +294,24 @@ impl WatchCache {
         });
     }
 
+    /// Records an upstream watchproxy's proof that its objects, whose
+    /// newest change is at `changed`, are etcd's current ones at `until`.
+    /// This cache follows that upstream's changes, so when its own newest
+    /// change is the same it holds the same objects: its reads move to
+    /// `until` too.
+    pub fn confirm_same(&self, changed: Revision, until: Revision) {
+        let mut s = self.state.lock();
+        if !s.ready || s.changed != changed || s.valid_through >= until {
+            return;
+        }
+        s.valid_through = until;
+        self.progress.send_replace(Progress {
+            revision: s.revision,
+            valid_through: until,
+            ready: true,
+        });
+    }
+
     /// The narrowest watcher set that covers a predicate: its key for a
     /// single-object watch, else the pinned indexed field whose value the
     /// fewest objects have now (the most selective), else every event.
@@ -334,6 +360,7 @@ impl WatchCache {
                     store: s.store.clone(),
                     indexes: s.indexes.clone(),
                     revision: s.valid_through,
+                    changed: s.changed,
                 };
                 (Some(snapshot), s.valid_through)
             }

@@ -14,6 +14,10 @@ pub struct Snapshot {
     pub store: Store,
     pub indexes: FieldIndexes,
     pub revision: Revision,
+    /// The revision of the newest change in the objects, at or below
+    /// `revision` (their objects are the same); 0 where not known (a past
+    /// state). A tier below confirms its own freshness with it.
+    pub changed: Revision,
 }
 
 impl Snapshot {

@@ -50,6 +50,18 @@ impl CacheWriter {
     /// refused, and a ready cache gives up what it holds (see
     /// [`CacheWriter::apply`]).
     pub fn replace(&mut self, objects: Vec<Object>, revision: Revision) -> Result<(), OverBudget> {
+        self.replace_changed(objects, revision, revision)
+    }
+
+    /// [`CacheWriter::replace`] with a list whose newest change is at
+    /// `changed` (an upstream watchproxy's list says so; etcd's is taken
+    /// at its revision).
+    pub fn replace_changed(
+        &mut self,
+        objects: Vec<Object>,
+        revision: Revision,
+        changed: Revision,
+    ) -> Result<(), OverBudget> {
         let bytes = self.within_budget(&objects)?;
         let new: Store = objects
             .into_iter()
@@ -65,6 +77,7 @@ impl CacheWriter {
             s.ring.reset(revision);
             s.revision = revision;
             s.valid_through = revision;
+            s.changed = changed;
             s.ready = true;
             self.publish(&s);
             return Ok(());
@@ -105,6 +118,10 @@ impl CacheWriter {
         s.store = new;
         s.revision = revision;
         s.valid_through = revision;
+        s.changed = match end || !events.is_empty() {
+            true => revision,
+            false => changed.min(revision),
+        };
         self.shed(&mut s);
         self.publish(&s);
         drop(s);
@@ -145,6 +162,7 @@ impl CacheWriter {
         }
         s.revision = through.min(listed);
         s.valid_through = listed;
+        s.changed = listed;
         s.ready = true;
         self.shed(&mut s);
         self.publish(&s);
@@ -172,6 +190,7 @@ impl CacheWriter {
             let Some(event) = Event::between(c.revision, prev, object) else {
                 continue;
             };
+            s.changed = s.changed.max(c.revision);
             s.bytes += event.object().map_or(0, |o| o.cost());
             s.bytes -= event.prev().map_or(0, |o| o.cost());
             s.indexes.update(

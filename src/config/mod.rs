@@ -28,6 +28,14 @@ pub struct Config {
     /// own `upstream`.
     #[serde(default)]
     pub upstream: Option<String>,
+    /// TLS to `https://` upstreams: the CA to trust (required) and, for
+    /// mutual TLS, a certificate and key.
+    #[serde(default)]
+    pub upstream_tls: Option<ClientTls>,
+    /// A file holding the bearer token to present to upstreams; read for
+    /// every call, so a rotated token is used at once.
+    #[serde(default)]
+    pub upstream_token_file: Option<std::path::PathBuf>,
     /// Address of the gRPC listener.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -181,7 +189,7 @@ pub struct EtcdConfig {
     /// TLS to etcd (`https://` endpoints): a CA to trust and, for client
     /// certificate authentication, a certificate and key.
     #[serde(default)]
-    pub tls: Option<EtcdTls>,
+    pub tls: Option<ClientTls>,
     /// etcd's own authentication: a user, and a file holding its password.
     #[serde(default)]
     pub username: Option<String>,
@@ -189,15 +197,15 @@ pub struct EtcdConfig {
     pub password_file: Option<std::path::PathBuf>,
 }
 
-/// PEM files for TLS to etcd.
+/// PEM files for TLS to etcd or to an upstream watchproxy.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EtcdTls {
+pub struct ClientTls {
     pub ca_file: Option<std::path::PathBuf>,
     pub cert_file: Option<std::path::PathBuf>,
     pub key_file: Option<std::path::PathBuf>,
-    /// The name to verify etcd's certificate against, when it differs from
-    /// the endpoint's host.
+    /// The name to verify the server's certificate against, when it
+    /// differs from the endpoint's host.
     pub server_name: Option<String>,
 }
 

@@ -230,6 +230,13 @@ impl Config {
                         format!("{url:?} is not a URL such as http://core:50051"),
                     ));
                 }
+                let ca = self.upstream_tls.as_ref().and_then(|t| t.ca_file.as_ref());
+                if url.starts_with("https://") && ca.is_none() {
+                    return Err(invalid(
+                        "upstream_tls.ca_file".to_owned(),
+                        format!("{url:?} is https: name the CA to trust"),
+                    ));
+                }
             }
             if r.max_bytes == Some(0) {
                 return Err(invalid(at("max_bytes"), "must be more than 0"));

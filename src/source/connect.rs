@@ -7,7 +7,7 @@ use anyhow::Context;
 use etcd_client::{Client, ConnectOptions, GetOptions, TlsOptions};
 
 use super::{Etcd, EtcdError};
-use crate::config::{EtcdConfig, EtcdTls};
+use crate::config::{ClientTls, EtcdConfig};
 
 impl Etcd {
     /// Connects lazily: an etcd that is down at start is retried by the
@@ -149,7 +149,7 @@ fn tls_failure(e: &EtcdError) -> Option<String> {
 }
 
 /// Reads the PEM files of the etcd TLS settings.
-fn tls_options(tls: &EtcdTls) -> anyhow::Result<etcd_client::TlsOptions> {
+fn tls_options(tls: &ClientTls) -> anyhow::Result<etcd_client::TlsOptions> {
     let read =
         |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
     let mut options = etcd_client::TlsOptions::new();

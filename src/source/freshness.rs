@@ -8,9 +8,11 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Etcd, EtcdError};
+use super::tier::{changed_of, failed, revision_of, Tier};
+use super::{EtcdError, Origin};
 use crate::cache::WatchCache;
 use crate::object::Revision;
+use crate::pb;
 use crate::telemetry::ResourceMetrics;
 
 /// The outcome of one check, numbered by the order checks started in.
@@ -21,7 +23,8 @@ struct Checked {
     revision: Result<Revision, Arc<EtcdError>>,
 }
 
-/// Learns etcd's current revision for a resource's consistent reads.
+/// Learns etcd's current revision for a resource's consistent reads, from
+/// etcd or through the upstream watchproxy.
 ///
 /// A read must see a revision read from etcd after the read arrived, so it
 /// cannot reuse a check already running; it asks for the next one. Every
@@ -53,12 +56,11 @@ impl Freshness {
 
 /// Starts the checker of a resource; the task exits on `shutdown`.
 ///
-/// Each check proves, with count-only reads, whether the cache's objects
-/// are already etcd's current ones (nothing etcd holds under the prefix
-/// differs); if so reads are answered at once at etcd's revision,
+/// Each check also proves whether the cache's objects are already etcd's
+/// current ones; if so reads are answered at once at etcd's revision,
 /// otherwise the watch will deliver.
 pub fn spawn_freshness(
-    etcd: Etcd,
+    origin: Origin,
     cache: Arc<WatchCache>,
     metrics: ResourceMetrics,
     shutdown: CancellationToken,
@@ -76,7 +78,6 @@ pub fn spawn_freshness(
     let span = tracing::info_span!("freshness", resource = %cache.resource.name);
     let task = tokio::spawn(
         async move {
-            let (start, end) = (cache.resource.key_prefix(), cache.resource.key_range_end());
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -86,16 +87,12 @@ pub fn spawn_freshness(
                     // Published before etcd is asked, so a reader that
                     // sees the old count is served by a later check.
                     let generation = f.started.fetch_add(1, Ordering::SeqCst) + 1;
-                    let since = cache.progress().revision;
                     let revision = tokio::select! {
                         _ = shutdown.cancelled() => return,
-                        r = etcd.unchanged_since(&metrics, &start, &end, since) => r,
+                        r = origin.check(&metrics, &cache) => r,
                     };
                     let revision = match revision {
-                        Ok((now, unchanged)) => {
-                            if unchanged {
-                                cache.confirm_unchanged(since, now);
-                            }
+                        Ok(now) => {
                             let at = cache.progress().valid_through;
                             metrics.cache_lag.set(now.saturating_sub(at) as i64);
                             Ok(now)
@@ -112,4 +109,58 @@ pub fn spawn_freshness(
         .instrument(span),
     );
     (freshness, task)
+}
+
+impl Origin {
+    /// etcd's current revision, read after this call; a cache proven to
+    /// hold etcd's current objects has its reads moved to it.
+    async fn check(&self, m: &ResourceMetrics, cache: &WatchCache) -> Result<Revision, EtcdError> {
+        match self {
+            // Count-only reads: nothing etcd holds under the prefix
+            // changed since the cache's revision.
+            Origin::Etcd(etcd) => {
+                let (start, end) = (cache.resource.key_prefix(), cache.resource.key_range_end());
+                let since = cache.progress().revision;
+                let (now, unchanged) = etcd.unchanged_since(m, &start, &end, since).await?;
+                if unchanged {
+                    cache.confirm_unchanged(since, now);
+                }
+                Ok(now)
+            }
+            Origin::Tier(tier) => {
+                let (now, changed) = tier.current().await?;
+                if let Some(changed) = changed {
+                    cache.confirm_same(changed, now);
+                }
+                Ok(now)
+            }
+        }
+    }
+}
+
+impl Tier {
+    /// The upstream's answer to a consistent read (never older than etcd's
+    /// revision when it started), and the newest change in its objects.
+    /// It looks up one key, so the upstream cuts no page of its objects.
+    async fn current(&self) -> Result<(Revision, Option<Revision>), EtcdError> {
+        const PROBE: &str = "watchproxy-freshness-probe";
+        let namespace = match self.resource.namespaced {
+            true => PROBE,
+            false => "",
+        };
+        let request = self.request(pb::ListRequest {
+            resource: self.resource.name.clone(),
+            namespace: namespace.to_owned(),
+            field_selector: format!("metadata.name={PROBE}"),
+            limit: 1,
+            ..Default::default()
+        })?;
+        let page = self
+            .client()
+            .list(request)
+            .await
+            .map_err(failed)?
+            .into_inner();
+        Ok((revision_of(&page.resource_version)?, changed_of(&page)))
+    }
 }

@@ -1,6 +1,6 @@
 //! The etcd side: a reflector per resource lists the prefix, then keeps one
-//! etcd watch on it, feeding the watch cache; freshness checks and reads at
-//! past revisions for the API.
+//! etcd watch on it (or follows another watchproxy), feeding the watch
+//! cache; freshness checks and reads at past revisions for the API.
 
 mod connect;
 mod etcd;
@@ -13,8 +13,18 @@ mod upstream;
 
 pub use etcd::{Etcd, EtcdError};
 pub use freshness::{spawn_freshness, Freshness};
-pub use read::ObjectsPage;
-pub use reflector::{spawn_reflector, Source};
+pub use read::{ObjectsPage, PageStart};
+pub use reflector::spawn_reflector;
+pub use tier::Tier;
+
+/// Where a resource's objects come from: etcd, or another watchproxy
+/// (`upstream:`). The reflector follows it; freshness checks and reads at
+/// revisions the cache cannot show ask it too, so an edge never reads etcd.
+#[derive(Clone)]
+pub enum Origin {
+    Etcd(Box<Etcd>),
+    Tier(Box<Tier>),
+}
 
 use crate::object::{DecodeError, Revision};
 use crate::telemetry::ResourceMetrics;

@@ -1,11 +1,14 @@
-//! Reading a resource's objects from etcd at a past revision, for the
-//! reads the cache cannot answer (a version older than its window, or a
-//! cache that did not catch up in time).
+//! Reading a resource's objects at a past revision from its origin (etcd,
+//! or the upstream watchproxy), for the reads the cache cannot answer (a
+//! version older than its window, or a cache that did not catch up in
+//! time).
 
 use std::sync::Arc;
 
-use super::{Etcd, EtcdError};
+use super::tier::{failed, Tier, PAGE};
+use super::{Etcd, EtcdError, Origin};
 use crate::object::{range_end, Object, Resource, Revision};
+use crate::pb;
 use crate::selector::Predicate;
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
 
@@ -18,6 +21,100 @@ pub struct ObjectsPage {
     /// How many follow, when the predicate selects by key range only (so
     /// etcd can count them).
     pub remaining: Option<usize>,
+    /// Where the upstream watchproxy's list goes on, for the next page.
+    pub upstream: Option<String>,
+}
+
+/// Where a page starts: after a key (etcd), or where the upstream
+/// watchproxy's list left off.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PageStart<'a> {
+    pub after: Option<&'a str>,
+    pub upstream: Option<&'a str>,
+}
+
+impl Origin {
+    /// The objects `predicate` selects at `revision`, from `start`, at most
+    /// `limit` of them. Values that cannot be decoded are skipped, as the
+    /// cache skips them.
+    pub async fn objects_at(
+        &self,
+        m: &ResourceMetrics,
+        resource: &Resource,
+        predicate: &Predicate,
+        revision: Revision,
+        start: PageStart<'_>,
+        limit: usize,
+    ) -> Result<ObjectsPage, EtcdError> {
+        match self {
+            Origin::Etcd(etcd) => {
+                (etcd.objects_at(m, resource, predicate, revision, start.after, limit)).await
+            }
+            Origin::Tier(tier) => {
+                tier.objects_at(predicate, revision, start.upstream, limit)
+                    .await
+            }
+        }
+    }
+}
+
+impl Tier {
+    /// Pages of the upstream's objects at exactly `revision`, filtered
+    /// here. Each asks for no more than the page still lacks, so the
+    /// upstream's list goes on after the last object this page returns.
+    async fn objects_at(
+        &self,
+        predicate: &Predicate,
+        revision: Revision,
+        upstream: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectsPage, EtcdError> {
+        let mut items = Vec::new();
+        let mut token = upstream.unwrap_or_default().to_owned();
+        let mut remaining;
+        loop {
+            let want = limit.saturating_sub(items.len()).min(PAGE as usize);
+            // Later pages are cut from the revision their token carries.
+            let (resource_version, resource_version_match) = match token.is_empty() {
+                true => (revision.to_string(), pb::ResourceVersionMatch::Exact.into()),
+                false => (String::new(), pb::ResourceVersionMatch::Unspecified.into()),
+            };
+            let request = self.request(pb::ListRequest {
+                resource: self.resource.name.clone(),
+                namespace: predicate.namespace().unwrap_or_default().to_owned(),
+                field_selector: (predicate.name())
+                    .map(|n| format!("metadata.name={n}"))
+                    .unwrap_or_default(),
+                resource_version,
+                resource_version_match,
+                limit: want as i64,
+                continue_token: token,
+                ..Default::default()
+            })?;
+            let page = self
+                .client()
+                .list(request)
+                .await
+                .map_err(failed)?
+                .into_inner();
+            let objects = page.items.iter().filter_map(|o| self.object(o));
+            items.extend(objects.filter(|o| predicate.matches(o)).map(Arc::new));
+            token = page.continue_token;
+            remaining = page.remaining_item_count;
+            if token.is_empty() || items.len() >= limit {
+                break;
+            }
+        }
+        let more = !token.is_empty();
+        Ok(ObjectsPage {
+            items,
+            more,
+            remaining: remaining
+                .filter(|_| more && !predicate.has_selectors())
+                .map(|n| n as usize),
+            upstream: more.then_some(token),
+        })
+    }
 }
 
 impl Etcd {
@@ -105,6 +202,7 @@ impl Etcd {
             items,
             more,
             remaining,
+            upstream: None,
         })
     }
 }

@@ -8,9 +8,8 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
-use super::tier::TierUpstream;
 use super::upstream::{EtcdUpstream, Listed, Notice, Upstream};
-use super::{classify, Etcd, EtcdError, Recovery};
+use super::{classify, EtcdError, Origin, Recovery};
 use crate::cache::{CacheWriter, OverBudget};
 use crate::object::Revision;
 use crate::telemetry::{ReflectorState, ResourceMetrics};
@@ -68,16 +67,16 @@ struct Reflector<U: Upstream> {
 /// Starts the reflector of a resource. The task exits when `shutdown` is
 /// cancelled; etcd failures never end it.
 pub fn spawn_reflector(
-    source: Source,
+    origin: Origin,
     writer: CacheWriter,
     metrics: ResourceMetrics,
     history_depth: u64,
     shutdown: CancellationToken,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+) -> tokio::task::JoinHandle<()> {
     let resource = writer.cache().resource.clone();
     let span = tracing::info_span!("reflector", resource = %resource.name);
-    Ok(match source {
-        Source::Etcd(etcd) => {
+    match origin {
+        Origin::Etcd(etcd) => {
             let etcd = EtcdUpstream {
                 etcd: *etcd,
                 resource,
@@ -85,11 +84,8 @@ pub fn spawn_reflector(
             };
             spawn_with(etcd, writer, metrics, history_depth, shutdown, span)
         }
-        Source::Tier(url) => {
-            let tier = TierUpstream::new(&url, resource, metrics.clone())?;
-            spawn_with(tier, writer, metrics, history_depth, shutdown, span)
-        }
-    })
+        Origin::Tier(tier) => spawn_with(*tier, writer, metrics, history_depth, shutdown, span),
+    }
 }
 
 /// Runs a reflector over `upstream` in a task of its own.
@@ -103,13 +99,6 @@ fn spawn_with<U: Upstream>(
 ) -> tokio::task::JoinHandle<()> {
     let reflector = Reflector::new(upstream, writer, metrics, history_depth);
     tokio::spawn(reflector.run(shutdown).instrument(span))
-}
-
-/// Where a resource's objects come from.
-pub enum Source {
-    Etcd(Box<Etcd>),
-    /// Another watchproxy, at this URL (`upstream:`).
-    Tier(String),
 }
 
 impl<U: Upstream> Reflector<U> {
@@ -206,7 +195,14 @@ impl<U: Upstream> Reflector<U> {
         } else {
             self.upstream.list().await.map(|listed| (listed, None))
         };
-        let (Listed { objects, revision }, history) = match listed {
+        let (
+            Listed {
+                objects,
+                revision,
+                changed,
+            },
+            history,
+        ) = match listed {
             Err(EtcdError::OverBudget(over)) => {
                 self.writer.refuse(over);
                 return Err(over.into());
@@ -231,7 +227,7 @@ impl<U: Upstream> Reflector<U> {
                 Err(e) => warn!(error = %e, "could not read history; resumes start at the list"),
             }
         }
-        self.writer.replace(objects, revision)?;
+        self.writer.replace_changed(objects, revision, changed)?;
         Ok(State::Connecting { revision })
     }
 

@@ -3,28 +3,37 @@
 //! versions are etcd's revisions at every tier, so a client can resume on
 //! any tier or replica.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status, Streaming};
+use anyhow::Context;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Request, Status, Streaming};
+use tonic_types::StatusExt;
 
 use super::history::History;
 use super::upstream::{Listed, Notice, Upstream};
 use super::EtcdError;
 use crate::cache::Change;
+use crate::config::ClientTls;
 use crate::object::{Object, Resource, Revision};
 use crate::pb::watch_proxy_client::WatchProxyClient;
 use crate::pb::{self, EventType};
 use crate::telemetry::ResourceMetrics;
 
 /// Objects per List page read from the upstream.
-const PAGE: i64 = 1000;
+pub(super) const PAGE: i64 = 1000;
 
-/// A watchproxy serving the resource of the same name.
-pub struct TierUpstream {
+/// A watchproxy serving the resource of the same name: the reflector's
+/// source, and where the edge's freshness checks and older reads go.
+#[derive(Clone)]
+pub struct Tier {
     client: WatchProxyClient<Channel>,
-    resource: Arc<Resource>,
-    metrics: ResourceMetrics,
+    /// Read for every call, so a rotated token is used at once.
+    token_file: Option<Arc<PathBuf>>,
+    pub(super) resource: Arc<Resource>,
+    pub(super) metrics: ResourceMetrics,
 }
 
 /// A watch on the upstream; `created` once the reflector was told.
@@ -33,25 +42,56 @@ pub struct TierWatch {
     created: bool,
 }
 
-impl TierUpstream {
+impl Tier {
     /// Connects lazily: an upstream that is not there yet is retried by
-    /// the reflector like an etcd that is not.
+    /// the reflector like an etcd that is not. TLS and token files are
+    /// read now, so a missing one fails the start.
     pub fn new(
         url: &str,
+        tls: Option<&ClientTls>,
+        token_file: Option<&std::path::Path>,
         resource: Arc<Resource>,
         metrics: ResourceMetrics,
     ) -> anyhow::Result<Self> {
-        let channel = Endpoint::from_shared(url.to_owned())?.connect_lazy();
+        let mut endpoint = Endpoint::from_shared(url.to_owned())?;
+        if url.starts_with("https://") {
+            endpoint = endpoint.tls_config(tls_config(tls)?)?;
+        }
+        if let Some(file) = token_file {
+            read_token(file).map_err(anyhow::Error::msg)?;
+        }
         Ok(Self {
-            client: WatchProxyClient::new(channel).max_decoding_message_size(usize::MAX),
+            client: WatchProxyClient::new(endpoint.connect_lazy())
+                .max_decoding_message_size(usize::MAX),
+            token_file: token_file.map(|f| Arc::new(f.to_owned())),
             resource,
             metrics,
         })
     }
 
+    /// A call's request, with the bearer token when one is configured.
+    pub(super) fn request<T>(&self, message: T) -> Result<Request<T>, EtcdError> {
+        let mut request = Request::new(message);
+        if let Some(file) = &self.token_file {
+            let token = read_token(file).map_err(EtcdError::Upstream)?;
+            let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
+                EtcdError::Upstream(format!(
+                    "the token in {} is not a header value",
+                    file.display()
+                ))
+            })?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+
+    pub(super) fn client(&self) -> WatchProxyClient<Channel> {
+        self.client.clone()
+    }
+
     /// An object as the upstream sent it, read again as this resource
     /// reads its values (its fields and hashes are this tier's).
-    fn object(&self, o: &pb::Object) -> Option<Object> {
+    pub(super) fn object(&self, o: &pb::Object) -> Option<Object> {
         let revision: Revision = o.resource_version.parse().ok()?;
         match self.resource.decode(o.key.as_bytes(), &o.value, revision) {
             Ok(object) => Some(object),
@@ -63,48 +103,105 @@ impl TierUpstream {
     }
 }
 
+/// The token in `file`, trimmed; an error names the file, never the token.
+fn read_token(file: &std::path::Path) -> Result<String, String> {
+    match std::fs::read_to_string(file) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_owned()),
+        Ok(_) => Err(format!(
+            "the upstream token file {} is empty",
+            file.display()
+        )),
+        Err(e) => Err(format!(
+            "reading the upstream token file {}: {e}",
+            file.display()
+        )),
+    }
+}
+
+/// TLS to an `https://` upstream: the CA to trust, and a client
+/// certificate when the upstream asks for one.
+fn tls_config(tls: Option<&ClientTls>) -> anyhow::Result<ClientTlsConfig> {
+    let read =
+        |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let tls = tls.context("an https:// upstream needs upstream_tls.ca_file: the CA to trust")?;
+    let ca = tls
+        .ca_file
+        .as_ref()
+        .context("an https:// upstream needs upstream_tls.ca_file: the CA to trust")?;
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(config)
+}
+
 /// An upstream failure, sorted as the reflector sorts etcd's: a version
-/// the upstream no longer has means listing again.
-fn failed(status: Status) -> EtcdError {
-    match status.code() {
-        Code::OutOfRange => EtcdError::Compacted { compacted: 0 },
+/// the upstream no longer has means listing again, one it has not reached
+/// is a future revision.
+pub(super) fn failed(status: Status) -> EtcdError {
+    let reason = status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone());
+    match (status.code(), reason.as_deref()) {
+        (_, Some("TOO_LARGE_RESOURCE_VERSION")) => EtcdError::FutureRevision,
+        (Code::OutOfRange, _) => EtcdError::Compacted { compacted: 0 },
         _ => EtcdError::Upstream(status.message().to_owned()),
     }
 }
 
-impl Upstream for TierUpstream {
+/// The revision of the newest change in a page of the upstream's current
+/// state; none from a watchproxy that does not say.
+pub(super) fn changed_of(page: &pb::ListResponse) -> Option<Revision> {
+    page.changed_resource_version.parse().ok()
+}
+
+/// A resource version the upstream sent.
+pub(super) fn revision_of(text: &str) -> Result<Revision, EtcdError> {
+    text.parse().map_err(|_| {
+        EtcdError::Upstream(format!("the upstream's version {text:?} is not a revision"))
+    })
+}
+
+impl Upstream for Tier {
     type Watch = TierWatch;
 
     async fn list(&mut self) -> Result<Listed, EtcdError> {
         let mut objects = Vec::new();
-        let (mut revision, mut token) = (None, String::new());
+        let (mut first, mut token) = (None, String::new());
         loop {
-            let request = pb::ListRequest {
+            let request = self.request(pb::ListRequest {
                 resource: self.resource.name.clone(),
                 limit: PAGE,
                 continue_token: token,
                 ..Default::default()
-            };
+            })?;
             let page = self
                 .client
                 .list(request)
                 .await
                 .map_err(failed)?
                 .into_inner();
-            revision.get_or_insert(page.resource_version.parse().map_err(|_| {
-                EtcdError::Upstream(format!(
-                    "the upstream's list version {:?} is not a revision",
-                    page.resource_version
-                ))
-            })?);
+            if first.is_none() {
+                let revision = revision_of(&page.resource_version)?;
+                let changed = changed_of(&page).unwrap_or(revision);
+                first = Some((revision, changed));
+            }
             objects.extend(page.items.iter().filter_map(|o| self.object(o)));
             if page.continue_token.is_empty() {
                 break;
             }
             token = page.continue_token;
         }
-        let revision = revision.expect("a page was read");
-        Ok(Listed { objects, revision })
+        let (revision, changed) = first.expect("a page was read");
+        Ok(Listed {
+            objects,
+            revision,
+            changed,
+        })
     }
 
     /// The upstream's watch gives no previous states: an edge's window
@@ -119,12 +216,12 @@ impl Upstream for TierUpstream {
     }
 
     async fn watch(&mut self, after: Revision) -> Result<TierWatch, EtcdError> {
-        let request = pb::WatchRequest {
+        let request = self.request(pb::WatchRequest {
             resource: self.resource.name.clone(),
             resource_version: after.to_string(),
             allow_bookmarks: true,
             ..Default::default()
-        };
+        })?;
         let stream = self
             .client
             .watch(request)

@@ -34,6 +34,9 @@ pub enum Notice {
 pub struct Listed {
     pub objects: Vec<Object>,
     pub revision: Revision,
+    /// The revision of the newest change in the objects, where the
+    /// upstream says (another watchproxy does); else `revision`.
+    pub changed: Revision,
 }
 
 pub trait Upstream: Send + 'static {
@@ -132,6 +135,7 @@ impl EtcdUpstream {
             Listed {
                 objects: objects?,
                 revision,
+                changed: revision,
             },
             beside,
         ))

@@ -21,6 +21,7 @@ use crate::object::Resource;
 use crate::selector::Predicate;
 use crate::source::freshness::spawn_freshness;
 use crate::source::history::History;
+use crate::source::{Etcd, Origin};
 use crate::telemetry::Metrics;
 
 /// etcd, with each change the watch sends passed on only for a permit.
@@ -126,7 +127,12 @@ async fn a_key_that_came_and_went_while_the_watch_lagged_is_never_skipped() {
     let shutdown = CancellationToken::new();
     let reflector = Reflector::new(held, writer, metrics.clone(), 0);
     let reflecting = tokio::spawn(reflector.run(shutdown.clone()));
-    let (freshness, checking) = spawn_freshness(etcd, cache.clone(), metrics, shutdown.clone());
+    let (freshness, checking) = spawn_freshness(
+        Origin::Etcd(Box::new(etcd)),
+        cache.clone(),
+        metrics,
+        shutdown.clone(),
+    );
     cache.wait_ready().await;
     let s = cache.progress().revision;
 

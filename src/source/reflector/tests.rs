@@ -61,6 +61,7 @@ fn listed(keys: &[(&str, Revision)], revision: Revision) -> Result<Listed, EtcdE
     Ok(Listed {
         objects: keys.iter().map(|(k, r)| object(k, *r)).collect(),
         revision,
+        changed: revision,
     })
 }
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ewatchproxy/v1/watchproxy.proto\x12\rwatchproxy.v1\"\xc1\x01\n\x06Object\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x31\n\x06labels\x18\x05 \x03(\x0b\x32!.watchproxy.v1.Object.LabelsEntry\x12\r\n\x05value\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbc\x02\n\x0bListRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x18\n\x10resource_version\x18\x05 \x01(\t\x12\x43\n\x16resource_version_match\x18\x06 \x01(\x0e\x32#.watchproxy.v1.ResourceVersionMatch\x12\r\n\x05limit\x18\x07 \x01(\x03\x12\x16\n\x0e\x63ontinue_token\x18\x08 \x01(\t\x12\x0e\n\x06\x66ields\x18\t \x03(\t\x12\x15\n\rmetadata_only\x18\n \x01(\x08\x12+\n\x05shard\x18\x0b \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelector\"H\n\rShardSelector\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12(\n\x06ranges\x18\x02 \x03(\x0b\x32\x18.watchproxy.v1.HashRange\"\'\n\tHashRange\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x04\"\xcf\x01\n\x0cListResponse\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.watchproxy.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontinue_token\x18\x03 \x01(\t\x12!\n\x14remaining_item_count\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12+\n\x05shard\x18\x05 \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelectorB\x17\n\x15_remaining_item_count\"\x80\x01\n\nGetRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x0e\n\x06\x66ields\x18\x05 \x03(\t\x12\x15\n\rmetadata_only\x18\x06 \x01(\x08\"\xcc\x02\n\x0cWatchRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x16\n\x0elabel_selector\x18\x04 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x05 \x01(\t\x12\x18\n\x10resource_version\x18\x06 \x01(\t\x12\x17\n\x0f\x61llow_bookmarks\x18\x07 \x01(\x08\x12\x1b\n\x13send_initial_events\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x03\x12\x0e\n\x06\x66ields\x18\n \x03(\t\x12\x15\n\rmetadata_only\x18\x0b \x01(\x08\x12+\n\x05shard\x18\x0c \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelector\x12\x1c\n\x14\x62\x61tch_initial_events\x18\r \x01(\x08\"\xaf\x01\n\nWatchEvent\x12&\n\x04type\x18\x01 \x01(\x0e\x32\x18.watchproxy.v1.EventType\x12%\n\x06object\x18\x02 \x01(\x0b\x32\x15.watchproxy.v1.Object\x12\x1a\n\x12initial_events_end\x18\x03 \x01(\x08\x12\x0e\n\x06resync\x18\x04 \x01(\x08\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.watchproxy.v1.Object*\x8b\x01\n\x14ResourceVersionMatch\x12&\n\"RESOURCE_VERSION_MATCH_UNSPECIFIED\x10\x00\x12)\n%RESOURCE_VERSION_MATCH_NOT_OLDER_THAN\x10\x01\x12 \n\x1cRESOURCE_VERSION_MATCH_EXACT\x10\x02*\x87\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x17\n\x13\x45VENT_TYPE_BOOKMARK\x10\x04\x32\xc9\x01\n\nWatchProxy\x12?\n\x04List\x12\x1a.watchproxy.v1.ListRequest\x1a\x1b.watchproxy.v1.ListResponse\x12\x37\n\x03Get\x12\x19.watchproxy.v1.GetRequest\x1a\x15.watchproxy.v1.Object\x12\x41\n\x05Watch\x12\x1b.watchproxy.v1.WatchRequest\x1a\x19.watchproxy.v1.WatchEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ewatchproxy/v1/watchproxy.proto\x12\rwatchproxy.v1\"\xc1\x01\n\x06Object\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x31\n\x06labels\x18\x05 \x03(\x0b\x32!.watchproxy.v1.Object.LabelsEntry\x12\r\n\x05value\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbc\x02\n\x0bListRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x18\n\x10resource_version\x18\x05 \x01(\t\x12\x43\n\x16resource_version_match\x18\x06 \x01(\x0e\x32#.watchproxy.v1.ResourceVersionMatch\x12\r\n\x05limit\x18\x07 \x01(\x03\x12\x16\n\x0e\x63ontinue_token\x18\x08 \x01(\t\x12\x0e\n\x06\x66ields\x18\t \x03(\t\x12\x15\n\rmetadata_only\x18\n \x01(\x08\x12+\n\x05shard\x18\x0b \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelector\"H\n\rShardSelector\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12(\n\x06ranges\x18\x02 \x03(\x0b\x32\x18.watchproxy.v1.HashRange\"\'\n\tHashRange\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x04\"\xf1\x01\n\x0cListResponse\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.watchproxy.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\t\x12\x16\n\x0e\x63ontinue_token\x18\x03 \x01(\t\x12!\n\x14remaining_item_count\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12+\n\x05shard\x18\x05 \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelector\x12 \n\x18\x63hanged_resource_version\x18\x06 \x01(\tB\x17\n\x15_remaining_item_count\"\x80\x01\n\nGetRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x0e\n\x06\x66ields\x18\x05 \x03(\t\x12\x15\n\rmetadata_only\x18\x06 \x01(\x08\"\xcc\x02\n\x0cWatchRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x16\n\x0elabel_selector\x18\x04 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x05 \x01(\t\x12\x18\n\x10resource_version\x18\x06 \x01(\t\x12\x17\n\x0f\x61llow_bookmarks\x18\x07 \x01(\x08\x12\x1b\n\x13send_initial_events\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x03\x12\x0e\n\x06\x66ields\x18\n \x03(\t\x12\x15\n\rmetadata_only\x18\x0b \x01(\x08\x12+\n\x05shard\x18\x0c \x01(\x0b\x32\x1c.watchproxy.v1.ShardSelector\x12\x1c\n\x14\x62\x61tch_initial_events\x18\r \x01(\x08\"\xaf\x01\n\nWatchEvent\x12&\n\x04type\x18\x01 \x01(\x0e\x32\x18.watchproxy.v1.EventType\x12%\n\x06object\x18\x02 \x01(\x0b\x32\x15.watchproxy.v1.Object\x12\x1a\n\x12initial_events_end\x18\x03 \x01(\x08\x12\x0e\n\x06resync\x18\x04 \x01(\x08\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.watchproxy.v1.Object*\x8b\x01\n\x14ResourceVersionMatch\x12&\n\"RESOURCE_VERSION_MATCH_UNSPECIFIED\x10\x00\x12)\n%RESOURCE_VERSION_MATCH_NOT_OLDER_THAN\x10\x01\x12 \n\x1cRESOURCE_VERSION_MATCH_EXACT\x10\x02*\x87\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x17\n\x13\x45VENT_TYPE_BOOKMARK\x10\x04\x32\xc9\x01\n\nWatchProxy\x12?\n\x04List\x12\x1a.watchproxy.v1.ListRequest\x1a\x1b.watchproxy.v1.ListResponse\x12\x37\n\x03Get\x12\x19.watchproxy.v1.GetRequest\x1a\x15.watchproxy.v1.Object\x12\x41\n\x05Watch\x12\x1b.watchproxy.v1.WatchRequest\x1a\x19.watchproxy.v1.WatchEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OBJECT_LABELSENTRY']._loaded_options = None
   _globals['_OBJECT_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_RESOURCEVERSIONMATCH']._serialized_start=1534
-  _globals['_RESOURCEVERSIONMATCH']._serialized_end=1673
-  _globals['_EVENTTYPE']._serialized_start=1676
-  _globals['_EVENTTYPE']._serialized_end=1811
+  _globals['_RESOURCEVERSIONMATCH']._serialized_start=1568
+  _globals['_RESOURCEVERSIONMATCH']._serialized_end=1707
+  _globals['_EVENTTYPE']._serialized_start=1710
+  _globals['_EVENTTYPE']._serialized_end=1845
   _globals['_OBJECT']._serialized_start=50
   _globals['_OBJECT']._serialized_end=243
   _globals['_OBJECT_LABELSENTRY']._serialized_start=198
@@ -48,13 +48,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HASHRANGE']._serialized_start=638
   _globals['_HASHRANGE']._serialized_end=677
   _globals['_LISTRESPONSE']._serialized_start=680
-  _globals['_LISTRESPONSE']._serialized_end=887
-  _globals['_GETREQUEST']._serialized_start=890
-  _globals['_GETREQUEST']._serialized_end=1018
-  _globals['_WATCHREQUEST']._serialized_start=1021
-  _globals['_WATCHREQUEST']._serialized_end=1353
-  _globals['_WATCHEVENT']._serialized_start=1356
-  _globals['_WATCHEVENT']._serialized_end=1531
-  _globals['_WATCHPROXY']._serialized_start=1814
-  _globals['_WATCHPROXY']._serialized_end=2015
+  _globals['_LISTRESPONSE']._serialized_end=921
+  _globals['_GETREQUEST']._serialized_start=924
+  _globals['_GETREQUEST']._serialized_end=1052
+  _globals['_WATCHREQUEST']._serialized_start=1055
+  _globals['_WATCHREQUEST']._serialized_end=1387
+  _globals['_WATCHEVENT']._serialized_start=1390
+  _globals['_WATCHEVENT']._serialized_end=1565
+  _globals['_WATCHPROXY']._serialized_start=1848
+  _globals['_WATCHPROXY']._serialized_end=2049
 # @@protoc_insertion_point(module_scope)
