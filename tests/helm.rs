@@ -283,9 +283,24 @@ fn an_edge_release_takes_its_resources_from_the_core_release() {
     let config = rendered_config(&docs);
     assert_eq!(
         config.upstream.as_deref(),
-        Some("http://core-watchproxy:50051")
+        Some("https://core-watchproxy:50051")
     );
     assert!(!config.resources.is_empty());
+    let tls = config.upstream_tls.as_ref().expect("upstream TLS");
+    let ca = tls.ca_file.as_ref().unwrap();
+    assert_eq!(ca.to_str(), Some("/etc/watchproxy/upstream-tls/ca.crt"));
+    let token = config.upstream_token_file.as_ref().unwrap();
+    assert_eq!(token.to_str(), Some("/etc/watchproxy/upstream-token/token"));
+    // The files are there: their Secrets are mounted where the config
+    // names them.
+    let text = render("edge-values.yaml");
+    for (secret, path) in [
+        ("core-ca", "/etc/watchproxy/upstream-tls"),
+        ("edge-token", "/etc/watchproxy/upstream-token"),
+    ] {
+        assert!(text.contains(&format!("secretName: {secret}")), "{secret}");
+        assert!(text.contains(&format!("mountPath: {path}")), "{path}");
+    }
     assert!(rendered_config(&documents(&render("default-values.yaml")))
         .upstream
         .is_none());

@@ -277,3 +277,64 @@ async fn an_edge_reads_consistently_and_at_old_versions_through_its_core_alone()
         .into_inner();
     assert_eq!(selected.items.len(), 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_reaches_a_core_that_asks_for_tls_and_a_token() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "node-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ca = test_ca("tiers");
+    let (cert, key) = test_leaf(&ca, "core", &["localhost"], false);
+    let tokens = file("tokens.yaml", "- {token: edge-secret, user: edge}\n");
+    let core_config = Config::from_yaml(&format!(
+        "{}auth:\n  tokens_file: {}\ntls:\n  cert_file: {}\n  key_file: {}\n",
+        pods_yaml(&etcd.client_url, 64),
+        tokens.display(),
+        file("tls.crt", &cert).display(),
+        file("tls.key", &key).display(),
+    ))
+    .unwrap();
+    let core = Proxy::start_config(core_config).await;
+    let edge_yaml = |token: &str| {
+        format!(
+            "upstream: https://localhost:{}\nupstream_tls:\n  ca_file: {}\nupstream_token_file: {}\n{}",
+            core.addr.port(),
+            file("ca.crt", &ca.pem()).display(),
+            file(&format!("{token}.token"), &format!("{token}\n")).display(),
+            pods_yaml(&etcd.client_url, 64)
+        )
+    };
+
+    let edge = Proxy::start_config(Config::from_yaml(&edge_yaml("edge-secret")).unwrap()).await;
+    let mut client = edge.client().await;
+    wait_ready(&mut client, "pods").await;
+    assert_eq!(listed(&mut client).await, pod_values(&mut ec).await);
+    let rv = list_version(&mut client, "pods", "").await;
+    assert!(rv >= etcd_revision(&mut ec).await);
+
+    // A token the core does not know: the edge never becomes ready, and
+    // says why without the token.
+    let refused = Proxy::start_config(Config::from_yaml(&edge_yaml("wrong-secret")).unwrap()).await;
+    let mut client = refused.client().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = client
+        .list(pb::ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(!format!("{status:?}").contains("wrong-secret"));
+}
+
+async fn etcd_revision(c: &mut etcd_client::Client) -> u64 {
+    let got = c.get("/", None).await.unwrap();
+    got.header().unwrap().revision() as u64
+}

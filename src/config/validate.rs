@@ -378,6 +378,14 @@ resources:
                 GOOD.replace("[\"http://127.0.0.1:2379\"]", "[]"),
                 "etcd.endpoints",
             ),
+            (
+                GOOD.replace("resources:", "upstream: core:50051\nresources:"),
+                "upstream",
+            ),
+            (
+                GOOD.replace("resources:", "upstream: https://core:50051\nresources:"),
+                "upstream_tls.ca_file",
+            ),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(&yaml).unwrap_err().to_string();

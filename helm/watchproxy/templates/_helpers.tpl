@@ -63,6 +63,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- $_ := set $config.etcd "tls" $tls }}
 {{- end }}
+{{- if .Values.upstreamTLS.enabled }}
+{{- $tls := dict "ca_file" (printf "/etc/watchproxy/upstream-tls/%s" .Values.upstreamTLS.caKey) }}
+{{- if and .Values.upstreamTLS.certKey .Values.upstreamTLS.keyKey }}
+{{- $_ := set $tls "cert_file" (printf "/etc/watchproxy/upstream-tls/%s" .Values.upstreamTLS.certKey) }}
+{{- $_ := set $tls "key_file" (printf "/etc/watchproxy/upstream-tls/%s" .Values.upstreamTLS.keyKey) }}
+{{- end }}
+{{- if .Values.upstreamTLS.serverName }}
+{{- $_ := set $tls "server_name" .Values.upstreamTLS.serverName }}
+{{- end }}
+{{- $_ := set $config "upstream_tls" $tls }}
+{{- end }}
+{{- if .Values.upstreamToken.secretName }}
+{{- $_ := set $config "upstream_token_file" (printf "/etc/watchproxy/upstream-token/%s" .Values.upstreamToken.key) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -145,6 +159,16 @@ The application then dials 127.0.0.1:<ports.grpc>.
       mountPath: /etc/watchproxy/jwks
       readOnly: true
     {{- end }}
+    {{- if .Values.upstreamTLS.enabled }}
+    - name: watchproxy-upstream-tls
+      mountPath: /etc/watchproxy/upstream-tls
+      readOnly: true
+    {{- end }}
+    {{- if .Values.upstreamToken.secretName }}
+    - name: watchproxy-upstream-token
+      mountPath: /etc/watchproxy/upstream-token
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{- define "watchproxy.sidecar.volumes" -}}
@@ -173,6 +197,18 @@ The application then dials 127.0.0.1:<ports.grpc>.
 - name: watchproxy-jwks
   secret:
     secretName: {{ .Values.auth.jwksSecret.name }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.upstreamTLS.enabled }}
+- name: watchproxy-upstream-tls
+  secret:
+    secretName: {{ required "upstreamTLS.secretName is required when upstreamTLS.enabled" .Values.upstreamTLS.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.upstreamToken.secretName }}
+- name: watchproxy-upstream-token
+  secret:
+    secretName: {{ .Values.upstreamToken.secretName }}
     defaultMode: 0440
 {{- end }}
 {{- end }}
