@@ -338,3 +338,73 @@ async fn etcd_revision(c: &mut etcd_client::Client) -> u64 {
     let got = c.get("/", None).await.unwrap();
     got.header().unwrap().revision() as u64
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_on_the_core_reaches_the_edges_watchers_as_a_marked_difference() {
+    use EventType::*;
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "keep", &[], "").await;
+    put_pod(&mut ec, "ns", "change", &[("v", "1")], "").await;
+    put_pod(&mut ec, "ns", "gone", &[], "").await;
+    let core = Proxy::start(&forwarder.url).await;
+    let edge = Proxy::start_config(edge_without_etcd(core.addr)).await;
+    let mut client = edge.client().await;
+    wait_ready(&mut client, "pods").await;
+    let watch = pb::WatchRequest {
+        allow_bookmarks: true,
+        ..watch_req("pods", "")
+    };
+    let mut stream = open_watch(&mut client, watch).await;
+    assert_eq!(take_events(&mut stream, 3).await.len(), 3);
+    let before = list_version(&mut client, "pods", "0").await;
+
+    forwarder.cut();
+    put_pod(&mut ec, "ns", "change", &[("v", "2")], "").await;
+    delete_key(&mut ec, "/registry/pods/ns/gone").await;
+    put_pod(&mut ec, "ns", "new", &[], "").await;
+    let compact_at = put_pod(&mut ec, "ns", "short-lived", &[], "").await;
+    let last = delete_key(&mut ec, "/registry/pods/ns/short-lived").await;
+    ec.compact(compact_at as i64, None).await.unwrap();
+    forwarder.restore();
+
+    // The edge lists its core again and sends the difference, marked, at
+    // the version its own lost history starts from.
+    let mut got = Vec::new();
+    let mut end = 0;
+    for _ in 0..100 {
+        if end > 0 {
+            break;
+        }
+        let e = next_event(&mut stream)
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        match (e.r#type == Bookmark as i32, e.resync) {
+            (true, false) => continue,
+            (true, true) => end = summary(&e).2,
+            (false, resync) => {
+                assert!(resync, "{e:?} is part of the resync");
+                got.push(summary(&e));
+            }
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            (Modified, "ns/change".into(), before),
+            (Deleted, "ns/gone".into(), before),
+            (Added, "ns/new".into(), before),
+        ]
+    );
+    assert!(
+        end >= last,
+        "the resync ends at {end}, not at or after etcd's {last}"
+    );
+    assert_eq!(
+        edge.metric("watchproxy_relists_total", "resource=\"pods\""),
+        1.0
+    );
+    assert_eq!(listed(&mut client).await, pod_values(&mut ec).await);
+}

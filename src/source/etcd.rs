@@ -31,6 +31,10 @@ pub enum EtcdError {
     /// A watchproxy upstream (`upstream:`) failed the call.
     #[error("the upstream watchproxy failed: {0}")]
     Upstream(String),
+    /// A watchproxy upstream resynced: the history since our version is
+    /// lost, and listing it again gives the difference.
+    #[error("the upstream watchproxy resynced with etcd; its history since our version is lost")]
+    UpstreamResynced,
     /// Not etcd's: the resource's objects do not fit its `max_bytes`.
     #[error("the resource is over its budget: {0}")]
     OverBudget(#[from] OverBudget),

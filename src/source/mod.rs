@@ -44,7 +44,9 @@ pub enum Recovery {
 /// watch cache that gave up would serve stale data forever.
 pub fn classify(err: &EtcdError) -> Recovery {
     match err {
-        EtcdError::Compacted { .. } | EtcdError::OverBudget(_) => Recovery::Relist,
+        EtcdError::Compacted { .. } | EtcdError::OverBudget(_) | EtcdError::UpstreamResynced => {
+            Recovery::Relist
+        }
         EtcdError::Client(_)
         | EtcdError::Timeout
         | EtcdError::FutureRevision
@@ -80,6 +82,7 @@ mod tests {
             (EtcdError::Compacted { compacted: 7 }, Recovery::Relist),
             (EtcdError::Timeout, Recovery::Retry),
             (EtcdError::StreamEnded, Recovery::Retry),
+            (EtcdError::UpstreamResynced, Recovery::Relist),
             (
                 EtcdError::WatchCanceled("permission denied".into()),
                 Recovery::Retry,

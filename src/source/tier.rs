@@ -238,8 +238,18 @@ impl Upstream for Tier {
         if !std::mem::replace(&mut watch.created, true) {
             return Ok(Notice::Created { watch_id: 0 });
         }
-        let Some(event) = watch.stream.message().await.map_err(failed)? else {
-            return Err(EtcdError::StreamEnded);
+        let event = loop {
+            let Some(event) = watch.stream.message().await.map_err(failed)? else {
+                return Err(EtcdError::StreamEnded);
+            };
+            // A resync's events carry the version its lost history starts
+            // from, not each object's. This tier lists again once it ends
+            // and sends its own watchers the difference, marked as theirs.
+            match (event.resync, event.r#type == EventType::Bookmark as i32) {
+                (false, _) => break event,
+                (true, false) => continue,
+                (true, true) => return Err(EtcdError::UpstreamResynced),
+            }
         };
         let kind = EventType::try_from(event.r#type).unwrap_or(EventType::Bookmark);
         let objects: Vec<&pb::Object> = event.object.iter().chain(&event.objects).collect();
