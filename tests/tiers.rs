@@ -408,3 +408,36 @@ async fn a_resync_on_the_core_reaches_the_edges_watchers_as_a_marked_difference(
     );
     assert_eq!(listed(&mut client).await, pod_values(&mut ec).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resumes_on_a_new_edge_with_a_version_from_before_it_started() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let (core, mut core_client) = proxy_ready(&etcd).await;
+    let first = put_pod(&mut ec, "ns", "p-0", &[], "node-1").await;
+    let mut written = Vec::new();
+    for i in 1..6 {
+        let r = put_pod(&mut ec, "ns", &format!("p-{i}"), &[], "node-1").await;
+        written.push((EventType::Added, format!("ns/p-{i}"), r));
+    }
+    let r = delete_key(&mut ec, "/registry/pods/ns/p-0").await;
+    written.push((EventType::Deleted, "ns/p-0".into(), r));
+    // The version a client of the core holds.
+    assert!(list_version(&mut core_client, "pods", "").await >= r);
+
+    let edge = Proxy::start_config(edge_without_etcd(core.addr)).await;
+    let mut client = edge.client().await;
+    wait_ready(&mut client, "pods").await;
+    let mut resumed = open_watch(&mut client, watch_req("pods", &first.to_string())).await;
+    let seen: Vec<_> = take_events(&mut resumed, written.len())
+        .await
+        .iter()
+        .map(summary)
+        .collect();
+    assert_eq!(seen, written);
+    assert_eq!(listed(&mut client).await, pod_values(&mut ec).await);
+    // Its consistent reads are still confirmed without reading the core.
+    list_version(&mut client, "pods", "").await;
+    let fallbacks = "watchproxy_consistent_read_fallbacks_total";
+    assert_eq!(edge.metric(fallbacks, "resource=\"pods\""), 0.0);
+}

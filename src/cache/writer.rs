@@ -135,11 +135,13 @@ impl CacheWriter {
     /// resume from versions older than the list. History read up to
     /// `through` < `listed` holds when etcd proved its objects the same at
     /// both: the cache stands at `through`, and the watch delivers what
-    /// came and went in between.
+    /// came and went in between. `changed` is the list's newest change, as
+    /// in [`CacheWriter::replace_changed`].
     pub fn replace_with_history(
         &mut self,
         objects: Vec<Object>,
         listed: Revision,
+        changed: Revision,
         oldest: Revision,
         through: Revision,
         history: Vec<Event>,
@@ -162,7 +164,7 @@ impl CacheWriter {
         }
         s.revision = through.min(listed);
         s.valid_through = listed;
-        s.changed = listed;
+        s.changed = changed;
         s.ready = true;
         self.shed(&mut s);
         self.publish(&s);

@@ -8,11 +8,9 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::tier::{changed_of, failed, revision_of, Tier};
 use super::{EtcdError, Origin};
 use crate::cache::WatchCache;
 use crate::object::Revision;
-use crate::pb;
 use crate::telemetry::ResourceMetrics;
 
 /// The outcome of one check, numbered by the order checks started in.
@@ -135,32 +133,5 @@ impl Origin {
                 Ok(now)
             }
         }
-    }
-}
-
-impl Tier {
-    /// The upstream's answer to a consistent read (never older than etcd's
-    /// revision when it started), and the newest change in its objects.
-    /// It looks up one key, so the upstream cuts no page of its objects.
-    async fn current(&self) -> Result<(Revision, Option<Revision>), EtcdError> {
-        const PROBE: &str = "watchproxy-freshness-probe";
-        let namespace = match self.resource.namespaced {
-            true => PROBE,
-            false => "",
-        };
-        let request = self.request(pb::ListRequest {
-            resource: self.resource.name.clone(),
-            namespace: namespace.to_owned(),
-            field_selector: format!("metadata.name={PROBE}"),
-            limit: 1,
-            ..Default::default()
-        })?;
-        let page = self
-            .client()
-            .list(request)
-            .await
-            .map_err(failed)?
-            .into_inner();
-        Ok((revision_of(&page.resource_version)?, changed_of(&page)))
     }
 }

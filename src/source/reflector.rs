@@ -218,8 +218,9 @@ impl<U: Upstream> Reflector<U> {
             match history {
                 Ok(h) => {
                     info!(events = h.events.len(), oldest = h.oldest, "read history");
-                    self.writer
-                        .replace_with_history(objects, revision, h.oldest, h.through, h.events)?;
+                    self.writer.replace_with_history(
+                        objects, revision, changed, h.oldest, h.through, h.events,
+                    )?;
                     self.writer.apply(h.live)?;
                     let revision = self.writer.cache().progress().revision;
                     return Ok(State::Connecting { revision });

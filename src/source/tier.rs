@@ -153,6 +153,96 @@ pub(super) fn failed(status: Status) -> EtcdError {
     }
 }
 
+impl Tier {
+    /// The upstream's answer to a consistent read (never older than etcd's
+    /// revision when it started), and the newest change in its objects.
+    /// It looks up one key, so the upstream cuts no page of its objects.
+    pub(super) async fn current(&self) -> Result<(Revision, Option<Revision>), EtcdError> {
+        const PROBE: &str = "watchproxy-freshness-probe";
+        let namespace = match self.resource.namespaced {
+            true => PROBE,
+            false => "",
+        };
+        let request = self.request(pb::ListRequest {
+            resource: self.resource.name.clone(),
+            namespace: namespace.to_owned(),
+            field_selector: format!("metadata.name={PROBE}"),
+            limit: 1,
+            ..Default::default()
+        })?;
+        let page = self
+            .client()
+            .list(request)
+            .await
+            .map_err(failed)?
+            .into_inner();
+        Ok((revision_of(&page.resource_version)?, changed_of(&page)))
+    }
+
+    /// Every object of the upstream's resource, exactly `at` a version or
+    /// (none) as it is now, in pages cut from one revision.
+    async fn list_at(&self, at: Option<Revision>) -> Result<Listed, EtcdError> {
+        let mut client = self.client();
+        let (mut objects, mut first, mut token) = (Vec::new(), None, String::new());
+        loop {
+            let mut request = pb::ListRequest {
+                resource: self.resource.name.clone(),
+                limit: PAGE,
+                ..Default::default()
+            };
+            match (at, token.is_empty()) {
+                (_, false) => request.continue_token = token,
+                (Some(at), true) => {
+                    request.resource_version = at.to_string();
+                    request.resource_version_match = pb::ResourceVersionMatch::Exact.into();
+                }
+                (None, true) => {}
+            }
+            let page = (client.list(self.request(request)?).await)
+                .map_err(failed)?
+                .into_inner();
+            if first.is_none() {
+                let revision = revision_of(&page.resource_version)?;
+                first = Some((revision, changed_of(&page).unwrap_or(revision)));
+            }
+            objects.extend(page.items.iter().filter_map(|o| self.object(o)));
+            if page.continue_token.is_empty() {
+                break;
+            }
+            token = page.continue_token;
+        }
+        let (revision, changed) = first.expect("a page was read");
+        Ok(Listed {
+            objects,
+            revision,
+            changed,
+        })
+    }
+
+    /// The oldest version at or after `from` that the upstream can send
+    /// every change after: a watch opened there is refused with the
+    /// upstream's oldest when its window does not reach back so far.
+    async fn window_start(&self, from: Revision) -> Result<Revision, EtcdError> {
+        let request = self.request(pb::WatchRequest {
+            resource: self.resource.name.clone(),
+            resource_version: from.to_string(),
+            ..Default::default()
+        })?;
+        let status = match self.client().watch(request).await {
+            Ok(_) => return Ok(from),
+            Err(status) => status,
+        };
+        let info = status.get_error_details().error_info().cloned();
+        let oldest = info
+            .filter(|i| i.reason == "TOO_OLD_RESOURCE_VERSION")
+            .and_then(|i| i.metadata.get("oldest_resource_version")?.parse().ok());
+        match oldest {
+            Some(oldest) => Ok(from.max(oldest)),
+            None => Err(failed(status)),
+        }
+    }
+}
+
 /// The revision of the newest change in a page of the upstream's current
 /// state; none from a watchproxy that does not say.
 pub(super) fn changed_of(page: &pb::ListResponse) -> Option<Revision> {
@@ -170,42 +260,35 @@ impl Upstream for Tier {
     type Watch = TierWatch;
 
     async fn list(&mut self) -> Result<Listed, EtcdError> {
-        let mut objects = Vec::new();
-        let (mut first, mut token) = (None, String::new());
-        loop {
-            let request = self.request(pb::ListRequest {
-                resource: self.resource.name.clone(),
-                limit: PAGE,
-                continue_token: token,
-                ..Default::default()
-            })?;
-            let page = self
-                .client
-                .list(request)
-                .await
-                .map_err(failed)?
-                .into_inner();
-            if first.is_none() {
-                let revision = revision_of(&page.resource_version)?;
-                let changed = changed_of(&page).unwrap_or(revision);
-                first = Some((revision, changed));
-            }
-            objects.extend(page.items.iter().filter_map(|o| self.object(o)));
-            if page.continue_token.is_empty() {
-                break;
-            }
-            token = page.continue_token;
-        }
-        let (revision, changed) = first.expect("a page was read");
-        Ok(Listed {
-            objects,
-            revision,
-            changed,
-        })
+        self.list_at(None).await
     }
 
-    /// The upstream's watch gives no previous states: an edge's window
-    /// starts at its list, whatever the depth asked for.
+    /// Lists the upstream at a version up to `depth` before its current
+    /// one, as far back as its window reaches; the watch from there then
+    /// replays the changes since into this tier's window, so clients
+    /// resume with versions from before this tier started.
+    async fn list_with_history(
+        &mut self,
+        depth: u64,
+    ) -> Result<(Listed, Result<History, EtcdError>), EtcdError> {
+        let (now, changed) = self.current().await?;
+        let from = (self.window_start(now.saturating_sub(depth).max(1)).await?).min(now);
+        let mut listed = self.list_at(Some(from)).await?;
+        // The upstream's objects are those of every version from its
+        // newest change to `now`, so they are the objects at `from` too
+        // when that change is no later.
+        listed.changed = changed.map_or(from, |c| c.min(from));
+        let history = History {
+            events: Vec::new(),
+            oldest: from,
+            through: from,
+            live: Vec::new(),
+        };
+        Ok((listed, Ok(history)))
+    }
+
+    /// Unused: [`Tier::list_with_history`] reads no history beside the
+    /// list, the watch replays it.
     async fn history(&mut self, listed: Revision, _depth: u64) -> Result<History, EtcdError> {
         Ok(History {
             events: Vec::new(),
