@@ -148,6 +148,15 @@ struct Built {
     /// The key of the last object encoded.
     after: Option<Arc<str>>,
     done: bool,
+    /// The bytes of the messages held, in `watchproxy_snapshot_bytes`.
+    held: u64,
+}
+
+impl Drop for InitialState {
+    fn drop(&mut self) {
+        let held = self.built.get_mut().held;
+        self.metrics.snapshot_bytes.dec_by(held as i64);
+    }
 }
 
 impl InitialState {
@@ -166,7 +175,9 @@ impl InitialState {
         if self.solo {
             debug_assert_eq!(i, built.first, "a solo state is read in order");
             built.first += 1;
-            return built.messages.pop_front();
+            let m = built.messages.pop_front()?;
+            self.release(&mut built, m.encoded.size() as u64);
+            return Some(m);
         }
         let at = i.checked_sub(built.first)?;
         built.messages.get(at).cloned()
@@ -192,7 +203,20 @@ impl InitialState {
         };
         let bytes: usize = messages.iter().map(Encoded::size).sum();
         self.metrics.initial_snapshot_bytes.inc_by(bytes as u64);
+        self.hold(built, bytes as u64);
         (built.messages).extend(messages.into_iter().map(|m| Arc::new(Packed::new(m))));
+    }
+}
+
+impl InitialState {
+    fn hold(&self, built: &mut Built, bytes: u64) {
+        built.held += bytes;
+        self.metrics.snapshot_bytes.inc_by(bytes as i64);
+    }
+
+    fn release(&self, built: &mut Built, bytes: u64) {
+        built.held -= bytes;
+        self.metrics.snapshot_bytes.dec_by(bytes as i64);
     }
 }
 
@@ -236,10 +260,16 @@ impl InitialCursor {
         if let Some(codec) = codec {
             if let (Some(form), true) = m.compressed(codec) {
                 let bytes = form.len() as u64;
-                self.state
+                let state = &self.state;
+                state
                     .metrics
                     .initial_snapshot_compressed_bytes
                     .inc_by(bytes);
+                // A solo state let its message go; the compressed form
+                // goes with the message, so it is not held past it.
+                if !state.solo {
+                    state.hold(&mut state.built.lock(), bytes);
+                }
             }
         }
         Some(m)

@@ -98,3 +98,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_bytes_of_initial_states_are_held_while_read_and_let_go_after() {
+    let objects: Vec<(u8, bool)> = (0..600).map(|i| (i as u8 % 3, i % 2 == 0)).collect();
+    let cache = cache(&objects);
+    let r = cache.resource.clone();
+    for share in [true, false] {
+        let metrics = Metrics::default().resource("pods");
+        let states = InitialStates::new(share, metrics.clone());
+        let join = || {
+            let w = wants(&r, 0, 0);
+            let (watcher, state) = states
+                .join(&cache, &Inbox::solo(), w, 0, false, false)
+                .unwrap();
+            (watcher, InitialCursor::new(state))
+        };
+        let (mut first, mut second) = (join(), join());
+        assert_eq!(metrics.snapshot_bytes.get(), 0, "nothing encoded yet");
+        let m = first.1.next_message(Some(super::compression::Codec::Gzip));
+        let one = m.unwrap().encoded.size() as i64;
+        let held = metrics.snapshot_bytes.get();
+        assert!(held >= one, "share {share}: {held} < {one}");
+        drain(&mut first.1);
+        drain(&mut second.1);
+        if share {
+            // Kept for any joiner still reading: the whole state.
+            assert!(metrics.snapshot_bytes.get() > held);
+        } else {
+            // Each message let go once read.
+            assert_eq!(metrics.snapshot_bytes.get(), 0);
+        }
+        drop((first, second));
+        assert_eq!(metrics.snapshot_bytes.get(), 0, "share {share}");
+    }
+}

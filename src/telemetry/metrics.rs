@@ -42,6 +42,7 @@ pub struct Metrics {
     window_capacity: Family<ResourceLabel, Gauge>,
     cache_bytes: Family<ResourceLabel, Gauge>,
     window_bytes: Family<ResourceLabel, Gauge>,
+    snapshot_bytes: Family<ResourceLabel, Gauge>,
     over_budget: Family<ResourceLabel, Gauge>,
     window_shed: Family<ResourceLabel, Counter>,
     consistent_read_fallbacks: Family<ResourceLabel, Counter>,
@@ -89,6 +90,7 @@ impl Default for Metrics {
             window_capacity: Family::default(),
             cache_bytes: Family::default(),
             window_bytes: Family::default(),
+            snapshot_bytes: Family::default(),
             over_budget: Family::default(),
             window_shed: Family::default(),
             consistent_read_fallbacks: Family::default(),
@@ -198,6 +200,11 @@ impl Default for Metrics {
             m.window_bytes.clone(),
         );
         r.register(
+            "snapshot_bytes",
+            "Memory of the encoded initial states joining watches are reading now, raw and compressed",
+            m.snapshot_bytes.clone(),
+        );
+        r.register(
             "over_budget",
             "1 while the resource's objects alone need more than its max_bytes and it serves nothing",
             m.over_budget.clone(),
@@ -283,6 +290,7 @@ impl Metrics {
             window_capacity: self.window_capacity.get_or_create(&l).clone(),
             cache_bytes: self.cache_bytes.get_or_create(&l).clone(),
             window_bytes: self.window_bytes.get_or_create(&l).clone(),
+            snapshot_bytes: self.snapshot_bytes.get_or_create(&l).clone(),
             over_budget: self.over_budget.get_or_create(&l).clone(),
             window_shed: self.window_shed.get_or_create(&l).clone(),
             consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
@@ -362,6 +370,7 @@ pub struct ResourceMetrics {
     pub window_capacity: Gauge,
     pub cache_bytes: Gauge,
     pub window_bytes: Gauge,
+    pub snapshot_bytes: Gauge,
     pub over_budget: Gauge,
     pub window_shed: Counter,
     pub consistent_read_fallbacks: Counter,
