@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
-use super::Store;
 use crate::object::Object;
 
 /// The keys holding one value of one field, in key order.
@@ -25,11 +24,24 @@ impl FieldIndexes {
         }
     }
 
-    /// Indexes built from a whole store.
-    pub fn build(positions: &[usize], store: &Store) -> Self {
+    /// Indexes built from every object of a list.
+    pub fn build(positions: &[usize], objects: &[Arc<Object>]) -> Self {
         let mut ix = Self::new(positions);
-        for (key, o) in store {
-            ix.update(key, None, Some(o));
+        for o in objects {
+            for (field, map) in &mut ix.fields {
+                let Some(value) = o.fields.get(*field) else {
+                    continue;
+                };
+                // Looked up by reference: most values are already there.
+                match map.get_mut(value.as_str()) {
+                    Some(keys) => {
+                        keys.insert(o.key.clone());
+                    }
+                    None => {
+                        map.insert(value.clone(), OrdSet::unit(o.key.clone()));
+                    }
+                }
+            }
         }
         ix
     }

@@ -63,16 +63,12 @@ impl CacheWriter {
         changed: Revision,
     ) -> Result<(), OverBudget> {
         let bytes = self.within_budget(&objects)?;
-        let new: Store = objects
-            .into_iter()
-            .map(|o| (o.key.clone(), Arc::new(o)))
-            .collect();
+        let (new, indexes) = build(objects, &self.cache.resource.indexed_positions());
         let mut s = self.cache.state.lock();
-        let positions = self.cache.resource.indexed_positions();
         s.bytes = bytes;
         s.over_budget = None;
         if !s.ready {
-            s.indexes = FieldIndexes::build(&positions, &new);
+            s.indexes = indexes;
             s.store = new;
             s.ring.reset(revision);
             s.revision = revision;
@@ -114,7 +110,7 @@ impl CacheWriter {
         } else {
             s.ring.reset(revision);
         }
-        s.indexes = FieldIndexes::build(&positions, &new);
+        s.indexes = indexes;
         s.store = new;
         s.revision = revision;
         s.valid_through = revision;
@@ -147,15 +143,12 @@ impl CacheWriter {
         history: Vec<Event>,
     ) -> Result<(), OverBudget> {
         let bytes = self.within_budget(&objects)?;
-        let store: Store = objects
-            .into_iter()
-            .map(|o| (o.key.clone(), Arc::new(o)))
-            .collect();
+        let (store, indexes) = build(objects, &self.cache.resource.indexed_positions());
         let mut s = self.cache.state.lock();
         debug_assert!(!s.ready, "history comes with the first list only");
         s.bytes = bytes;
         s.over_budget = None;
-        s.indexes = FieldIndexes::build(&self.cache.resource.indexed_positions(), &store);
+        s.indexes = indexes;
         s.store = store;
         s.ring.reset(oldest);
         let now = Instant::now();
@@ -316,4 +309,27 @@ impl CacheWriter {
             ready: s.ready,
         });
     }
+}
+
+/// The store and indexes of a list, built side by side on two threads: by
+/// the end of a list both cores are free, and the cache serves nothing
+/// before both are in.
+fn build(objects: Vec<Object>, positions: &[usize]) -> (Store, FieldIndexes) {
+    let objects: Vec<Arc<Object>> = objects.into_iter().map(Arc::new).collect();
+    let store = || -> Store {
+        (objects.iter())
+            .map(|o| (o.key.clone(), o.clone()))
+            .collect()
+    };
+    if positions.is_empty() {
+        return (store(), FieldIndexes::new(positions));
+    }
+    std::thread::scope(|t| {
+        let indexes = t.spawn(|| FieldIndexes::build(positions, &objects));
+        let store = store();
+        (
+            store,
+            indexes.join().expect("building an index does not panic"),
+        )
+    })
 }
