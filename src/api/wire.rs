@@ -187,11 +187,11 @@ pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: boo
 pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
     pb::Object {
         key: o.key.to_string(),
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
+        namespace: o.namespace().to_owned(),
+        name: o.name().to_owned(),
         resource_version: revision.to_string(),
         labels: o.labels.to_map(),
-        value: o.value.clone(),
+        value: o.value_bytes(),
     }
 }
 
@@ -226,7 +226,7 @@ mod tests {
         let o = r
             .decode(b"/registry/pods/ns/a", value, 42)
             .expect("decodes");
-        assert_eq!(&o.value[..], value, "the value is a slice of the encoding");
+        assert_eq!(o.value(), value, "the value is the end of the encoding");
         for (kind, revision) in [
             (EventType::Added, 42),
             (EventType::Modified, 42),

@@ -33,12 +33,12 @@ impl FieldIndexes {
                     continue;
                 };
                 // Looked up by reference: most values are already there.
-                match map.get_mut(value.as_str()) {
+                match map.get_mut(value) {
                     Some(keys) => {
                         keys.insert(o.key.clone());
                     }
                     None => {
-                        map.insert(value.clone(), OrdSet::unit(o.key.clone()));
+                        map.insert(value.to_owned(), OrdSet::unit(o.key.clone()));
                     }
                 }
             }
@@ -49,7 +49,8 @@ impl FieldIndexes {
     /// Moves `key` from its old values to its new ones.
     pub fn update(&mut self, key: &Arc<str>, old: Option<&Object>, new: Option<&Object>) {
         for (field, map) in &mut self.fields {
-            let value = |o: Option<&Object>| o.and_then(|o| o.fields.get(*field)).cloned();
+            let value =
+                |o: Option<&Object>| o.and_then(|o| o.fields.get(*field)).map(str::to_owned);
             let (was, now) = (value(old), value(new));
             if was == now {
                 continue;
@@ -81,17 +82,7 @@ mod tests {
     use super::*;
 
     fn obj(key: &str, node: &str) -> Object {
-        Object {
-            key: Arc::from(key),
-            namespace: String::new(),
-            name: String::new(),
-            revision: 1,
-            labels: Default::default(),
-            fields: vec!["x".to_owned(), node.to_owned()].into(),
-            value: Default::default(),
-            shard_hashes: Default::default(),
-            wire: Default::default(),
-        }
+        Object::bare(key, "", "", 1, Default::default(), &["x", node])
     }
 
     #[test]

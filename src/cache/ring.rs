@@ -180,17 +180,15 @@ mod tests {
     use crate::object::Object;
 
     fn ev(revision: Revision) -> Arc<Event> {
-        let o = Arc::new(Object {
-            key: Arc::from(format!("/k/{revision}")),
-            namespace: String::new(),
-            name: revision.to_string(),
+        let (key, name) = (format!("/k/{revision}"), revision.to_string());
+        let o = Arc::new(Object::bare(
+            &key,
+            "",
+            &name,
             revision,
-            labels: Default::default(),
-            fields: Box::default(),
-            value: Default::default(),
-            shard_hashes: Default::default(),
-            wire: Default::default(),
-        });
+            Default::default(),
+            &[],
+        ));
         Arc::new(Event::added(revision, o))
     }
 

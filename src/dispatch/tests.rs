@@ -14,17 +14,15 @@ fn resource() -> Resource {
 }
 
 fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {
-    Arc::new(Object {
-        key: Arc::from(format!("/p/ns/{name}")),
-        namespace: "ns".into(),
-        name: name.into(),
+    let key = format!("/p/ns/{name}");
+    Arc::new(Object::bare(
+        &key,
+        "ns",
+        name,
         revision,
-        labels: Default::default(),
-        fields: vec![node.to_owned()].into(),
-        value: Default::default(),
-        shard_hashes: Default::default(),
-        wire: Default::default(),
-    })
+        Default::default(),
+        &[node],
+    ))
 }
 
 fn ev(

@@ -46,7 +46,7 @@ impl Via<'_> {
         match *self {
             Via::All => true,
             Via::Key(k) => &*o.key == k,
-            Via::Field(f, v) => o.fields.get(f).map(String::as_str) == Some(v),
+            Via::Field(f, v) => o.fields.get(f) == Some(v),
             Via::Shard => {
                 debug_assert!(false, "a shard set does not decide a match");
                 false
@@ -224,5 +224,5 @@ impl<T> TriggerIndex<T> {
 }
 
 fn field_of(o: Option<&Arc<Object>>, field: usize) -> Option<&str> {
-    o.and_then(|o| o.fields.get(field)).map(String::as_str)
+    o.and_then(|o| o.fields.get(field))
 }

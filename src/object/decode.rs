@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{LabelSet, Labels, Object, Resource, Revision};
+use super::{FieldValues, LabelSet, Labels, Object, Parts, Resource, Revision};
 use crate::config::ValueFormat;
 
 /// Why a key/value pair could not become an [`Object`]. Such pairs are
@@ -61,24 +61,21 @@ impl Resource {
             value: Bytes::new(),
         };
         let (wire, value) = super::wire_of(&pb, value);
-        // Taken back from the message rather than copied into it.
-        let crate::pb::Object {
-            namespace,
-            name,
-            labels,
-            ..
-        } = pb;
-        Ok(Object {
-            key: Arc::from(key),
-            namespace,
-            name,
+        let parts = Parts {
             revision,
-            labels: LabelSet::from(&labels),
-            fields,
+            labels: LabelSet::from(&pb.labels),
+            fields: FieldValues::from(&fields[..]),
             shard_hashes,
-            value,
+        };
+        Object::new(
+            Arc::from(key),
+            &pb.namespace,
+            &pb.name,
+            parts,
             wire,
-        })
+            value.len(),
+        )
+        .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }
 
     /// The namespace and name encoded in a key, for keys that hold no
@@ -331,17 +328,17 @@ mod tests {
             br#"{"metadata":{"labels":{"app":"web"}},"spec":{"nodeName":"node-1","replicas":3}}"#;
         let o = pods().decode(b"/p/default/web-1", v, 7).unwrap();
         assert_eq!(
-            (o.namespace.as_str(), o.name.as_str(), o.revision),
+            (o.namespace(), o.name(), o.revision),
             ("default", "web-1", 7)
         );
         assert_eq!(o.labels.get("app"), Some("web"));
-        assert_eq!(&*o.fields, ["node-1".to_string(), "3".to_string()]);
+        assert_eq!(o.fields.iter().collect::<Vec<_>>(), ["node-1", "3"]);
     }
 
     #[test]
     fn absent_fields_read_as_empty() {
         let o = pods().decode(b"/p/a/b", b"{}", 1).unwrap();
-        assert_eq!(&*o.fields, [String::new(), String::new()]);
+        assert_eq!(o.fields.iter().collect::<Vec<_>>(), ["", ""]);
         assert!(o.labels.is_empty());
     }
 
@@ -480,6 +477,6 @@ mod tests {
         r.format = ValueFormat::Raw;
         r.selectable_fields.clear();
         let o = r.decode(b"/p/a/b", b"\xff\x00", 3).unwrap();
-        assert_eq!(&o.value[..], b"\xff\x00");
+        assert_eq!(o.value(), b"\xff\x00");
     }
 }

@@ -1,18 +1,93 @@
-//! An object's labels as the cache keeps them: sorted by key, in two
-//! allocations. A `BTreeMap` of them took a node of 544 bytes and one
-//! allocation per key and value, about 700 bytes an object, more than half
-//! of what a 1 KiB object costs beside its own bytes.
+//! An object's labels and field values as the cache keeps them, in two
+//! allocations each. A `BTreeMap` of labels took a node of 544 bytes and
+//! one allocation per key and value, about 700 bytes an object, more than
+//! half of what a 1 KiB object costs beside its own bytes; a string per
+//! field value took one allocation each.
 
 use std::fmt;
 
 use super::Labels;
 
+/// Strings one after the other in one allocation, and where each ends
+/// in another.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct LabelSet {
-    /// Every key and value, one after the other, keys in order.
+struct Strings {
     text: Box<str>,
-    /// Where each key and each value ends in `text`.
     ends: Box<[u32]>,
+}
+
+impl Strings {
+    fn new<'a>(items: impl Iterator<Item = &'a str> + Clone) -> Self {
+        let mut text = String::with_capacity(items.clone().map(str::len).sum());
+        let mut ends = Vec::with_capacity(items.clone().count());
+        for item in items {
+            text.push_str(item);
+            ends.push(text.len() as u32);
+        }
+        Self {
+            text: text.into(),
+            ends: ends.into(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)? as usize;
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
+        Some(&self.text[start..end])
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.text.len() + 4 * self.ends.len()
+    }
+}
+
+/// Labels: every key and value, one after the other, keys in order.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct LabelSet(Strings);
+
+/// The values of a resource's selectable fields, in configured order.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct FieldValues(Strings);
+
+impl FieldValues {
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.0.get(i)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The bytes of its two allocations.
+    pub fn heap_bytes(&self) -> usize {
+        self.0.heap_bytes()
+    }
+}
+
+impl<S: AsRef<str>> From<&[S]> for FieldValues {
+    fn from(values: &[S]) -> Self {
+        Self(Strings::new(values.iter().map(AsRef::as_ref)))
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> From<[S; N]> for FieldValues {
+    fn from(values: [S; N]) -> Self {
+        Self::from(&values[..])
+    }
+}
+
+impl fmt::Debug for FieldValues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl LabelSet {
@@ -31,16 +106,16 @@ impl LabelSet {
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len() / 2
+        self.0.ends.len() / 2
     }
 
     /// The bytes of its two allocations.
     pub fn heap_bytes(&self) -> usize {
-        self.text.len() + 4 * self.ends.len()
+        self.0.heap_bytes()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.0.ends.is_empty()
     }
 
     /// (key, value) in key order.
@@ -55,33 +130,19 @@ impl LabelSet {
             .collect()
     }
 
-    fn start(&self, at: usize) -> usize {
-        at.checked_sub(1).map_or(0, |p| self.ends[p] as usize)
-    }
-
     fn key(&self, i: usize) -> &str {
-        &self.text[self.start(2 * i)..self.ends[2 * i] as usize]
+        self.0.get(2 * i).unwrap_or_default()
     }
 
     fn value(&self, i: usize) -> &str {
-        &self.text[self.start(2 * i + 1)..self.ends[2 * i + 1] as usize]
+        self.0.get(2 * i + 1).unwrap_or_default()
     }
 }
 
 impl From<&Labels> for LabelSet {
     fn from(labels: &Labels) -> Self {
-        let mut text = String::with_capacity(labels.iter().map(|(k, v)| k.len() + v.len()).sum());
-        let mut ends = Vec::with_capacity(2 * labels.len());
-        for (k, v) in labels {
-            text.push_str(k);
-            ends.push(text.len() as u32);
-            text.push_str(v);
-            ends.push(text.len() as u32);
-        }
-        Self {
-            text: text.into(),
-            ends: ends.into(),
-        }
+        let items = labels.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]);
+        Self(Strings::new(items))
     }
 }
 

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
 pub use kubernetes::{pod_as_stored, storage_encoding};
-pub use labels::LabelSet;
+pub use labels::{FieldValues, LabelSet};
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;
 
@@ -155,25 +155,111 @@ pub(crate) fn wire_of(pb: &crate::pb::Object, value: &[u8]) -> (Bytes, Bytes) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Object {
     pub key: Arc<str>,
-    /// Empty for cluster-scoped resources.
-    pub namespace: String,
-    pub name: String,
+    /// Where its namespace and name lie in `key`: start and end of each.
+    spans: [u32; 4],
     /// The etcd mod revision of the key.
     pub revision: Revision,
     pub labels: LabelSet,
     /// Values of the resource's selectable fields, in configured order.
-    pub fields: Box<[String]>,
+    pub fields: FieldValues,
     /// The hashes of its shard fields ([`Resource::shard_fields`]).
     pub shard_hashes: Box<[u64]>,
-    /// The stored bytes; shares `wire`'s buffer.
-    pub value: Bytes,
+    /// Where the stored bytes start in `wire`; they run to its end.
+    value_at: u32,
     /// The object as a `watchproxy.v1.Object` at its own revision, encoded
     /// once when it is read, so every event and initial state that shows
     /// this version sends these bytes instead of encoding it again.
     pub wire: Bytes,
 }
 
+/// What an object is made of besides its key and encoding.
+pub struct Parts {
+    pub revision: Revision,
+    pub labels: LabelSet,
+    pub fields: FieldValues,
+    pub shard_hashes: Box<[u64]>,
+}
+
 impl Object {
+    /// An object whose `namespace` and `name` are found in `key` (none
+    /// when either is not there), with `wire` ending in its value of
+    /// `value_len` bytes.
+    pub fn new(
+        key: Arc<str>,
+        namespace: &str,
+        name: &str,
+        parts: Parts,
+        wire: Bytes,
+        value_len: usize,
+    ) -> Option<Self> {
+        let span = |part: &str, found: Option<usize>| -> Option<[u32; 2]> {
+            let start = if part.is_empty() { 0 } else { found? };
+            Some([start as u32, (start + part.len()) as u32])
+        };
+        // The name is the later of the two where a key holds both texts.
+        let [name_start, name_end] = span(name, key.rfind(name))?;
+        let [ns_start, ns_end] = span(namespace, key.find(namespace))?;
+        Some(Self {
+            spans: [ns_start, ns_end, name_start, name_end],
+            revision: parts.revision,
+            labels: parts.labels,
+            fields: parts.fields,
+            shard_hashes: parts.shard_hashes,
+            value_at: wire.len().checked_sub(value_len)? as u32,
+            wire,
+            key,
+        })
+    }
+
+    /// An object with an empty encoding, for tests of what reads only its
+    /// key, labels and fields; `namespace` and `name` must be in `key`.
+    #[cfg(test)]
+    pub(crate) fn bare(
+        key: &str,
+        namespace: &str,
+        name: &str,
+        revision: Revision,
+        labels: LabelSet,
+        fields: &[&str],
+    ) -> Self {
+        let parts = Parts {
+            revision,
+            labels,
+            fields: FieldValues::from(fields),
+            shard_hashes: Box::default(),
+        };
+        Self::new(Arc::from(key), namespace, name, parts, Bytes::new(), 0)
+            .expect("the namespace and name are in the key")
+    }
+
+    /// Empty for cluster-scoped resources.
+    pub fn namespace(&self) -> &str {
+        &self.key[self.spans[0] as usize..self.spans[1] as usize]
+    }
+
+    pub fn name(&self) -> &str {
+        &self.key[self.spans[2] as usize..self.spans[3] as usize]
+    }
+
+    /// The stored bytes, as read from etcd.
+    pub fn value(&self) -> &[u8] {
+        &self.wire[self.value_at as usize..]
+    }
+
+    /// The stored bytes, sharing the encoding's buffer.
+    pub fn value_bytes(&self) -> Bytes {
+        self.wire.slice(self.value_at as usize..)
+    }
+
+    /// This object with another encoding (a projection's), ending in its
+    /// value of `value_len` bytes.
+    pub fn with_wire(&self, wire: Bytes, value_len: usize) -> Self {
+        Self {
+            value_at: wire.len().saturating_sub(value_len) as u32,
+            wire,
+            ..self.clone()
+        }
+    }
     /// About the memory this version takes: its encoding, the strings
     /// read from it, the object itself, allocation headers and its entries
     /// in the store and index maps. What a cache's byte budget counts.
@@ -182,13 +268,10 @@ impl Object {
         /// and index maps: what 100k pods of 1 KiB added to the process's
         /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
         const OVERHEAD: usize = 400;
-        let fields: usize = self.fields.iter().map(|f| f.len() + 24).sum();
         (self.wire.len()
             + self.key.len()
-            + self.namespace.len()
-            + self.name.len()
             + self.labels.heap_bytes()
-            + fields
+            + self.fields.heap_bytes()
             + 8 * self.shard_hashes.len()
             + std::mem::size_of::<Object>()
             + OVERHEAD) as u64
@@ -391,7 +474,7 @@ mod tests {
                 value: Bytes::copy_from_slice(value),
             };
             assert_eq!(o.wire, whole.encode_to_vec());
-            assert_eq!(o.value, value);
+            assert_eq!(o.value(), value);
             assert_eq!(crate::pb::Object::decode(o.wire.clone()).unwrap(), whole);
         }
     }

@@ -79,23 +79,19 @@ impl Projection {
 
     /// `o` with its value cut, encoded once as it will be sent.
     pub fn apply(&self, o: &Arc<Object>) -> Arc<Object> {
-        let Some(value) = self.cut(&o.value) else {
+        let Some(value) = self.cut(o.value()) else {
             return o.clone();
         };
         let pb = crate::pb::Object {
             key: o.key.to_string(),
-            namespace: o.namespace.clone(),
-            name: o.name.clone(),
+            namespace: o.namespace().to_owned(),
+            name: o.name().to_owned(),
             resource_version: o.revision.to_string(),
             labels: o.labels.to_map(),
             value: Bytes::new(),
         };
         let (wire, value) = super::wire_of(&pb, &value);
-        Arc::new(Object {
-            value,
-            wire,
-            ..(**o).clone()
-        })
+        Arc::new(o.with_wire(wire, value.len()))
     }
 }
 
@@ -267,9 +263,9 @@ mod tests {
         let value = br#"{"metadata":{"name":"a"},"spec":{"big":"xxxxxxxx"}}"#;
         let o = r.decode(b"/p/ns/a", value, 7).unwrap();
         let p = paths(&[], true).unwrap().apply(&Arc::new(o.clone()));
-        assert_eq!(&p.value[..], br#"{"metadata":{"name":"a"}}"#);
+        assert_eq!(p.value(), br#"{"metadata":{"name":"a"}}"#);
         let decoded = crate::pb::Object::decode(p.wire.clone()).unwrap();
-        assert_eq!(decoded.value, p.value);
+        assert_eq!(decoded.value, p.value());
         assert_eq!(
             (decoded.name.as_str(), decoded.resource_version.as_str()),
             ("a", "7")

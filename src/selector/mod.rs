@@ -127,14 +127,14 @@ impl Predicate {
     }
 
     pub fn matches(&self, o: &Object) -> bool {
-        self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
-            && self.name.as_ref().is_none_or(|n| *n == o.name)
+        self.namespace.as_ref().is_none_or(|ns| ns == o.namespace())
+            && self.name.as_ref().is_none_or(|n| n == o.name())
             && self.labels.iter().all(|r| r.matches(&o.labels))
             && self.fields.iter().all(|r| {
                 let v = match r.field {
-                    FieldRef::Name => o.name.as_str(),
-                    FieldRef::Namespace => o.namespace.as_str(),
-                    FieldRef::Selectable(i) => o.fields.get(i).map_or("", String::as_str),
+                    FieldRef::Name => o.name(),
+                    FieldRef::Namespace => o.namespace(),
+                    FieldRef::Selectable(i) => o.fields.get(i).unwrap_or_default(),
                 };
                 (v == r.value) == r.equals
             })
@@ -147,29 +147,18 @@ impl Predicate {
 mod tests {
     use super::*;
     use crate::object::LabelSet;
-    use std::sync::Arc;
-
     fn pods() -> Resource {
         Resource::for_tests(&["spec.nodeName"])
     }
 
     fn pod(ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> Object {
-        Object {
-            key: Arc::from(format!("/p/{ns}/{name}")),
-            namespace: ns.into(),
-            name: name.into(),
-            revision: 1,
-            labels: LabelSet::from(
-                &labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            fields: vec![node.to_string()].into(),
-            value: Default::default(),
-            shard_hashes: Default::default(),
-            wire: Default::default(),
-        }
+        let labels = LabelSet::from(
+            &labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        Object::bare(&format!("/p/{ns}/{name}"), ns, name, 1, labels, &[node])
     }
 
     fn pred(labels: &str, fields: &str) -> Predicate {

@@ -88,8 +88,8 @@ impl ModelRule {
         self.app.is_none_or(|a| app == Some(a))
             && match self.node {
                 None => true,
-                Some(None) => o.fields[0] == c.user,
-                Some(Some(n)) => o.fields[0] == n,
+                Some(None) => o.fields.get(0) == Some(c.user.as_str()),
+                Some(Some(n)) => o.fields.get(0) == Some(n),
             }
     }
 }
@@ -149,9 +149,9 @@ proptest! {
             node.map(|n| format!("spec.nodeName={n}")).unwrap_or_default(),
         );
         let requested = |o: &Object| {
-            (namespace.is_empty() || o.namespace == namespace)
+            (namespace.is_empty() || o.namespace() == namespace)
                 && app.is_none_or(|a| o.labels.get("app") == Some(a))
-                && node.is_none_or(|n| o.fields[0] == n)
+                && node.is_none_or(|n| o.fields.get(0) == Some(n))
         };
         let allowing: Vec<&ModelRule> = rules
             .iter()
