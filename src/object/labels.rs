@@ -1,5 +1,5 @@
-//! An object's labels and field values as the cache keeps them, in two
-//! allocations each. A `BTreeMap` of labels took a node of 544 bytes and
+//! An object's labels and field values as the cache keeps them, in one
+//! allocation each. A `BTreeMap` of labels took a node of 544 bytes and
 //! one allocation per key and value, about 700 bytes an object, more than
 //! half of what a 1 KiB object costs beside its own bytes; a string per
 //! field value took one allocation each.
@@ -8,36 +8,55 @@ use std::fmt;
 
 use super::Labels;
 
-/// Strings one after the other in one allocation, and where each ends
-/// in another.
+/// Strings in one allocation: how many there are, where each ends, then
+/// their text one after the other. None: no allocation.
 #[derive(Clone, Default, PartialEq, Eq)]
-struct Strings {
-    text: Box<str>,
-    ends: Box<[u32]>,
-}
+struct Strings(Box<[u8]>);
 
 impl Strings {
     fn new<'a>(items: impl Iterator<Item = &'a str> + Clone) -> Self {
-        let mut text = String::with_capacity(items.clone().map(str::len).sum());
-        let mut ends = Vec::with_capacity(items.clone().count());
-        for item in items {
-            text.push_str(item);
-            ends.push(text.len() as u32);
+        let (count, text) = items.clone().fold((0, 0), |(n, t), s| (n + 1, t + s.len()));
+        if count == 0 {
+            return Self::default();
         }
-        Self {
-            text: text.into(),
-            ends: ends.into(),
+        let mut buf = Vec::with_capacity(4 + 4 * count + text);
+        buf.extend_from_slice(&(count as u32).to_le_bytes());
+        let mut end = 0u32;
+        for item in items.clone() {
+            end += item.len() as u32;
+            buf.extend_from_slice(&end.to_le_bytes());
         }
+        items.for_each(|item| buf.extend_from_slice(item.as_bytes()));
+        Self(buf.into())
     }
 
+    fn len(&self) -> usize {
+        self.word(0)
+    }
+
+    /// The `i`th 32-bit word: the count, then the ends.
+    fn word(&self, i: usize) -> usize {
+        (self.0.get(4 * i..4 * i + 4))
+            .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+    }
+
+    fn bytes(&self, i: usize) -> Option<&[u8]> {
+        let n = self.len();
+        if i >= n {
+            return None;
+        }
+        let text = 4 + 4 * n;
+        let start = if i == 0 { 0 } else { self.word(i) };
+        self.0.get(text + start..text + self.word(i + 1))
+    }
+
+    /// Built from `str`s and cut at their ends, so always UTF-8.
     fn get(&self, i: usize) -> Option<&str> {
-        let end = *self.ends.get(i)? as usize;
-        let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
-        Some(&self.text[start..end])
+        std::str::from_utf8(self.bytes(i)?).ok()
     }
 
     fn heap_bytes(&self) -> usize {
-        self.text.len() + 4 * self.ends.len()
+        self.0.len()
     }
 }
 
@@ -55,18 +74,18 @@ impl FieldValues {
     }
 
     pub fn len(&self) -> usize {
-        self.0.ends.len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.ends.is_empty()
+        self.0.len() == 0
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         (0..self.len()).filter_map(|i| self.get(i))
     }
 
-    /// The bytes of its two allocations.
+    /// The bytes of its allocation.
     pub fn heap_bytes(&self) -> usize {
         self.0.heap_bytes()
     }
@@ -96,7 +115,12 @@ impl LabelSet {
         let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(key) {
+            match self
+                .0
+                .bytes(2 * mid)
+                .unwrap_or_default()
+                .cmp(key.as_bytes())
+            {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Some(self.value(mid)),
@@ -106,16 +130,16 @@ impl LabelSet {
     }
 
     pub fn len(&self) -> usize {
-        self.0.ends.len() / 2
+        self.0.len() / 2
     }
 
-    /// The bytes of its two allocations.
+    /// The bytes of its allocation.
     pub fn heap_bytes(&self) -> usize {
         self.0.heap_bytes()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.ends.is_empty()
+        self.0.len() == 0
     }
 
     /// (key, value) in key order.
@@ -175,6 +199,18 @@ mod tests {
             proptest::prop_assert_eq!(set.len(), map.len());
             proptest::prop_assert_eq!(set.to_map(), map.clone());
             proptest::prop_assert_eq!(set.get(&probe), map.get(&probe).map(String::as_str));
+        }
+
+        #[test]
+        fn field_values_hold_what_they_were_made_of(
+            values in proptest::collection::vec("\\PC{0,5}", 0..5),
+        ) {
+            let fields = FieldValues::from(&values[..]);
+            proptest::prop_assert_eq!(fields.len(), values.len());
+            proptest::prop_assert_eq!(fields.iter().collect::<Vec<_>>(), values.iter().map(String::as_str).collect::<Vec<_>>());
+            proptest::prop_assert_eq!(fields.get(values.len()), None);
+            let empty = values.is_empty();
+            proptest::prop_assert_eq!(fields.heap_bytes() == 0, empty, "no allocation when empty");
         }
     }
 }

@@ -267,7 +267,7 @@ impl Object {
         /// Allocation headers and rounding, and the entries in the store
         /// and index maps: what 100k pods of 1 KiB added to the process's
         /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
-        const OVERHEAD: usize = 400;
+        const OVERHEAD: usize = 290;
         (self.wire.len()
             + self.key.len()
             + self.labels.heap_bytes()
