@@ -148,7 +148,7 @@ fn list(c: &mut Criterion) {
                 let o = pod(&r, i, i % 1000, 2);
                 Change {
                     revision: 2,
-                    key: o.key.clone(),
+                    key: o.key().into(),
                     object: Some(o),
                 }
             })

@@ -145,8 +145,8 @@ struct Built {
     /// The messages from the `first`th on.
     messages: VecDeque<Arc<Packed>>,
     first: usize,
-    /// The key of the last object encoded.
-    after: Option<Arc<str>>,
+    /// The last object encoded.
+    after: Option<Arc<Object>>,
     done: bool,
     /// The bytes of the messages held, in `watchproxy_snapshot_bytes`.
     held: u64,
@@ -187,11 +187,11 @@ impl InitialState {
         let objects = (self.snapshot).select(
             &self.resource,
             &self.wants.predicate,
-            built.after.as_deref(),
+            built.after.as_ref().map(|o| o.key()),
         );
         let mut shown = Vec::with_capacity(CHUNK);
         for o in objects.take(CHUNK) {
-            built.after = Some(o.key.clone());
+            built.after = Some(o.clone());
             shown.push(self.dispatcher.show(&self.wants, o.clone()));
         }
         built.done = shown.len() < CHUNK;

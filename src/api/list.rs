@@ -98,7 +98,7 @@ impl Api {
         let found = match self.source_for(s, q.version).await? {
             Source::Cache(snapshot) => snapshot
                 .store
-                .get(q.key.as_str())
+                .get(q.key.as_bytes())
                 // What the caller may not see is not there.
                 .filter(|o| q.predicate.matches(o))
                 .map(|o| object_pb(o, o.revision)),
@@ -187,7 +187,7 @@ fn snapshot_page(
     let more = match remaining {
         Some(n) => n > 0,
         None => snapshot
-            .select(resource, predicate, items.last().map(|o| &*o.key))
+            .select(resource, predicate, items.last().map(|o| o.key()))
             .next()
             .is_some(),
     };

@@ -186,7 +186,7 @@ pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: boo
 
 pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
     pb::Object {
-        key: o.key.to_string(),
+        key: o.key().to_owned(),
         namespace: o.namespace().to_owned(),
         name: o.name().to_owned(),
         resource_version: revision.to_string(),

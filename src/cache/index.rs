@@ -4,16 +4,17 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
+use super::Stored;
 use crate::object::Object;
 
-/// The keys holding one value of one field, in key order.
-pub type Keys = OrdSet<Arc<str>>;
+/// The objects holding one value of one field, in key order.
+pub type Keys = OrdSet<Stored>;
 
 /// One persistent map per indexed field, so a snapshot of the indexes is
 /// as cheap as a snapshot of the store.
 #[derive(Debug, Clone, Default)]
 pub struct FieldIndexes {
-    /// (position among the selectable fields, value → keys)
+    /// (position among the selectable fields, value → objects)
     fields: Vec<(usize, OrdMap<String, Keys>)>,
 }
 
@@ -28,52 +29,50 @@ impl FieldIndexes {
     pub fn build(positions: &[usize], objects: &[Arc<Object>]) -> Self {
         let mut ix = Self::new(positions);
         for o in objects {
-            for (field, map) in &mut ix.fields {
-                let Some(value) = o.fields.get(*field) else {
-                    continue;
-                };
-                // Looked up by reference: most values are already there.
-                match map.get_mut(value) {
-                    Some(keys) => {
-                        keys.insert(o.key.clone());
-                    }
-                    None => {
-                        map.insert(value.to_owned(), OrdSet::unit(o.key.clone()));
-                    }
-                }
-            }
+            ix.update(None, Some(o));
         }
         ix
     }
 
-    /// Moves `key` from its old values to its new ones.
-    pub fn update(&mut self, key: &Arc<str>, old: Option<&Object>, new: Option<&Object>) {
+    /// Moves an object from its old version's values to its new one's. The
+    /// new version takes the old one's place even where its value stays,
+    /// so the index never keeps a version the store let go.
+    pub fn update(&mut self, old: Option<&Arc<Object>>, new: Option<&Arc<Object>>) {
         for (field, map) in &mut self.fields {
-            let value =
-                |o: Option<&Object>| o.and_then(|o| o.fields.get(*field)).map(str::to_owned);
-            let (was, now) = (value(old), value(new));
-            if was == now {
-                continue;
-            }
-            if let Some(v) = was {
-                if let Some(keys) = map.get_mut(&v) {
-                    keys.remove(key);
+            let was = old.and_then(|o| Some((o, o.fields.get(*field)?)));
+            let now = new.and_then(|o| Some((o, o.fields.get(*field)?)));
+            if let Some((o, v)) = was.filter(|(_, v)| now.is_none_or(|(_, n)| n != *v)) {
+                if let Some(keys) = map.get_mut(v) {
+                    keys.remove(o.key_bytes());
                     if keys.is_empty() {
-                        map.remove(&v);
+                        map.remove(v);
                     }
                 }
             }
-            if let Some(v) = now {
-                map.entry(v).or_default().insert(key.clone());
+            if let Some((o, v)) = now {
+                // Looked up by reference: most values are already there.
+                match map.get_mut(v) {
+                    Some(keys) => {
+                        keys.insert(Stored(o.clone()));
+                    }
+                    None => {
+                        map.insert(v.to_owned(), OrdSet::unit(Stored(o.clone())));
+                    }
+                }
             }
         }
     }
 
-    /// The keys with `value` in field `field`: `None` if that field is not
-    /// indexed, an empty set if no object has the value.
-    pub fn lookup(&self, field: usize, value: &str) -> Option<Keys> {
+    /// The objects with `value` in field `field`: `None` if that field is
+    /// not indexed, `Some(None)` if no object has the value.
+    pub fn objects(&self, field: usize, value: &str) -> Option<Option<&Keys>> {
         let (_, map) = self.fields.iter().find(|(f, _)| *f == field)?;
-        Some(map.get(value).cloned().unwrap_or_default())
+        Some(map.get(value))
+    }
+
+    /// How many objects have `value` in field `field`, if it is indexed.
+    pub fn count(&self, field: usize, value: &str) -> Option<usize> {
+        Some(self.objects(field, value)?.map_or(0, Keys::len))
     }
 }
 
@@ -81,35 +80,46 @@ impl FieldIndexes {
 mod tests {
     use super::*;
 
-    fn obj(key: &str, node: &str) -> Object {
-        Object::bare(key, "", "", 1, Default::default(), &["x", node])
+    fn obj(key: &str, node: &str, revision: u64) -> Arc<Object> {
+        Arc::new(Object::bare(
+            key,
+            "",
+            "",
+            revision,
+            Default::default(),
+            &["x", node],
+        ))
+    }
+
+    /// Each value's objects, as (key, revision).
+    fn held(ix: &FieldIndexes, v: &str) -> Vec<(String, u64)> {
+        let objects = ix.objects(1, v).unwrap().into_iter().flatten();
+        objects.map(|o| (o.key().to_owned(), o.revision)).collect()
     }
 
     #[test]
-    fn updates_move_keys_between_values() {
+    fn updates_move_objects_between_values_and_keep_the_newest_version() {
         let mut ix = FieldIndexes::new(&[1]);
-        let (a, b) = (obj("/p/a", "n1"), obj("/p/b", "n1"));
-        ix.update(&a.key, None, Some(&a));
-        ix.update(&b.key, None, Some(&b));
-        let keys = |ix: &FieldIndexes, v| {
-            ix.lookup(1, v)
-                .unwrap()
-                .iter()
-                .map(|k| k.to_string())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(keys(&ix, "n1"), ["/p/a", "/p/b"]);
+        let (a, b) = (obj("/p/a", "n1", 1), obj("/p/b", "n1", 1));
+        ix.update(None, Some(&a));
+        ix.update(None, Some(&b));
+        let key = |k: &str| (k.to_owned(), 1);
+        assert_eq!(held(&ix, "n1"), [key("/p/a"), key("/p/b")]);
         let snapshot = ix.clone();
-        let a2 = obj("/p/a", "n2");
-        ix.update(&a.key, Some(&a), Some(&a2));
-        ix.update(&b.key, Some(&b), None);
-        assert_eq!(keys(&ix, "n1"), Vec::<String>::new());
-        assert_eq!(keys(&ix, "n2"), ["/p/a"]);
+        let (a2, b2) = (obj("/p/a", "n2", 2), obj("/p/b", "n1", 2));
+        ix.update(Some(&a), Some(&a2));
+        // The value stays; the version held moves on.
+        ix.update(Some(&b), Some(&b2));
+        assert_eq!(held(&ix, "n1"), [("/p/b".to_owned(), 2)]);
+        assert_eq!(held(&ix, "n2"), [("/p/a".to_owned(), 2)]);
+        ix.update(Some(&b2), None);
+        assert_eq!(held(&ix, "n1"), []);
+        assert_eq!(ix.count(1, "n1"), Some(0));
         assert_eq!(
-            keys(&snapshot, "n1"),
-            ["/p/a", "/p/b"],
+            held(&snapshot, "n1"),
+            [key("/p/a"), key("/p/b")],
             "snapshots are unaffected"
         );
-        assert!(ix.lookup(0, "x").is_none(), "field 0 is not indexed");
+        assert!(ix.objects(0, "x").is_none(), "field 0 is not indexed");
     }
 }

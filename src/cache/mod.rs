@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use imbl::OrdMap;
+use imbl::OrdSet;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -30,9 +30,48 @@ use ring::EventRing;
 pub use snapshot::Snapshot;
 pub use writer::{CacheWriter, Change};
 
-/// The store: objects by key, ordered. A persistent map, so a snapshot is a
+/// The store: objects ordered by key. A persistent set, so a snapshot is a
 /// pointer copy and readers never hold the lock while they filter.
-pub type Store = OrdMap<Arc<str>, Arc<Object>>;
+pub type Store = OrdSet<Stored>;
+
+/// An object in the store or an index, ordered by its key, which it reads
+/// from its own encoding: neither keeps a key of its own.
+#[derive(Debug, Clone)]
+pub struct Stored(pub Arc<Object>);
+
+impl std::borrow::Borrow<[u8]> for Stored {
+    fn borrow(&self) -> &[u8] {
+        self.0.key_bytes()
+    }
+}
+
+impl PartialEq for Stored {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key_bytes() == other.0.key_bytes()
+    }
+}
+
+impl Eq for Stored {}
+
+impl PartialOrd for Stored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Stored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key_bytes().cmp(other.0.key_bytes())
+    }
+}
+
+impl std::ops::Deref for Stored {
+    type Target = Arc<Object>;
+
+    fn deref(&self) -> &Arc<Object> {
+        &self.0
+    }
+}
 
 /// Where the cache stands; waiters watch it change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,13 +247,10 @@ impl WatchCache {
             (snapshot, later)
         };
         for e in later.iter().rev() {
-            let key: Arc<str> = Arc::from(e.key());
-            snapshot
-                .indexes
-                .update(&key, e.object().map(Arc::as_ref), e.prev().map(Arc::as_ref));
+            snapshot.indexes.update(e.object(), e.prev());
             match e.prev() {
-                Some(p) => snapshot.store.insert(key, p.clone()),
-                None => snapshot.store.remove(&key),
+                Some(p) => snapshot.store.insert(Stored(p.clone())),
+                None => snapshot.store.remove(e.key().as_bytes()),
             };
         }
         self.remember(snapshot.clone());
@@ -324,7 +360,7 @@ impl WatchCache {
         }
         let pinned = predicate
             .pinned_fields()
-            .filter_map(|(field, value)| Some((indexes.lookup(field, value)?.len(), field, value)))
+            .filter_map(|(field, value)| Some((indexes.count(field, value)?, field, value)))
             .min_by_key(|(objects, _, _)| *objects);
         match (pinned, predicate.shard()) {
             (Some((_, field, value)), _) => Trigger::Field {

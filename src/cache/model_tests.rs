@@ -274,12 +274,12 @@ proptest! {
         // The state at every past revision is rebuilt exactly.
         for (revision, state) in &states {
             let at = cache.snapshot_at(*revision).unwrap();
-            let got: Vec<(&str, &Object)> = at.store.iter().map(|(k, o)| (&**k, &**o)).collect();
+            let got: Vec<(&str, &Object)> = at.store.iter().map(|o| (o.key(), &*o.0)).collect();
             let want: Vec<(&str, &Object)> = state.iter().map(|(k, o)| (&**k, &**o)).collect();
             prop_assert_eq!(got, want, "state at {}", revision);
             for (p, ..) in &subs {
-                let listed: Vec<&str> = at.select(&r, p, None).map(|o| &*o.key).collect();
-                let scanned: Vec<&str> = state.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
+                let listed: Vec<&str> = at.select(&r, p, None).map(|o| o.key()).collect();
+                let scanned: Vec<&str> = state.values().filter(|o| p.matches(o)).map(|o| o.key()).collect();
                 prop_assert_eq!(listed, scanned, "indexed list at {}", revision);
             }
         }
@@ -288,12 +288,12 @@ proptest! {
         // whole and from after each key.
         let snapshot = cache.snapshot();
         for (p, ..) in &subs {
-            let all: Vec<&str> = model.values().filter(|o| p.matches(o)).map(|o| &*o.key).collect();
-            let listed: Vec<&str> = snapshot.select(&r, p, None).map(|o| &*o.key).collect();
+            let all: Vec<&str> = model.values().filter(|o| p.matches(o)).map(|o| o.key()).collect();
+            let listed: Vec<&str> = snapshot.select(&r, p, None).map(|o| o.key()).collect();
             prop_assert_eq!(&listed, &all, "list {:?}", p);
             for after in model.keys() {
                 let rest: Vec<&str> = all.iter().copied().filter(|k| *k > &**after).collect();
-                let page: Vec<&str> = snapshot.select(&r, p, Some(after)).map(|o| &*o.key).collect();
+                let page: Vec<&str> = snapshot.select(&r, p, Some(after)).map(|o| o.key()).collect();
                 prop_assert_eq!(page, rest, "list {:?} after {}", p, after);
             }
         }

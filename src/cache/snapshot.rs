@@ -38,38 +38,41 @@ impl Snapshot {
                 let hit = if past {
                     None
                 } else {
-                    self.store.get(key.as_str())
+                    self.store.get(key.as_bytes())
                 };
-                return Box::new(hit.into_iter().filter(|o| predicate.matches(o)));
+                return Box::new(
+                    hit.into_iter()
+                        .map(|s| &s.0)
+                        .filter(|o| predicate.matches(o)),
+                );
             }
         }
         let prefix = resource.namespace_prefix(namespace);
         let indexed = predicate
             .pinned_fields()
-            .filter_map(|(field, value)| self.indexes.lookup(field, value))
-            .min_by_key(|keys| keys.len());
+            .filter_map(|(field, value)| self.indexes.objects(field, value))
+            .min_by_key(|keys| keys.map_or(0, |k| k.len()));
         if let Some(keys) = indexed {
-            let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-            let keys: Vec<Arc<str>> = keys
-                .range::<_, str>((lower, Bound::Unbounded))
-                .cloned()
-                .collect();
+            let Some(keys) = keys else {
+                return Box::new(std::iter::empty());
+            };
+            let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.as_bytes()));
             return Box::new(
-                keys.into_iter()
-                    .filter(move |k| k.starts_with(prefix.as_str()))
-                    .filter_map(|k| self.store.get(&k))
+                (keys.range::<_, [u8]>((lower, Bound::Unbounded)))
+                    .map(|s| &s.0)
+                    .filter(move |o| o.key_bytes().starts_with(prefix.as_bytes()))
                     .filter(|o| predicate.matches(o)),
             );
         }
         let lower = match after {
-            Some(a) if a >= prefix.as_str() => Bound::Excluded(a),
-            _ => Bound::Included(prefix.as_str()),
+            Some(a) if a >= prefix.as_str() => Bound::Excluded(a.as_bytes()),
+            _ => Bound::Included(prefix.as_bytes()),
         };
-        let range = self.store.range::<_, str>((lower, Bound::Unbounded));
+        let range = self.store.range::<_, [u8]>((lower, Bound::Unbounded));
         Box::new(
             range
-                .take_while(move |(k, _)| k.starts_with(prefix.as_str()))
-                .map(|(_, o)| o)
+                .map(|s| &s.0)
+                .take_while(move |o| o.key_bytes().starts_with(prefix.as_bytes()))
                 .filter(|o| predicate.matches(o)),
         )
     }

@@ -31,7 +31,7 @@ fn shown(cache: &WatchCache, w: &mut Watcher) -> Vec<(EventType, String, Revisio
     let mut out = Vec::new();
     while let Some(next) = w.next(cache).now_or_never() {
         match next {
-            Next::Event(v) => out.push((v.kind, v.object.key.to_string(), v.revision)),
+            Next::Event(v) => out.push((v.kind, v.object.key().to_string(), v.revision)),
             other => panic!("{other:?}"),
         }
     }
@@ -47,7 +47,7 @@ fn shown_all(cache: &WatchCache, w: &mut Watcher) -> Vec<String> {
             Next::Event(v) => format!(
                 "{:?} {}@{} shown {}",
                 v.kind,
-                v.object.key,
+                v.object.key(),
                 v.revision,
                 v.resync_from.unwrap_or(v.revision)
             ),
@@ -136,8 +136,8 @@ fn a_relist_sends_the_difference_as_a_marked_resync() {
     let keys: Vec<_> = cache
         .snapshot()
         .store
-        .keys()
-        .map(|k| k.to_string())
+        .iter()
+        .map(|o| o.key().to_string())
         .collect();
     assert_eq!(keys, ["/p/a/change", "/p/a/keep", "/p/a/new"]);
 }
@@ -199,7 +199,7 @@ fn select_reads_only_the_pinned_range() {
     let r = resource();
     let keys = |p: &Predicate, after: Option<&str>| {
         snap.select(&r, p, after)
-            .map(|o| o.key.to_string())
+            .map(|o| o.key().to_string())
             .collect::<Vec<_>>()
     };
     let ns_b = Predicate::new(&r, "b", "", "", "").unwrap();
@@ -237,7 +237,7 @@ fn replays_reuse_the_cut_live_watchers_were_shown() {
         writer
             .apply(vec![Change {
                 revision: rev,
-                key: o.key.clone(),
+                key: o.key().into(),
                 object: Some(o),
             }])
             .unwrap();
@@ -286,7 +286,7 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
         let o = obj("/p/a/x", rev);
         w.apply(vec![Change {
             revision: rev,
-            key: o.key.clone(),
+            key: o.key().into(),
             object: Some(o),
         }])
         .unwrap();
@@ -307,7 +307,7 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
             let o = obj(&format!("/p/b/{i}"), 20);
             Change {
                 revision: 20,
-                key: o.key.clone(),
+                key: o.key().into(),
                 object: Some(o),
             }
         })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{FieldIndexes, OverBudget, Progress, State, Store, WatchCache};
+use super::{FieldIndexes, OverBudget, Progress, State, Store, Stored, WatchCache};
 use crate::config::OnHistoryLost;
 use crate::object::{Event, Object, Revision};
 
@@ -86,15 +86,16 @@ impl CacheWriter {
         let mut events: Vec<Arc<Event>> = Vec::new();
         if !end {
             let mut diff: Vec<Event> = Vec::new();
-            for (key, obj) in &new {
-                let old = s.store.get(key);
+            for obj in &new {
+                let old = s.store.get(obj.key_bytes());
                 if old.is_none_or(|old| old.revision != obj.revision) {
-                    diff.extend(Event::between(revision, old.cloned(), Some(obj.clone())));
+                    let old = old.map(|o| o.0.clone());
+                    diff.extend(Event::between(revision, old, Some(obj.0.clone())));
                 }
             }
-            for (key, old) in &s.store {
-                if !new.contains_key(key) {
-                    diff.push(Event::deleted(revision, old.clone()));
+            for old in &s.store {
+                if !new.contains(old.key_bytes()) {
+                    diff.push(Event::deleted(revision, old.0.clone()));
                 }
             }
             diff.sort_by(|a, b| a.key().cmp(b.key()));
@@ -177,7 +178,7 @@ impl CacheWriter {
         let mut events = Vec::with_capacity(changes.len());
         let mut s = self.cache.state.lock();
         for c in changes {
-            let prev = s.store.get(&c.key).cloned();
+            let prev = s.store.get(c.key.as_bytes()).map(|o| o.0.clone());
             let object = c.object.map(Arc::new);
             s.revision = s.revision.max(c.revision);
             // A key the cache never held (its value was not decodable) has
@@ -188,14 +189,10 @@ impl CacheWriter {
             s.changed = s.changed.max(c.revision);
             s.bytes += event.object().map_or(0, |o| o.cost());
             s.bytes -= event.prev().map_or(0, |o| o.cost());
-            s.indexes.update(
-                &c.key,
-                event.prev().map(Arc::as_ref),
-                event.object().map(Arc::as_ref),
-            );
+            s.indexes.update(event.prev(), event.object());
             match event.object() {
-                Some(o) => s.store.insert(c.key, o.clone()),
-                None => s.store.remove(&c.key),
+                Some(o) => s.store.insert(Stored(o.clone())),
+                None => s.store.remove(c.key.as_bytes()),
             };
             let event = Arc::new(event);
             s.ring.push(event.clone(), now);
@@ -316,11 +313,7 @@ impl CacheWriter {
 /// before both are in.
 fn build(objects: Vec<Object>, positions: &[usize]) -> (Store, FieldIndexes) {
     let objects: Vec<Arc<Object>> = objects.into_iter().map(Arc::new).collect();
-    let store = || -> Store {
-        (objects.iter())
-            .map(|o| (o.key.clone(), o.clone()))
-            .collect()
-    };
+    let store = || -> Store { objects.iter().map(|o| Stored(o.clone())).collect() };
     if positions.is_empty() {
         return (store(), FieldIndexes::new(positions));
     }

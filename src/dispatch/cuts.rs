@@ -49,7 +49,7 @@ impl Cuts {
     pub fn cut(&self, p: &Arc<Projection>, o: &Arc<Object>) -> Arc<Object> {
         let h = self.hash(p, o);
         if let Some(c) = self.inner.lock().by_hash.get(&h) {
-            let same = c.object.revision == o.revision && c.object.key == o.key;
+            let same = c.object.revision == o.revision && c.object.key_bytes() == o.key_bytes();
             if same && *c.projection == **p {
                 return c.object.clone();
             }
@@ -85,7 +85,7 @@ impl Cuts {
     fn hash(&self, p: &Projection, o: &Object) -> u64 {
         let mut h = self.hasher.build_hasher();
         p.hash(&mut h);
-        o.key.hash(&mut h);
+        o.key_bytes().hash(&mut h);
         o.revision.hash(&mut h);
         h.finish()
     }

@@ -45,7 +45,7 @@ impl Via<'_> {
     pub fn holds(&self, o: &Object) -> bool {
         match *self {
             Via::All => true,
-            Via::Key(k) => &*o.key == k,
+            Via::Key(k) => o.key_bytes() == k.as_bytes(),
             Via::Field(f, v) => o.fields.get(f) == Some(v),
             Via::Shard => {
                 debug_assert!(false, "a shard set does not decide a match");

@@ -5,7 +5,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -67,15 +66,8 @@ impl Resource {
             fields: FieldValues::from(&fields[..]),
             shard_hashes,
         };
-        Object::new(
-            Arc::from(key),
-            &pb.namespace,
-            &pb.name,
-            parts,
-            wire,
-            value.len(),
-        )
-        .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
+        Object::new(&pb.namespace, &pb.name, parts, wire, value.len())
+            .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }
 
     /// The namespace and name encoded in a key, for keys that hold no

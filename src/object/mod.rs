@@ -150,12 +150,22 @@ pub(crate) fn wire_of(pb: &crate::pb::Object, value: &[u8]) -> (Bytes, Bytes) {
     (wire, value)
 }
 
+/// The key an object's encoding starts with (field 1, written first by
+/// [`wire_of`]); empty if it does not.
+fn key_in(wire: &[u8]) -> &[u8] {
+    if wire.first() != Some(&0x0a) {
+        return &[];
+    }
+    let mut rest = &wire[1..];
+    let len = prost::encoding::decode_varint(&mut rest).unwrap_or(0) as usize;
+    rest.get(..len).unwrap_or_default()
+}
+
 /// One stored object. Shared by `Arc` between the store, the event window
 /// and every watcher it is sent to; never copied per watcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Object {
-    pub key: Arc<str>,
-    /// Where its namespace and name lie in `key`: start and end of each.
+    /// Where its namespace and name lie in its key: start and end of each.
     spans: [u32; 4],
     /// The etcd mod revision of the key.
     pub revision: Revision,
@@ -168,7 +178,8 @@ pub struct Object {
     value_at: u32,
     /// The object as a `watchproxy.v1.Object` at its own revision, encoded
     /// once when it is read, so every event and initial state that shows
-    /// this version sends these bytes instead of encoding it again.
+    /// this version sends these bytes instead of encoding it again. Its
+    /// key is read from here, its first field, rather than kept apart.
     pub wire: Bytes,
 }
 
@@ -181,17 +192,17 @@ pub struct Parts {
 }
 
 impl Object {
-    /// An object whose `namespace` and `name` are found in `key` (none
-    /// when either is not there), with `wire` ending in its value of
-    /// `value_len` bytes.
+    /// An object whose `namespace` and `name` are found in its key (none
+    /// when either is not there, or `wire` holds no key), with `wire`
+    /// ending in its value of `value_len` bytes.
     pub fn new(
-        key: Arc<str>,
         namespace: &str,
         name: &str,
         parts: Parts,
         wire: Bytes,
         value_len: usize,
     ) -> Option<Self> {
+        let key = std::str::from_utf8(key_in(&wire)).ok()?;
         let span = |part: &str, found: Option<usize>| -> Option<[u32; 2]> {
             let start = if part.is_empty() { 0 } else { found? };
             Some([start as u32, (start + part.len()) as u32])
@@ -207,8 +218,17 @@ impl Object {
             shard_hashes: parts.shard_hashes,
             value_at: wire.len().checked_sub(value_len)? as u32,
             wire,
-            key,
         })
+    }
+
+    /// Its etcd key, as the store orders objects.
+    pub fn key_bytes(&self) -> &[u8] {
+        key_in(&self.wire)
+    }
+
+    /// Its etcd key (checked UTF-8 when it was read).
+    pub fn key(&self) -> &str {
+        std::str::from_utf8(self.key_bytes()).unwrap_or_default()
     }
 
     /// An object with an empty encoding, for tests of what reads only its
@@ -228,17 +248,27 @@ impl Object {
             fields: FieldValues::from(fields),
             shard_hashes: Box::default(),
         };
-        Self::new(Arc::from(key), namespace, name, parts, Bytes::new(), 0)
-            .expect("the namespace and name are in the key")
+        let pb = crate::pb::Object {
+            key: key.to_owned(),
+            ..Default::default()
+        };
+        let (wire, _) = wire_of(&pb, &[]);
+        Self::new(namespace, name, parts, wire, 0).expect("the namespace and name are in the key")
     }
 
     /// Empty for cluster-scoped resources.
     pub fn namespace(&self) -> &str {
-        &self.key[self.spans[0] as usize..self.spans[1] as usize]
+        self.key_part(self.spans[0], self.spans[1])
     }
 
     pub fn name(&self) -> &str {
-        &self.key[self.spans[2] as usize..self.spans[3] as usize]
+        self.key_part(self.spans[2], self.spans[3])
+    }
+
+    fn key_part(&self, start: u32, end: u32) -> &str {
+        let part = self.key_bytes().get(start as usize..end as usize);
+        part.and_then(|p| std::str::from_utf8(p).ok())
+            .unwrap_or_default()
     }
 
     /// The stored bytes, as read from etcd.
@@ -267,9 +297,8 @@ impl Object {
         /// Allocation headers and rounding, and the entries in the store
         /// and index maps: what 100k pods of 1 KiB added to the process's
         /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
-        const OVERHEAD: usize = 290;
+        const OVERHEAD: usize = 215;
         (self.wire.len()
-            + self.key.len()
             + self.labels.heap_bytes()
             + self.fields.heap_bytes()
             + 8 * self.shard_hashes.len()
@@ -410,7 +439,7 @@ impl Event {
 
     pub fn key(&self) -> &str {
         match &self.change {
-            Change::Added(o) | Change::Modified { object: o, .. } | Change::Deleted(o) => &o.key,
+            Change::Added(o) | Change::Modified { object: o, .. } | Change::Deleted(o) => o.key(),
         }
     }
 }
@@ -462,7 +491,10 @@ mod tests {
     fn an_object_stays_small() {
         assert!(std::mem::size_of::<Object>() <= 128);
         let o = Object::bare("/p/ns/a", "ns", "a", 1, LabelSet::default(), &["n"]);
-        assert_eq!((o.namespace(), o.name(), o.fields.get(0)), ("ns", "a", Some("n")));
+        assert_eq!(
+            (o.namespace(), o.name(), o.fields.get(0)),
+            ("ns", "a", Some("n"))
+        );
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl Projection {
             return o.clone();
         };
         let pb = crate::pb::Object {
-            key: o.key.to_string(),
+            key: o.key().to_owned(),
             namespace: o.namespace().to_owned(),
             name: o.name().to_owned(),
             resource_version: o.revision.to_string(),

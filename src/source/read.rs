@@ -183,7 +183,7 @@ impl Etcd {
                 .is_none_or(|_| prefix != resource.key_prefix());
         let remaining = match items.last() {
             Some(last) if more && counted => {
-                let after_last = format!("{}\0", last.key);
+                let after_last = format!("{}\0", last.key());
                 let (n, _) = self
                     .count(
                         m,

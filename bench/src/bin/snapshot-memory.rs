@@ -70,7 +70,7 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
         writer
             .apply(vec![Change {
                 revision: rev,
-                key: o.key.clone(),
+                key: o.key().into(),
                 object: Some(o),
             }])
             .unwrap();

@@ -168,7 +168,7 @@ proptest! {
                 let p = scoped(&r, namespace, "", &labels, &fields, &scope).unwrap();
                 for o in objects(&r) {
                     let want = requested(&o) && allowing.iter().any(|m| m.selects(&caller, &o));
-                    prop_assert_eq!(p.matches(&o), want, "{}", o.key);
+                    prop_assert_eq!(p.matches(&o), want, "{}", o.key());
                 }
             }
         }

@@ -69,7 +69,7 @@ fn shown(cache: &WatchCache, w: &mut Watcher) -> Vec<String> {
     let mut out = Vec::new();
     while let Some(next) = w.next(cache).now_or_never() {
         match next {
-            Next::Event(v) => out.push(format!("{:?} {}@{}", v.kind, v.object.key, v.revision)),
+            Next::Event(v) => out.push(format!("{:?} {}@{}", v.kind, v.object.key(), v.revision)),
             Next::Bookmark(r) => out.push(format!("bookmark@{r}")),
             other => panic!("{other:?}"),
         }
@@ -163,7 +163,10 @@ async fn a_key_that_came_and_went_while_the_watch_lagged_is_never_skipped() {
     let read = cache.snapshot();
     assert_eq!(read.revision, s + 2);
     assert_eq!(
-        read.store.keys().map(|k| k.to_string()).collect::<Vec<_>>(),
+        read.store
+            .iter()
+            .map(|o| o.key().to_string())
+            .collect::<Vec<_>>(),
         ["/p/ns/a"]
     );
     // A watch from that read skips what came before it.

@@ -103,8 +103,8 @@ fn keys(cache: &WatchCache) -> Vec<String> {
     cache
         .snapshot()
         .store
-        .keys()
-        .map(|k| k.to_string())
+        .iter()
+        .map(|o| o.key().to_string())
         .collect()
 }
 
