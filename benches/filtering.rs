@@ -110,8 +110,8 @@ fn dispatch(c: &mut Criterion) {
                         let e = &events[n];
                         black_box((
                             e.key().len(),
-                            e.object().unwrap().fields.get(0),
-                            e.prev().unwrap().fields.get(0),
+                            e.object().unwrap().fields().get(0),
+                            e.prev().unwrap().fields().get(0),
                         ));
                         let t = Instant::now();
                         d.dispatch(std::slice::from_ref(e));

@@ -190,7 +190,7 @@ pub fn object_pb(o: &Object, revision: Revision) -> pb::Object {
         namespace: o.namespace().to_owned(),
         name: o.name().to_owned(),
         resource_version: revision.to_string(),
-        labels: o.labels.to_map(),
+        labels: o.labels().to_map(),
         value: o.value_bytes(),
     }
 }

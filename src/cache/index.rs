@@ -39,8 +39,8 @@ impl FieldIndexes {
     /// so the index never keeps a version the store let go.
     pub fn update(&mut self, old: Option<&Arc<Object>>, new: Option<&Arc<Object>>) {
         for (field, map) in &mut self.fields {
-            let was = old.and_then(|o| Some((o, o.fields.get(*field)?)));
-            let now = new.and_then(|o| Some((o, o.fields.get(*field)?)));
+            let was = old.and_then(|o| Some((o, o.fields().get(*field)?)));
+            let now = new.and_then(|o| Some((o, o.fields().get(*field)?)));
             if let Some((o, v)) = was.filter(|(_, v)| now.is_none_or(|(_, n)| n != *v)) {
                 if let Some(keys) = map.get_mut(v) {
                     keys.remove(o.key_bytes());

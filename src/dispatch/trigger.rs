@@ -46,7 +46,7 @@ impl Via<'_> {
         match *self {
             Via::All => true,
             Via::Key(k) => o.key_bytes() == k.as_bytes(),
-            Via::Field(f, v) => o.fields.get(f) == Some(v),
+            Via::Field(f, v) => o.fields().get(f) == Some(v),
             Via::Shard => {
                 debug_assert!(false, "a shard set does not decide a match");
                 false
@@ -224,5 +224,5 @@ impl<T> TriggerIndex<T> {
 }
 
 fn field_of(o: Option<&Arc<Object>>, field: usize) -> Option<&str> {
-    o.and_then(|o| o.fields.get(field))
+    o.and_then(|o| o.fields().get(field))
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{FieldValues, LabelSet, Labels, Object, Parts, Resource, Revision};
+use super::{Labels, Meta, Object, Parts, Resource, Revision};
 use crate::config::ValueFormat;
 
 /// Why a key/value pair could not become an [`Object`]. Such pairs are
@@ -62,9 +62,7 @@ impl Resource {
         let (wire, value) = super::wire_of(&pb, value);
         let parts = Parts {
             revision,
-            labels: LabelSet::from(&pb.labels),
-            fields: FieldValues::from(&fields[..]),
-            shard_hashes,
+            meta: Meta::new(&pb.labels, &fields, &shard_hashes),
         };
         Object::new(&pb.namespace, &pb.name, parts, wire, value.len())
             .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
@@ -323,15 +321,15 @@ mod tests {
             (o.namespace(), o.name(), o.revision),
             ("default", "web-1", 7)
         );
-        assert_eq!(o.labels.get("app"), Some("web"));
-        assert_eq!(o.fields.iter().collect::<Vec<_>>(), ["node-1", "3"]);
+        assert_eq!(o.labels().get("app"), Some("web"));
+        assert_eq!(o.fields().iter().collect::<Vec<_>>(), ["node-1", "3"]);
     }
 
     #[test]
     fn absent_fields_read_as_empty() {
         let o = pods().decode(b"/p/a/b", b"{}", 1).unwrap();
-        assert_eq!(o.fields.iter().collect::<Vec<_>>(), ["", ""]);
-        assert!(o.labels.is_empty());
+        assert_eq!(o.fields().iter().collect::<Vec<_>>(), ["", ""]);
+        assert!(o.labels().is_empty());
     }
 
     #[test]

@@ -463,10 +463,10 @@ mod tests {
             );
             let r = resource(&paths);
             let o = r.decode(b"/p/default/web-1", &value, 3).unwrap();
-            let got: Vec<(&str, &str)> = paths.iter().copied().zip(o.fields.iter()).collect();
+            let got: Vec<(&str, &str)> = paths.iter().copied().zip(o.fields().iter()).collect();
             assert_eq!(got, want, "{kind}");
             assert_eq!(
-                o.shard_hashes[2],
+                o.shard_hash(2),
                 crate::object::shard_hash("6b1f"),
                 "{kind}: the uid"
             );
@@ -480,14 +480,14 @@ mod tests {
         let value = storage_encoding("v1", "Pod", &pod("node-7", "Running"));
         let o = r.decode(b"/p/default/web-1", &value, 3).unwrap();
         assert_eq!(
-            o.labels.to_map(),
+            o.labels().to_map(),
             [
                 ("app".to_string(), "web".to_string()),
                 ("tier".into(), "a".into())
             ]
             .into()
         );
-        assert_eq!(o.fields.iter().collect::<Vec<_>>(), ["node-7", ""]);
+        assert_eq!(o.fields().iter().collect::<Vec<_>>(), ["node-7", ""]);
         let cm = core::ConfigMap {
             metadata: meta(&[("a", "b")]),
             ..Default::default()
@@ -496,7 +496,7 @@ mod tests {
             .decode(b"/p/ns/c", &storage_encoding("v1", "ConfigMap", &cm), 1)
             .unwrap();
         assert_eq!(
-            (o.labels.get("a"), o.fields.iter().collect::<Vec<_>>()),
+            (o.labels().get("a"), o.fields().iter().collect::<Vec<_>>()),
             (Some("b"), vec!["", ""])
         );
     }
@@ -507,7 +507,10 @@ mod tests {
         // A custom resource, stored as JSON.
         let json = br#"{"metadata":{"labels":{"x":"y"}},"spec":{"nodeName":"n"}}"#;
         let o = r.decode(b"/p/ns/cr", json, 1).unwrap();
-        assert_eq!((o.labels.get("x"), o.fields.get(0)), (Some("y"), Some("n")));
+        assert_eq!(
+            (o.labels().get("x"), o.fields().get(0)),
+            (Some("y"), Some("n"))
+        );
         // Encrypted at rest: named as such, the key's name and no more.
         let secret = b"k8s:enc:aescbc:v1:key1:\x9c\x01secret bytes";
         match r.decode(b"/p/ns/s", secret, 1) {
@@ -553,8 +556,8 @@ mod tests {
             let value = storage_encoding("v1", "Pod", &p);
             let o = resource(&["spec.nodeName", "status.phase"]).decode(b"/p/ns/a", &value, 1).unwrap();
             let phase = phase.unwrap_or_default();
-            proptest::prop_assert_eq!(o.fields.iter().collect::<Vec<_>>(), [node.as_str(), phase.as_str()]);
-            proptest::prop_assert_eq!(o.labels.to_map(), labels);
+            proptest::prop_assert_eq!(o.fields().iter().collect::<Vec<_>>(), [node.as_str(), phase.as_str()]);
+            proptest::prop_assert_eq!(o.labels().to_map(), labels);
         }
     }
 

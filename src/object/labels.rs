@@ -1,117 +1,125 @@
-//! An object's labels and field values as the cache keeps them, in one
-//! allocation each. A `BTreeMap` of labels took a node of 544 bytes and
-//! one allocation per key and value, about 700 bytes an object, more than
-//! half of what a 1 KiB object costs beside its own bytes; a string per
-//! field value took one allocation each.
+//! What an object's selectors read, kept in one allocation: its labels,
+//! its field values and its shard hashes. A `BTreeMap` of labels took a
+//! node of 544 bytes and one allocation per key and value, about 700 bytes
+//! an object, more than half of what a 1 KiB object costs beside its own
+//! bytes; a string per field value and a box of hashes took one allocation
+//! each.
 
 use std::fmt;
 
 use super::Labels;
 
-/// Strings in one allocation: how many there are, where each ends, then
-/// their text one after the other. None: no allocation.
+/// The layout: how many labels, field values and hashes (three 32-bit
+/// words); where each label key, label value and field value ends in the
+/// text (a word each); the hashes (eight bytes each); then the text.
 #[derive(Clone, Default, PartialEq, Eq)]
-struct Strings(Box<[u8]>);
+pub struct Meta(Box<[u8]>);
 
-impl Strings {
-    fn new<'a>(items: impl Iterator<Item = &'a str> + Clone) -> Self {
-        let (count, text) = items.clone().fold((0, 0), |(n, t), s| (n + 1, t + s.len()));
-        if count == 0 {
+const COUNTS: usize = 3;
+
+impl Meta {
+    /// `labels` in key order, as a map gives them.
+    pub fn new(labels: &Labels, fields: &[impl AsRef<str>], hashes: &[u64]) -> Self {
+        let texts = || {
+            (labels.iter())
+                .flat_map(|(k, v)| [k.as_str(), v.as_str()])
+                .chain(fields.iter().map(AsRef::as_ref))
+        };
+        let (ends, text) = texts().fold((0, 0), |(n, t), s| (n + 1, t + s.len()));
+        if ends == 0 && hashes.is_empty() {
             return Self::default();
         }
-        let mut buf = Vec::with_capacity(4 + 4 * count + text);
-        buf.extend_from_slice(&(count as u32).to_le_bytes());
+        let mut buf = Vec::with_capacity(4 * (COUNTS + ends) + 8 * hashes.len() + text);
+        for count in [labels.len(), fields.len(), hashes.len()] {
+            buf.extend_from_slice(&(count as u32).to_le_bytes());
+        }
         let mut end = 0u32;
-        for item in items.clone() {
+        for item in texts() {
             end += item.len() as u32;
             buf.extend_from_slice(&end.to_le_bytes());
         }
-        items.for_each(|item| buf.extend_from_slice(item.as_bytes()));
+        hashes
+            .iter()
+            .for_each(|h| buf.extend_from_slice(&h.to_le_bytes()));
+        texts().for_each(|item| buf.extend_from_slice(item.as_bytes()));
         Self(buf.into())
     }
 
-    fn len(&self) -> usize {
-        self.word(0)
+    pub fn labels(&self) -> LabelSet<'_> {
+        LabelSet(self)
     }
 
-    /// The `i`th 32-bit word: the count, then the ends.
+    pub fn fields(&self) -> FieldValues<'_> {
+        FieldValues(self)
+    }
+
+    /// The `i`th shard hash.
+    pub fn hash(&self, i: usize) -> Option<u64> {
+        if i >= self.count(2) {
+            return None;
+        }
+        let at = 4 * (COUNTS + self.ends()) + 8 * i;
+        let b = self.0.get(at..at + 8)?;
+        Some(u64::from_le_bytes([
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        ]))
+    }
+
+    /// The bytes of its allocation.
+    pub fn heap_bytes(&self) -> usize {
+        self.0.len()
+    }
+
     fn word(&self, i: usize) -> usize {
         (self.0.get(4 * i..4 * i + 4))
             .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
     }
 
+    /// How many labels (0), field values (1) or hashes (2).
+    fn count(&self, which: usize) -> usize {
+        self.word(which)
+    }
+
+    /// How many strings: two per label, one per field value.
+    fn ends(&self) -> usize {
+        2 * self.count(0) + self.count(1)
+    }
+
+    /// The `i`th string's bytes.
     fn bytes(&self, i: usize) -> Option<&[u8]> {
-        let n = self.len();
+        let n = self.ends();
         if i >= n {
             return None;
         }
-        let text = 4 + 4 * n;
-        let start = if i == 0 { 0 } else { self.word(i) };
-        self.0.get(text + start..text + self.word(i + 1))
+        let text = 4 * (COUNTS + n) + 8 * self.count(2);
+        let start = if i == 0 { 0 } else { self.word(COUNTS + i - 1) };
+        self.0.get(text + start..text + self.word(COUNTS + i))
     }
 
     /// Built from `str`s and cut at their ends, so always UTF-8.
-    fn get(&self, i: usize) -> Option<&str> {
+    fn text(&self, i: usize) -> Option<&str> {
         std::str::from_utf8(self.bytes(i)?).ok()
     }
-
-    fn heap_bytes(&self) -> usize {
-        self.0.len()
-    }
 }
 
-/// Labels: every key and value, one after the other, keys in order.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct LabelSet(Strings);
-
-/// The values of a resource's selectable fields, in configured order.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct FieldValues(Strings);
-
-impl FieldValues {
-    pub fn get(&self, i: usize) -> Option<&str> {
-        self.0.get(i)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &str> {
-        (0..self.len()).filter_map(|i| self.get(i))
-    }
-
-    /// The bytes of its allocation.
-    pub fn heap_bytes(&self) -> usize {
-        self.0.heap_bytes()
-    }
-}
-
-impl<S: AsRef<str>> From<&[S]> for FieldValues {
-    fn from(values: &[S]) -> Self {
-        Self(Strings::new(values.iter().map(AsRef::as_ref)))
-    }
-}
-
-impl<S: AsRef<str>, const N: usize> From<[S; N]> for FieldValues {
-    fn from(values: [S; N]) -> Self {
-        Self::from(&values[..])
-    }
-}
-
-impl fmt::Debug for FieldValues {
+impl fmt::Debug for Meta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
+        let hashes: Vec<u64> = (0..self.count(2)).filter_map(|i| self.hash(i)).collect();
+        f.debug_struct("Meta")
+            .field("labels", &self.labels())
+            .field("fields", &self.fields())
+            .field("hashes", &hashes)
+            .finish()
     }
 }
 
-impl LabelSet {
+/// An object's labels, in key order.
+#[derive(Clone, Copy)]
+pub struct LabelSet<'a>(&'a Meta);
+
+impl<'a> LabelSet<'a> {
     /// The value of label `key`.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub fn get(&self, key: &str) -> Option<&'a str> {
         let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -123,28 +131,27 @@ impl LabelSet {
             {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(self.value(mid)),
+                std::cmp::Ordering::Equal => return self.0.text(2 * mid + 1),
             }
         }
         None
     }
 
     pub fn len(&self) -> usize {
-        self.0.len() / 2
-    }
-
-    /// The bytes of its allocation.
-    pub fn heap_bytes(&self) -> usize {
-        self.0.heap_bytes()
+        self.0.count(0)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
+        self.len() == 0
     }
 
     /// (key, value) in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        (0..self.len()).map(|i| (self.key(i), self.value(i)))
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let meta = self.0;
+        (0..self.len()).map(move |i| {
+            let text = |j| meta.text(j).unwrap_or_default();
+            (text(2 * i), text(2 * i + 1))
+        })
     }
 
     /// As the map the protocol carries.
@@ -153,35 +160,52 @@ impl LabelSet {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()
     }
+}
 
-    fn key(&self, i: usize) -> &str {
-        self.0.get(2 * i).unwrap_or_default()
-    }
-
-    fn value(&self, i: usize) -> &str {
-        self.0.get(2 * i + 1).unwrap_or_default()
+impl fmt::Debug for LabelSet<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
     }
 }
 
-impl From<&Labels> for LabelSet {
-    fn from(labels: &Labels) -> Self {
-        let items = labels.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]);
-        Self(Strings::new(items))
+/// The values of a resource's selectable fields, in configured order.
+#[derive(Clone, Copy)]
+pub struct FieldValues<'a>(&'a Meta);
+
+impl<'a> FieldValues<'a> {
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        (i < self.len())
+            .then(|| self.0.text(2 * self.0.count(0) + i))
+            .flatten()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.count(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let fields = *self;
+        (0..fields.len()).filter_map(move |i| fields.get(i))
     }
 }
 
-impl<const N: usize> From<[(&str, &str); N]> for LabelSet {
+impl fmt::Debug for FieldValues<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<const N: usize> From<[(&str, &str); N]> for Meta {
+    /// Labels alone.
     fn from(labels: [(&str, &str); N]) -> Self {
         let map: Labels = (labels.iter())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Self::from(&map)
-    }
-}
-
-impl fmt::Debug for LabelSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
+        Self::new(&map, &[] as &[&str], &[])
     }
 }
 
@@ -191,26 +215,23 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn a_label_set_holds_what_its_map_holds(
-            map in proptest::collection::btree_map("[a-c]{0,3}", "[x-z]{0,3}", 0..6),
+        fn meta_holds_what_it_was_made_of(
+            map in proptest::collection::btree_map("[a-c]{0,3}", "\\PC{0,3}", 0..6),
+            values in proptest::collection::vec("\\PC{0,5}", 0..5),
+            hashes in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..6),
             probe in "[a-c]{0,3}",
         ) {
-            let set = LabelSet::from(&map);
-            proptest::prop_assert_eq!(set.len(), map.len());
-            proptest::prop_assert_eq!(set.to_map(), map.clone());
-            proptest::prop_assert_eq!(set.get(&probe), map.get(&probe).map(String::as_str));
-        }
-
-        #[test]
-        fn field_values_hold_what_they_were_made_of(
-            values in proptest::collection::vec("\\PC{0,5}", 0..5),
-        ) {
-            let fields = FieldValues::from(&values[..]);
-            proptest::prop_assert_eq!(fields.len(), values.len());
+            let meta = Meta::new(&map, &values, &hashes);
+            let (labels, fields) = (meta.labels(), meta.fields());
+            proptest::prop_assert_eq!(labels.len(), map.len());
+            proptest::prop_assert_eq!(labels.to_map(), map.clone());
+            proptest::prop_assert_eq!(labels.get(&probe), map.get(&probe).map(String::as_str));
             proptest::prop_assert_eq!(fields.iter().collect::<Vec<_>>(), values.iter().map(String::as_str).collect::<Vec<_>>());
             proptest::prop_assert_eq!(fields.get(values.len()), None);
-            let empty = values.is_empty();
-            proptest::prop_assert_eq!(fields.heap_bytes() == 0, empty, "no allocation when empty");
+            let read: Vec<u64> = (0..=hashes.len()).filter_map(|i| meta.hash(i)).collect();
+            proptest::prop_assert_eq!(read, hashes.clone());
+            let empty = map.is_empty() && values.is_empty() && hashes.is_empty();
+            proptest::prop_assert_eq!(meta.heap_bytes() == 0, empty, "no allocation when empty");
         }
     }
 }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
 pub use kubernetes::{pod_as_stored, storage_encoding};
-pub use labels::{FieldValues, LabelSet};
+pub use labels::{FieldValues, LabelSet, Meta};
 pub use projection::{Projection, ProjectionError};
 pub use shard::shard_hash;
 
@@ -169,11 +169,10 @@ pub struct Object {
     spans: [u32; 4],
     /// The etcd mod revision of the key.
     pub revision: Revision,
-    pub labels: LabelSet,
-    /// Values of the resource's selectable fields, in configured order.
-    pub fields: FieldValues,
-    /// The hashes of its shard fields ([`Resource::shard_fields`]).
-    pub shard_hashes: Box<[u64]>,
+    /// Its labels, the values of the resource's selectable fields (in
+    /// configured order) and the hashes of its shard fields
+    /// ([`Resource::shard_fields`]).
+    meta: Meta,
     /// Where the stored bytes start in `wire`; they run to its end.
     value_at: u32,
     /// The object as a `watchproxy.v1.Object` at its own revision, encoded
@@ -186,9 +185,7 @@ pub struct Object {
 /// What an object is made of besides its key and encoding.
 pub struct Parts {
     pub revision: Revision,
-    pub labels: LabelSet,
-    pub fields: FieldValues,
-    pub shard_hashes: Box<[u64]>,
+    pub meta: Meta,
 }
 
 impl Object {
@@ -213,9 +210,7 @@ impl Object {
         Some(Self {
             spans: [ns_start, ns_end, name_start, name_end],
             revision: parts.revision,
-            labels: parts.labels,
-            fields: parts.fields,
-            shard_hashes: parts.shard_hashes,
+            meta: parts.meta,
             value_at: wire.len().checked_sub(value_len)? as u32,
             wire,
         })
@@ -239,14 +234,15 @@ impl Object {
         namespace: &str,
         name: &str,
         revision: Revision,
-        labels: LabelSet,
+        labels: &[(&str, &str)],
         fields: &[&str],
     ) -> Self {
+        let labels: Labels = (labels.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let parts = Parts {
             revision,
-            labels,
-            fields: FieldValues::from(fields),
-            shard_hashes: Box::default(),
+            meta: Meta::new(&labels, fields, &[]),
         };
         let pb = crate::pb::Object {
             key: key.to_owned(),
@@ -254,6 +250,15 @@ impl Object {
         };
         let (wire, _) = wire_of(&pb, &[]);
         Self::new(namespace, name, parts, wire, 0).expect("the namespace and name are in the key")
+    }
+
+    pub fn labels(&self) -> LabelSet<'_> {
+        self.meta.labels()
+    }
+
+    /// The values of the resource's selectable fields, in configured order.
+    pub fn fields(&self) -> FieldValues<'_> {
+        self.meta.fields()
     }
 
     /// Empty for cluster-scoped resources.
@@ -297,13 +302,8 @@ impl Object {
         /// Allocation headers and rounding, and the entries in the store
         /// and index maps: what 100k pods of 1 KiB added to the process's
         /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
-        const OVERHEAD: usize = 215;
-        (self.wire.len()
-            + self.labels.heap_bytes()
-            + self.fields.heap_bytes()
-            + 8 * self.shard_hashes.len()
-            + std::mem::size_of::<Object>()
-            + OVERHEAD) as u64
+        const OVERHEAD: usize = 190;
+        (self.wire.len() + self.meta.heap_bytes() + std::mem::size_of::<Object>() + OVERHEAD) as u64
     }
 }
 
@@ -490,9 +490,10 @@ mod tests {
     #[test]
     fn an_object_stays_small() {
         assert!(std::mem::size_of::<Object>() <= 128);
-        let o = Object::bare("/p/ns/a", "ns", "a", 1, LabelSet::default(), &["n"]);
+        let o = Object::bare("/p/ns/a", "ns", "a", 1, &[("l", "v")], &["n"]);
+        assert_eq!(o.labels().get("l"), Some("v"));
         assert_eq!(
-            (o.namespace(), o.name(), o.fields.get(0)),
+            (o.namespace(), o.name(), o.fields().get(0)),
             ("ns", "a", Some("n"))
         );
     }

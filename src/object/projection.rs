@@ -87,7 +87,7 @@ impl Projection {
             namespace: o.namespace().to_owned(),
             name: o.name().to_owned(),
             resource_version: o.revision.to_string(),
-            labels: o.labels.to_map(),
+            labels: o.labels().to_map(),
             value: Bytes::new(),
         };
         let (wire, value) = super::wire_of(&pb, &value);
@@ -270,6 +270,6 @@ mod tests {
             (decoded.name.as_str(), decoded.resource_version.as_str()),
             ("a", "7")
         );
-        assert_eq!(p.labels, o.labels);
+        assert_eq!(p.labels().to_map(), o.labels().to_map());
     }
 }

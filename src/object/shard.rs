@@ -52,10 +52,7 @@ impl Object {
     /// The hash of shard field `field` (a position among
     /// [`Resource::shard_fields`]).
     pub fn shard_hash(&self, field: usize) -> u64 {
-        match self.shard_hashes.get(field) {
-            Some(h) => *h,
-            None => shard_hash(""),
-        }
+        self.meta.hash(field).unwrap_or_else(|| shard_hash(""))
     }
 }
 

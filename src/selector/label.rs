@@ -30,7 +30,7 @@ pub struct LabelRequirement {
 impl LabelRequirement {
     /// As in Kubernetes: a missing label satisfies `!=` and `notin`; one
     /// that is not a 64-bit integer satisfies neither `>` nor `<`.
-    pub fn matches(&self, labels: &LabelSet) -> bool {
+    pub fn matches(&self, labels: LabelSet<'_>) -> bool {
         let v = labels.get(&self.key);
         match &self.op {
             LabelOp::Equals(want) => v == Some(want.as_str()),
@@ -315,6 +315,7 @@ fn check_name(s: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::Meta;
     use proptest::prelude::*;
 
     fn set(v: &[&str]) -> BTreeSet<String> {
@@ -415,16 +416,16 @@ mod tests {
 
     #[test]
     fn missing_labels_satisfy_negative_operators() {
-        let labels = LabelSet::from([("a", "1")]);
-        let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(&labels));
+        let meta = Meta::from([("a", "1")]);
+        let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(meta.labels()));
         assert!(m("a=1") && m("a in (1,2)") && m("a") && m("b!=1") && m("b notin (1)") && m("!b"));
         assert!(!m("a!=1") && !m("a notin (1)") && !m("b in (1)") && !m("!a") && !m("b"));
     }
 
     #[test]
     fn numeric_operators_compare_integers_and_nothing_else() {
-        let labels = LabelSet::from([("n", "7"), ("neg", "-2"), ("word", "seven"), ("big", "1e3")]);
-        let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(&labels));
+        let meta = Meta::from([("n", "7"), ("neg", "-2"), ("word", "seven"), ("big", "1e3")]);
+        let m = |s: &str| parse(s).unwrap().iter().all(|r| r.matches(meta.labels()));
         assert!(m("n>6") && m("n<8") && m("n>-1") && m("neg<0") && m("neg>-3"));
         assert!(!m("n>7") && !m("n<7") && !m("neg>0"));
         // Missing, or not an integer: neither above nor below anything.
@@ -453,7 +454,7 @@ mod tests {
         fn fuzz_label_selectors(s in crate::fuzzing::text("label_selector")) {
             if let Ok(requirements) = parse(&s) {
                 // What parses is a selector that evaluates.
-                requirements.iter().for_each(|r| { r.matches(&LabelSet::default()); });
+                requirements.iter().for_each(|r| { r.matches(Meta::default().labels()); });
             }
         }
     }

@@ -129,12 +129,12 @@ impl Predicate {
     pub fn matches(&self, o: &Object) -> bool {
         self.namespace.as_ref().is_none_or(|ns| ns == o.namespace())
             && self.name.as_ref().is_none_or(|n| n == o.name())
-            && self.labels.iter().all(|r| r.matches(&o.labels))
+            && self.labels.iter().all(|r| r.matches(o.labels()))
             && self.fields.iter().all(|r| {
                 let v = match r.field {
                     FieldRef::Name => o.name(),
                     FieldRef::Namespace => o.namespace(),
-                    FieldRef::Selectable(i) => o.fields.get(i).unwrap_or_default(),
+                    FieldRef::Selectable(i) => o.fields().get(i).unwrap_or_default(),
                 };
                 (v == r.value) == r.equals
             })
@@ -146,18 +146,11 @@ impl Predicate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::LabelSet;
     fn pods() -> Resource {
         Resource::for_tests(&["spec.nodeName"])
     }
 
     fn pod(ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> Object {
-        let labels = LabelSet::from(
-            &labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
         Object::bare(&format!("/p/{ns}/{name}"), ns, name, 1, labels, &[node])
     }
 

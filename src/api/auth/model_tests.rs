@@ -84,12 +84,12 @@ impl ModelRule {
     }
 
     fn selects(&self, c: &Caller, o: &Object) -> bool {
-        let app = o.labels.get("app");
+        let app = o.labels().get("app");
         self.app.is_none_or(|a| app == Some(a))
             && match self.node {
                 None => true,
-                Some(None) => o.fields.get(0) == Some(c.user.as_str()),
-                Some(Some(n)) => o.fields.get(0) == Some(n),
+                Some(None) => o.fields().get(0) == Some(c.user.as_str()),
+                Some(Some(n)) => o.fields().get(0) == Some(n),
             }
     }
 }
@@ -150,8 +150,8 @@ proptest! {
         );
         let requested = |o: &Object| {
             (namespace.is_empty() || o.namespace() == namespace)
-                && app.is_none_or(|a| o.labels.get("app") == Some(a))
-                && node.is_none_or(|n| o.fields.get(0) == Some(n))
+                && app.is_none_or(|a| o.labels().get("app") == Some(a))
+                && node.is_none_or(|n| o.fields().get(0) == Some(n))
         };
         let allowing: Vec<&ModelRule> = rules
             .iter()
