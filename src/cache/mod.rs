@@ -318,16 +318,7 @@ impl WatchCache {
     /// a key created and deleted in between leaves no trace in the proof,
     /// and its events are still to come from the watch.
     pub fn confirm_unchanged(&self, since: Revision, until: Revision) {
-        let mut s = self.state.lock();
-        if !s.ready || s.revision != since || s.valid_through >= until {
-            return;
-        }
-        s.valid_through = until;
-        self.progress.send_replace(Progress {
-            revision: s.revision,
-            valid_through: until,
-            ready: true,
-        });
+        self.move_reads(until, |s| s.revision == since);
     }
 
     /// Records an upstream watchproxy's proof that its objects, whose
@@ -336,8 +327,14 @@ impl WatchCache {
     /// change is the same it holds the same objects: its reads move to
     /// `until` too.
     pub fn confirm_same(&self, changed: Revision, until: Revision) {
+        self.move_reads(until, |s| s.changed == changed);
+    }
+
+    /// Reads move to `until` if the cache is ready and `proven` holds of
+    /// its state.
+    fn move_reads(&self, until: Revision, proven: impl FnOnce(&State) -> bool) {
         let mut s = self.state.lock();
-        if !s.ready || s.changed != changed || s.valid_through >= until {
+        if !s.ready || s.valid_through >= until || !proven(&s) {
             return;
         }
         s.valid_through = until;

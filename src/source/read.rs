@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::tier::{failed, Tier, PAGE};
+use super::tier::{Tier, PAGE};
 use super::{Etcd, EtcdError, Origin};
 use crate::object::{range_end, Object, Resource, Revision};
 use crate::pb;
@@ -79,7 +79,7 @@ impl Tier {
                 true => (revision.to_string(), pb::ResourceVersionMatch::Exact.into()),
                 false => (String::new(), pb::ResourceVersionMatch::Unspecified.into()),
             };
-            let request = self.request(pb::ListRequest {
+            let page = (self.list_page(pb::ListRequest {
                 resource: self.resource.name.clone(),
                 namespace: predicate.namespace().unwrap_or_default().to_owned(),
                 field_selector: (predicate.name())
@@ -90,13 +90,8 @@ impl Tier {
                 limit: want as i64,
                 continue_token: token,
                 ..Default::default()
-            })?;
-            let page = self
-                .client()
-                .list(request)
-                .await
-                .map_err(failed)?
-                .into_inner();
+            }))
+            .await?;
             let objects = page.items.iter().filter_map(|o| self.object(o));
             items.extend(objects.filter(|o| predicate.matches(o)).map(Arc::new));
             token = page.continue_token;

@@ -85,8 +85,14 @@ impl Tier {
         Ok(request)
     }
 
-    pub(super) fn client(&self) -> WatchProxyClient<Channel> {
-        self.client.clone()
+    /// One List call, with the token.
+    pub(super) async fn list_page(
+        &self,
+        list: pb::ListRequest,
+    ) -> Result<pb::ListResponse, EtcdError> {
+        let request = self.request(list)?;
+        let page = self.client.clone().list(request).await.map_err(failed)?;
+        Ok(page.into_inner())
     }
 
     /// An object as the upstream sent it, read again as this resource
@@ -163,26 +169,20 @@ impl Tier {
             true => PROBE,
             false => "",
         };
-        let request = self.request(pb::ListRequest {
+        let page = (self.list_page(pb::ListRequest {
             resource: self.resource.name.clone(),
             namespace: namespace.to_owned(),
             field_selector: format!("metadata.name={PROBE}"),
             limit: 1,
             ..Default::default()
-        })?;
-        let page = self
-            .client()
-            .list(request)
-            .await
-            .map_err(failed)?
-            .into_inner();
+        }))
+        .await?;
         Ok((revision_of(&page.resource_version)?, changed_of(&page)))
     }
 
     /// Every object of the upstream's resource, exactly `at` a version or
     /// (none) as it is now, in pages cut from one revision.
     async fn list_at(&self, at: Option<Revision>) -> Result<Listed, EtcdError> {
-        let mut client = self.client();
         let (mut objects, mut first, mut token) = (Vec::new(), None, String::new());
         loop {
             let mut request = pb::ListRequest {
@@ -198,9 +198,7 @@ impl Tier {
                 }
                 (None, true) => {}
             }
-            let page = (client.list(self.request(request)?).await)
-                .map_err(failed)?
-                .into_inner();
+            let page = self.list_page(request).await?;
             if first.is_none() {
                 let revision = revision_of(&page.resource_version)?;
                 first = Some((revision, changed_of(&page).unwrap_or(revision)));
@@ -228,7 +226,7 @@ impl Tier {
             resource_version: from.to_string(),
             ..Default::default()
         })?;
-        let status = match self.client().watch(request).await {
+        let status = match self.client.clone().watch(request).await {
             Ok(_) => return Ok(from),
             Err(status) => status,
         };
