@@ -6,11 +6,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Labels, Meta, Object, Parts, Resource, Revision};
+use super::{encode, Head, Labels, Meta, Object, Parts, Resource, Revision};
 use crate::config::ValueFormat;
 
 /// Why a key/value pair could not become an [`Object`]. Such pairs are
@@ -43,28 +42,27 @@ impl Resource {
         value: &[u8],
         revision: Revision,
     ) -> Result<Object, DecodeError> {
-        let (namespace, name) = self.split_key(key)?;
+        let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
+        let (namespace, name) = self.split(key)?;
         let (labels, fields, uid) = match self.format {
             ValueFormat::Raw => (BTreeMap::new(), Box::default(), String::new()),
             ValueFormat::Json => self.read_json(value)?,
             ValueFormat::Kubernetes => self.read_kubernetes(value)?,
         };
-        let shard_hashes = self.shard_hashes(&namespace, &name, &uid, &fields);
-        let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
-        let pb = crate::pb::Object {
-            key: key.to_owned(),
+        let shard_hashes = self.shard_hashes(namespace, name, &uid, &fields);
+        let head = Head {
+            key,
             namespace,
             name,
-            resource_version: revision.to_string(),
-            labels,
-            value: Bytes::new(),
+            revision,
+            labels: labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         };
-        let (wire, value) = super::wire_of(&pb, value);
+        let wire = encode(head, value);
         let parts = Parts {
             revision,
-            meta: Meta::new(&pb.labels, &fields, &shard_hashes),
+            meta: Meta::new(&labels, &fields, &shard_hashes),
         };
-        Object::new(&pb.namespace, &pb.name, parts, wire, value.len())
+        Object::new(namespace, name, parts, wire, value.len())
             .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }
 
@@ -72,10 +70,14 @@ impl Resource {
     /// decodable value (deletions).
     pub fn split_key(&self, key: &[u8]) -> Result<(String, String), DecodeError> {
         let key = std::str::from_utf8(key).map_err(|_| DecodeError::KeyNotUtf8)?;
+        let (namespace, name) = self.split(key)?;
+        Ok((namespace.to_owned(), name.to_owned()))
+    }
+
+    fn split<'k>(&self, key: &'k str) -> Result<(&'k str, &'k str), DecodeError> {
         key.strip_prefix(self.prefix.as_str())
             .and_then(|r| r.strip_prefix('/'))
             .and_then(|r| self.layout.split(r))
-            .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
             .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }
 

@@ -146,7 +146,7 @@ impl<'a> LabelSet<'a> {
     }
 
     /// (key, value) in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + Clone + 'a {
         let meta = self.0;
         (0..self.len()).map(move |i| {
             let text = |j| meta.text(j).unwrap_or_default();

@@ -2,6 +2,7 @@
 //! events, and resource versions.
 
 mod decode;
+mod encoding;
 mod key;
 mod kubernetes;
 mod labels;
@@ -16,6 +17,8 @@ use bytes::Bytes;
 
 use crate::config::{KeyLayout, ResourceConfig, ValueFormat};
 pub use decode::DecodeError;
+use encoding::key_in;
+pub(crate) use encoding::{encode, Head};
 pub use kubernetes::{pod_as_stored, storage_encoding};
 pub use labels::{FieldValues, LabelSet, Meta};
 pub use projection::{Projection, ProjectionError};
@@ -128,39 +131,6 @@ pub fn range_end(prefix: &str) -> String {
     format!("{}0", &prefix[..prefix.len() - 1])
 }
 
-/// An object's `watchproxy.v1.Object` encoding: `pb`, whose value is
-/// empty, with `value`; and the value as a slice of it. The value is the
-/// last field written, so it is the encoding's end, and it is copied once,
-/// straight into the encoding.
-pub(crate) fn wire_of(pb: &crate::pb::Object, value: &[u8]) -> (Bytes, Bytes) {
-    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
-    use prost::Message;
-    debug_assert!(pb.value.is_empty());
-    let mut wire = Vec::with_capacity(
-        pb.encoded_len() + 1 + encoded_len_varint(value.len() as u64) + value.len(),
-    );
-    pb.encode(&mut wire).expect("a Vec grows to fit");
-    if !value.is_empty() {
-        encode_key(6, WireType::LengthDelimited, &mut wire);
-        encode_varint(value.len() as u64, &mut wire);
-        wire.extend_from_slice(value);
-    }
-    let wire = Bytes::from(wire);
-    let value = wire.slice(wire.len() - value.len()..);
-    (wire, value)
-}
-
-/// The key an object's encoding starts with (field 1, written first by
-/// [`wire_of`]); empty if it does not.
-fn key_in(wire: &[u8]) -> &[u8] {
-    if wire.first() != Some(&0x0a) {
-        return &[];
-    }
-    let mut rest = &wire[1..];
-    let len = prost::encoding::decode_varint(&mut rest).unwrap_or(0) as usize;
-    rest.get(..len).unwrap_or_default()
-}
-
 /// One stored object. Shared by `Arc` between the store, the event window
 /// and every watcher it is sent to; never copied per watcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,12 +214,15 @@ impl Object {
             revision,
             meta: Meta::new(&labels, fields, &[]),
         };
-        let pb = crate::pb::Object {
-            key: key.to_owned(),
-            ..Default::default()
+        let head = Head {
+            key,
+            namespace,
+            name,
+            revision,
+            labels: std::iter::empty(),
         };
-        let (wire, _) = wire_of(&pb, &[]);
-        Self::new(namespace, name, parts, wire, 0).expect("the namespace and name are in the key")
+        Self::new(namespace, name, parts, encode(head, &[]), 0)
+            .expect("the namespace and name are in the key")
     }
 
     pub fn labels(&self) -> LabelSet<'_> {
@@ -302,7 +275,7 @@ impl Object {
         /// Allocation headers and rounding, and the entries in the store
         /// and index maps: what 100k pods of 1 KiB added to the process's
         /// RSS beyond the rest of this sum (`start-time`, docs/benchmarks.md).
-        const OVERHEAD: usize = 190;
+        const OVERHEAD: usize = 160;
         (self.wire.len() + self.meta.heap_bytes() + std::mem::size_of::<Object>() + OVERHEAD) as u64
     }
 }

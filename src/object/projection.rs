@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Object;
@@ -82,15 +81,15 @@ impl Projection {
         let Some(value) = self.cut(o.value()) else {
             return o.clone();
         };
-        let pb = crate::pb::Object {
-            key: o.key().to_owned(),
-            namespace: o.namespace().to_owned(),
-            name: o.name().to_owned(),
-            resource_version: o.revision.to_string(),
-            labels: o.labels().to_map(),
-            value: Bytes::new(),
+        let labels = o.labels();
+        let head = super::Head {
+            key: o.key(),
+            namespace: o.namespace(),
+            name: o.name(),
+            revision: o.revision,
+            labels: labels.iter(),
         };
-        let (wire, value) = super::wire_of(&pb, &value);
+        let wire = super::encode(head, &value);
         Arc::new(o.with_wire(wire, value.len()))
     }
 }
