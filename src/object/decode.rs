@@ -34,6 +34,15 @@ pub enum DecodeError {
     NotProtobuf(String),
 }
 
+/// Where `part`, a slice of `key` (or empty), lies in it.
+fn span(key: &str, part: &str) -> std::ops::Range<usize> {
+    if part.is_empty() {
+        return 0..0;
+    }
+    let start = part.as_ptr() as usize - key.as_ptr() as usize;
+    start..start + part.len()
+}
+
 impl Resource {
     /// Reads a key/value pair from etcd into an object.
     pub fn decode(
@@ -62,6 +71,7 @@ impl Resource {
             revision,
             meta: Meta::new(&labels, &fields, &shard_hashes),
         };
+        let (namespace, name) = (span(key, namespace), span(key, name));
         Object::new(namespace, name, parts, wire, value.len())
             .ok_or_else(|| DecodeError::KeyShape(self.layout.to_string()))
     }

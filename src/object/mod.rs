@@ -11,6 +11,7 @@ mod projection;
 mod shard;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use bytes::Bytes;
 
@@ -159,26 +160,21 @@ pub struct Parts {
 }
 
 impl Object {
-    /// An object whose `namespace` and `name` are found in its key (none
-    /// when either is not there, or `wire` holds no key), with `wire`
-    /// ending in its value of `value_len` bytes.
+    /// An object whose namespace and name lie at `namespace` and `name` in
+    /// the key `wire` starts with (none when they do not, or it holds no
+    /// key), with `wire` ending in its value of `value_len` bytes.
     pub fn new(
-        namespace: &str,
-        name: &str,
+        namespace: Range<usize>,
+        name: Range<usize>,
         parts: Parts,
         wire: Bytes,
         value_len: usize,
     ) -> Option<Self> {
         let key = std::str::from_utf8(key_in(&wire)).ok()?;
-        let span = |part: &str, found: Option<usize>| -> Option<[u32; 2]> {
-            let start = if part.is_empty() { 0 } else { found? };
-            Some([start as u32, (start + part.len()) as u32])
-        };
-        // The name is the later of the two where a key holds both texts.
-        let [name_start, name_end] = span(name, key.rfind(name))?;
-        let [ns_start, ns_end] = span(namespace, key.find(namespace))?;
+        key.get(namespace.clone())?;
+        key.get(name.clone())?;
         Some(Self {
-            spans: [ns_start, ns_end, name_start, name_end],
+            spans: [namespace.start, namespace.end, name.start, name.end].map(|i| i as u32),
             revision: parts.revision,
             meta: parts.meta,
             value_at: wire.len().checked_sub(value_len)? as u32,
@@ -221,8 +217,19 @@ impl Object {
             revision,
             labels: std::iter::empty(),
         };
-        Self::new(namespace, name, parts, encode(head, &[]), 0)
-            .expect("the namespace and name are in the key")
+        let at = |part: &str, found: Option<usize>| {
+            let start = if part.is_empty() {
+                0
+            } else {
+                found.expect("in the key")
+            };
+            start..start + part.len()
+        };
+        let (namespace, name) = (
+            at(namespace, key.find(namespace)),
+            at(name, key.rfind(name)),
+        );
+        Self::new(namespace, name, parts, encode(head, &[]), 0).expect("a key")
     }
 
     pub fn labels(&self) -> LabelSet<'_> {
