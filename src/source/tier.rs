@@ -285,17 +285,6 @@ impl Upstream for Tier {
         Ok((listed, Ok(history)))
     }
 
-    /// Unused: [`Tier::list_with_history`] reads no history beside the
-    /// list, the watch replays it.
-    async fn history(&mut self, listed: Revision, _depth: u64) -> Result<History, EtcdError> {
-        Ok(History {
-            events: Vec::new(),
-            oldest: listed,
-            through: listed,
-            live: Vec::new(),
-        })
-    }
-
     async fn watch(&mut self, after: Revision) -> Result<TierWatch, EtcdError> {
         let request = self.request(pb::WatchRequest {
             resource: self.resource.name.clone(),

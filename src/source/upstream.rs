@@ -45,28 +45,12 @@ pub trait Upstream: Send + 'static {
     /// Lists the whole prefix; undecodable values are counted and skipped.
     fn list(&mut self) -> impl Future<Output = Result<Listed, EtcdError>> + Send;
 
-    /// The events of up to `depth` revisions before `listed`.
-    fn history(
-        &mut self,
-        listed: Revision,
-        depth: u64,
-    ) -> impl Future<Output = Result<History, EtcdError>> + Send;
-
-    /// Lists the whole prefix, then reads the history of up to `depth`
-    /// revisions before the list; a failed history read leaves the list.
+    /// Lists the whole prefix with the history of up to `depth` revisions
+    /// before the list; a failed history read leaves the list.
     fn list_with_history(
         &mut self,
         depth: u64,
-    ) -> impl Future<Output = Result<(Listed, Result<History, EtcdError>), EtcdError>> + Send
-    where
-        Self: Send,
-    {
-        async move {
-            let listed = self.list().await?;
-            let history = self.history(listed.revision, depth).await;
-            Ok((listed, history))
-        }
-    }
+    ) -> impl Future<Output = Result<(Listed, Result<History, EtcdError>), EtcdError>> + Send;
 
     /// Opens a watch for the changes after `after`.
     fn watch(
@@ -161,18 +145,6 @@ impl Upstream for EtcdUpstream {
         self.list_beside(|listed| {
             history::read(etcd, metrics, resource, listed, depth, HISTORY_BUDGET)
         })
-        .await
-    }
-
-    async fn history(&mut self, listed: Revision, depth: u64) -> Result<History, EtcdError> {
-        history::read(
-            &self.etcd,
-            &self.metrics,
-            &self.resource,
-            listed,
-            depth,
-            HISTORY_BUDGET,
-        )
         .await
     }
 

@@ -38,8 +38,11 @@ impl Upstream for Held {
         self.etcd.list().await
     }
 
-    async fn history(&mut self, listed: Revision, depth: u64) -> Result<History, EtcdError> {
-        self.etcd.history(listed, depth).await
+    async fn list_with_history(
+        &mut self,
+        depth: u64,
+    ) -> Result<(Listed, Result<History, EtcdError>), EtcdError> {
+        self.etcd.list_with_history(depth).await
     }
 
     async fn watch(&mut self, after: Revision) -> Result<WatchStream, EtcdError> {
