@@ -146,11 +146,7 @@ fn list(c: &mut Criterion) {
         let changes: Vec<Change> = (0..100_000)
             .map(|i| {
                 let o = pod(&r, i, i % 1000, 2);
-                Change {
-                    revision: 2,
-                    key: o.key().into(),
-                    object: Some(o),
-                }
+                Change::put(o)
             })
             .collect();
         writer.apply(changes).unwrap();

@@ -234,13 +234,7 @@ fn replays_reuse_the_cut_live_watchers_were_shown() {
     for rev in 2..5 {
         let value = format!(r#"{{"metadata":{{"name":"a{rev}"}},"spec":{{"x":{rev}}}}}"#);
         let o = r.decode(b"/p/ns/a", value.as_bytes(), rev).unwrap();
-        writer
-            .apply(vec![Change {
-                revision: rev,
-                key: o.key().into(),
-                object: Some(o),
-            }])
-            .unwrap();
+        writer.apply(vec![Change::put(o)]).unwrap();
     }
     let objects = |w: &mut Watcher| {
         let mut out = Vec::new();
@@ -284,12 +278,7 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
     // most 4 events' states in 6 objects' worth.
     for rev in 4..14 {
         let o = obj("/p/a/x", rev);
-        w.apply(vec![Change {
-            revision: rev,
-            key: o.key().into(),
-            object: Some(o),
-        }])
-        .unwrap();
+        w.apply(vec![Change::put(o)]).unwrap();
     }
     let s = cache.state.lock();
     assert!(s.bytes + s.ring.bytes() <= 6 * one, "within the budget");
@@ -305,11 +294,7 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
     let many: Vec<Change> = (0..8)
         .map(|i| {
             let o = obj(&format!("/p/b/{i}"), 20);
-            Change {
-                revision: 20,
-                key: o.key().into(),
-                object: Some(o),
-            }
+            Change::put(o)
         })
         .collect();
     let over = w.apply(many).unwrap_err();

@@ -18,6 +18,17 @@ pub struct Change {
     pub object: Option<Object>,
 }
 
+impl Change {
+    /// `object` written, at its own revision.
+    pub fn put(object: Object) -> Self {
+        Self {
+            revision: object.revision,
+            key: object.key().into(),
+            object: Some(object),
+        }
+    }
+}
+
 /// The single writer of a [`WatchCache`], owned by its reflector. Applies
 /// changes in revision order, then dispatches them outside the cache lock.
 pub struct CacheWriter {

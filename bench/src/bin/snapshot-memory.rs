@@ -67,13 +67,7 @@ fn run(keep_snapshots: bool) -> (f64, f64) {
     for w in 0..WRITES {
         let rev = 3 + w as u64;
         let o = pod(&r, (w * 7919) % OBJECTS, 1, rev);
-        writer
-            .apply(vec![Change {
-                revision: rev,
-                key: o.key().into(),
-                object: Some(o),
-            }])
-            .unwrap();
+        writer.apply(vec![Change::put(o)]).unwrap();
         // A paged list every 2,500 writes pins the state it started at.
         if keep_snapshots && w % 2_500 == 0 {
             cache.remember(cache.snapshot());
