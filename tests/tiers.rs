@@ -28,20 +28,18 @@ async fn listed(
         .collect()
 }
 
+/// Pods `ns/p-0` to `ns/p-{n-1}`, labelled app=web, on node-1.
+async fn put_web_pods(ec: &mut etcd_client::Client, n: usize) {
+    for i in 0..n {
+        put_pod(ec, "ns", &format!("p-{i}"), &[("app", "web")], "node-1").await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_serves_what_etcd_holds_through_its_core() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    for i in 0..20 {
-        put_pod(
-            &mut ec,
-            "ns",
-            &format!("p-{i}"),
-            &[("app", "web")],
-            "node-1",
-        )
-        .await;
-    }
+    put_web_pods(&mut ec, 20).await;
     let watches_before = etcd.metric("etcd_debugging_mvcc_watcher_total");
     let (core, mut core_client) = proxy_ready(&etcd).await;
     let edge = Proxy::start_config(edge_config(&etcd.client_url, core.addr)).await;
@@ -175,16 +173,7 @@ fn edge_without_etcd(core: std::net::SocketAddr) -> Config {
 async fn an_edge_reads_consistently_and_at_old_versions_through_its_core_alone() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
-    for i in 0..10 {
-        put_pod(
-            &mut ec,
-            "ns",
-            &format!("p-{i}"),
-            &[("app", "web")],
-            "node-1",
-        )
-        .await;
-    }
+    put_web_pods(&mut ec, 10).await;
     let old = put_pod(&mut ec, "ns", "p-10", &[], "node-2").await;
     for i in 0..10 {
         put_pod(&mut ec, "ns", &format!("p-{i}"), &[("app", "db")], "node-3").await;
