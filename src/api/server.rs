@@ -22,13 +22,6 @@ use crate::config::{LimitsConfig, ServePath};
 /// even where HTTP/2 pings are not answered for long.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
-/// How much of one stream's response HTTP/2 may hold unwritten before the
-/// stream is asked for no more. Each stream's buffered bytes are its own
-/// copies of the events, so h2's default (400 KiB) let thousands of
-/// lagging watch streams hold hundreds of MiB; past this bound a lagging
-/// watcher's events wait in the shared window instead.
-const STREAM_SEND_BUFFER: usize = 16 * 1024;
-
 /// Handshakes finished but not yet taken by tonic's server.
 const HANDSHAKEN: usize = 64;
 
@@ -59,7 +52,6 @@ pub async fn serve(
             let settings = http2::Settings {
                 max_concurrent_streams: limits.max_concurrent_streams,
                 max_message_bytes: limits.max_message_bytes,
-                stream_send_buffer: STREAM_SEND_BUFFER,
                 keep_alive_interval: limits.keepalive_interval,
                 keep_alive_timeout: limits.keepalive_timeout,
                 max_connection_age: limits.max_connection_age,

@@ -1,121 +1,220 @@
 //! Every call the connection does not serve itself, answered by the tonic
-//! routes as any HTTP/2 server would: the request body streamed in, the
-//! response body streamed out within the stream's flow control.
+//! routes in a task of its own: the request body streamed in as it
+//! arrives, the response streamed back to the connection, which frames it
+//! within the stream's flow control.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use http_body::{Body as HttpBody, Frame};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{AbortHandle, JoinSet};
 use tonic::body::Body;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 use tracing::debug;
 
+use super::frame::{Out, Reason};
 use super::framing::grpc_timeout;
-use super::stream::poll_room;
+use super::hpack::write_fields;
 use crate::api::error::ApiError;
 
-/// Answers a call with the routes.
-pub(super) async fn call<S>(
+/// Response bytes a call may have waiting for its stream's window: a large
+/// List page is produced as fast as the client takes it, no faster.
+const CALL_BUFFER: usize = 1024 * 1024;
+
+/// What a call's task sends its connection.
+pub(super) enum Part {
+    Head(http::response::Parts, bool),
+    /// Data, and the room in the call's buffer it holds.
+    Data(Bytes, u32),
+    Trailers(HeaderMap),
+    End,
+    Failed,
+}
+
+/// Where a connection's calls send their responses, and say how much of
+/// their requests they have read.
+#[derive(Clone)]
+pub(super) struct Links {
+    pub parts: mpsc::UnboundedSender<(u32, Part)>,
+    pub released: mpsc::UnboundedSender<(u32, usize)>,
+}
+
+/// A call, as its connection keeps it.
+pub(super) struct Call {
+    /// Where its request's data goes; none once the request ended.
+    pub body: Option<mpsc::UnboundedSender<Bytes>>,
+    pub task: AbortHandle,
+    /// The peer's window for the stream.
+    pub window: i64,
+    /// What the task sent, waiting to be framed.
+    pub queue: VecDeque<Part>,
+    room: Arc<Semaphore>,
+}
+
+/// Starts answering a call with the routes, in a task of `calls`.
+pub(super) fn spawn<S>(
+    calls: &mut JoinSet<()>,
     routes: S,
-    request: Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    id: u32,
+    request: Request<()>,
+    links: &Links,
+    window: i64,
+) -> Call
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let (body_tx, body_rx) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(CALL_BUFFER));
+    let body = RequestBody {
+        id,
+        data: body_rx,
+        released: links.released.clone(),
+    };
+    let request = request.map(|()| Body::new(body));
+    let task = calls.spawn(answer(
+        routes,
+        request,
+        id,
+        links.parts.clone(),
+        room.clone(),
+    ));
+    Call {
+        body: Some(body_tx),
+        task,
+        window,
+        queue: VecDeque::new(),
+        room,
+    }
+}
+
+async fn answer<S>(
+    routes: S,
+    request: Request<Body>,
+    id: u32,
+    parts: mpsc::UnboundedSender<(u32, Part)>,
+    room: Arc<Semaphore>,
 ) where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
-    let request = request.map(|body| Body::new(RequestBody(body)));
-    let answer = {
-        let reset = poll_fn(|cx| respond.poll_reset(cx));
-        tokio::select! {
-            answer = routes.oneshot(request) => answer,
-            _ = reset => return,
-        }
-    };
-    let Ok(answer) = answer;
+    let Ok(answer) = routes.oneshot(request).await;
     let (head, mut body) = answer.into_parts();
     let end = body.is_end_stream();
-    let Ok(mut tx) = respond.send_response(Response::from_parts(head, ()), end) else {
+    if parts.send((id, Part::Head(head, end))).is_err() || end {
         return;
-    };
-    if !end {
-        poll_fn(|cx| pipe(&mut body, &mut tx, cx)).await;
     }
-}
-
-/// Copies a response body to its stream, waiting for room before each
-/// frame.
-fn pipe(body: &mut Body, tx: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<()> {
-    loop {
-        if !std::task::ready!(poll_room(tx, cx)) || tx.poll_reset(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        let frame = match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
+    let last = loop {
+        match poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) => {
+                    let held = data.len().min(CALL_BUFFER) as u32;
+                    match room.acquire_many(held).await {
+                        Ok(permit) => permit.forget(),
+                        Err(_) => return,
+                    }
+                    if parts.send((id, Part::Data(data, held))).is_err() {
+                        return;
+                    }
+                }
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) => break Part::Trailers(trailers),
+                    Err(_) => {}
+                },
+            },
             Some(Err(e)) => {
                 debug!(error = %e, "response body failed");
-                tx.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Poll::Ready(());
+                break Part::Failed;
             }
-            None => {
-                let _ = tx.send_data(Bytes::new(), true);
-                return Poll::Ready(());
-            }
-        };
-        match frame.into_data() {
-            Ok(data) => {
-                let end = body.is_end_stream();
-                if tx.send_data(data, end).is_err() || end {
-                    return Poll::Ready(());
-                }
-            }
-            Err(frame) => {
-                if let Ok(trailers) = frame.into_trailers() {
-                    tx.reserve_capacity(0);
-                    let _ = tx.send_trailers(trailers);
-                }
-                return Poll::Ready(());
-            }
+            None => break Part::End,
         }
+    };
+    let _ = parts.send((id, last));
+}
+
+impl Call {
+    /// Frames what the task sent, as far as the windows allow: `true` once
+    /// the response is over.
+    pub(super) fn flush(&mut self, id: u32, out: &mut Out) -> bool {
+        while let Some(part) = self.queue.front_mut() {
+            match part {
+                Part::Head(head, end) => {
+                    let mut block = Vec::new();
+                    write_fields(Some(head.status), &head.headers, &mut block);
+                    out.headers(id, &block, *end);
+                    if *end {
+                        return true;
+                    }
+                }
+                Part::Data(data, held) => {
+                    let room = self.window.min(out.window).min(out.max_frame as i64);
+                    if room <= 0 {
+                        if self.window > 0 {
+                            out.starved.push(id);
+                        }
+                        return false;
+                    }
+                    let n = (room as usize).min(data.len());
+                    out.data(id, &data.split_to(n), false);
+                    self.window -= n as i64;
+                    if !data.is_empty() {
+                        continue;
+                    }
+                    self.room.add_permits(*held as usize);
+                }
+                Part::Trailers(trailers) => {
+                    let mut block = Vec::new();
+                    write_fields(None, trailers, &mut block);
+                    out.headers(id, &block, true);
+                    return true;
+                }
+                Part::End => {
+                    out.data(id, &[], true);
+                    return true;
+                }
+                Part::Failed => {
+                    out.reset(id, Reason::INTERNAL_ERROR);
+                    return true;
+                }
+            }
+            self.queue.pop_front();
+        }
+        false
     }
 }
 
-/// A request body read from its HTTP/2 stream, giving the flow-control
-/// window back as it is read.
-struct RequestBody(RecvStream);
+/// A request body as its stream's DATA frames arrive; what is read is
+/// given back to the peer's window.
+struct RequestBody {
+    id: u32,
+    data: mpsc::UnboundedReceiver<Bytes>,
+    released: mpsc::UnboundedSender<(u32, usize)>,
+}
 
 impl HttpBody for RequestBody {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = Infallible;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let body = &mut self.0;
-        match std::task::ready!(body.poll_data(cx)) {
-            Some(Ok(data)) => {
-                let _ = body.flow_control().release_capacity(data.len());
-                return Poll::Ready(Some(Ok(Frame::data(data))));
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match std::task::ready!(self.data.poll_recv(cx)) {
+            Some(data) => {
+                let _ = self.released.send((self.id, data.len()));
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-            None => {}
+            None => Poll::Ready(None),
         }
-        match std::task::ready!(body.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
     }
 }
 

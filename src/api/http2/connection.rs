@@ -1,43 +1,54 @@
-//! One client connection's task: accepts its streams, starts the watches
-//! it serves itself, drives the live ones, bridges every other call to the
-//! routes, and keeps the connection alive.
+//! One client connection's task: reads its frames ([`inbound`]), starts
+//! the watches it serves itself, drives the live ones, bridges every other
+//! call to the routes, keeps the connection alive, and writes what a pass
+//! framed in one system call after it.
+//!
+//! [`inbound`]: super::inbound
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::BytesMut;
+use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
-use futures::FutureExt;
-use h2::server::{Connection, SendResponse};
-use h2::RecvStream;
 use http::{Request, Response};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::body::Body;
+use tonic::Status;
 use tower::Service;
 use tracing::debug;
 
-use super::bridge::call;
-use super::keepalive::{next_sweep, KeepAlive};
+use super::bridge::{Call, Links, Part};
+use super::frame::{setting, Out, Reason, DEFAULT_WINDOW};
+use super::hpack::{RequestHead, MAX_HEADER_LIST};
+use super::keepalive::KeepAlive;
 use super::repoll::Repoll;
-use super::socket::{self, Flusher, Socket};
-use super::stream::{start_watch, LiveWatch};
+use super::socket::{Socket, WRITE_LIMIT};
+use super::stream::{write_refusal, LiveWatch};
 use super::watches::{Drive, Watches};
 use super::Settings;
 use crate::api::auth::PeerCerts;
-use crate::api::service::WATCH_PATH;
-use crate::api::Api;
+use crate::api::{Api, WatchStream};
+use crate::dispatch::Place;
 
 /// The HTTP/2 receive window of each stream and of the connection.
-const RECEIVE_WINDOW: u32 = 1024 * 1024;
+pub(super) const RECEIVE_WINDOW: u32 = 1024 * 1024;
+
+/// How long a connection that is closing waits for its last frames to be
+/// written.
+const LAST_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Serves one accepted connection until the client leaves, or until
 /// `stop`: then GOAWAY, and the connection ends once its calls have.
 pub(super) async fn serve<S>(
-    (socket, flusher): (Socket, Flusher),
+    socket: Socket,
     peer: Option<PeerCerts>,
     api: Api,
     routes: S,
@@ -50,56 +61,115 @@ pub(super) async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let served = async move {
-        let conn = h2::server::Builder::new()
-            .max_concurrent_streams(settings.max_concurrent_streams)
-            .max_send_buffer_size(settings.stream_send_buffer)
-            .max_header_list_size(16 * 1024)
-            // Receive windows (and with them h2's budget for small DATA
-            // frames not yet read) as hyper sets them: with the protocol's
-            // 64 KiB, a few hundred requests arriving at once end the
-            // connection with ENHANCE_YOUR_CALM.
-            .initial_window_size(RECEIVE_WINDOW)
-            .initial_connection_window_size(RECEIVE_WINDOW)
-            .handshake::<_, Bytes>(socket)
-            .await?;
-        let mut driver = Driver::new(conn, api, routes, settings, stop);
-        driver.peer = peer;
-        poll_fn(|cx| driver.poll(cx)).await
+    let mut driver = Driver::new(socket, peer, api, routes, settings, stop);
+    let ended = Repoll::new(poll_fn(|cx| driver.poll(cx))).await;
+    match ended {
+        Ok(()) => {}
+        Err(Fail::Io(e)) => {
+            debug!(error = %e, "connection ended");
+            return;
+        }
+        Err(Fail::Protocol(reason)) => {
+            debug!(
+                reason = reason.0,
+                "connection error; closing the connection"
+            );
+            driver.out.goaway(driver.last_stream, reason);
+        }
+    }
+    let last = async {
+        poll_fn(|cx| driver.socket.poll_write_out(cx, &mut driver.out.buf)).await?;
+        poll_fn(|cx| driver.socket.poll_shutdown(cx)).await
     };
-    if let Err(e) = Repoll::new(socket::Gathered::new(served, flusher)).await {
-        debug!(error = %e, "connection ended");
+    let _ = tokio::time::timeout(LAST_WRITE, last).await;
+}
+
+/// Why a connection ended before its client left.
+pub(super) enum Fail {
+    Io(io::Error),
+    /// The peer broke the protocol: GOAWAY with this reason.
+    Protocol(Reason),
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Self {
+        Fail::Io(e)
     }
 }
 
-type Start = futures::future::BoxFuture<'static, Option<LiveWatch>>;
+/// A stream, as its connection keeps it.
+pub(super) struct Entry {
+    pub state: State,
+    /// The client may still send on it.
+    pub remote_open: bool,
+    /// What the client may still send on it.
+    pub recv: i64,
+    /// Read and not yet given back to `recv`.
+    pub owed: u32,
+    /// The client's window for it, until a watch or call takes it.
+    pub send: i64,
+}
 
-/// The connection's task: accepts streams, starts watches, drives the
-/// live ones, and keeps the connection alive.
-struct Driver<S> {
-    conn: Connection<Socket, Bytes>,
+pub(super) enum State {
+    /// A Watch whose request is still arriving.
+    Reading(Box<(RequestHead, http::Extensions)>, BytesMut),
+    /// A Watch waiting for its start.
+    Starting(AbortHandle),
+    Watch(Place),
+    Call(Call),
+}
+
+type Start = Abortable<BoxFuture<'static, (u32, Result<WatchStream, Status>)>>;
+
+/// The connection's task.
+pub(super) struct Driver<S> {
+    pub socket: Socket,
+    /// Bytes read and not yet taken as frames.
+    pub rbuf: BytesMut,
+    /// The client's preface and first SETTINGS were read.
+    pub preface_read: bool,
+    pub settings_read: bool,
+    pub out: Out,
+    pub decoder: loona_hpack::Decoder<'static>,
+    /// A header block whose CONTINUATION frames are still to come: its
+    /// stream, whether it ends the stream, and what came so far.
+    pub continuing: Option<(u32, bool, Vec<u8>)>,
+    pub streams: HashMap<u32, Entry>,
+    /// The highest stream the client opened.
+    pub last_stream: u32,
+    /// The window the client gives each new stream.
+    pub peer_window: i64,
+    /// What the client may still send on the connection.
+    pub recv: i64,
+    /// Read on the connection and not yet given back to `recv`.
+    pub owed: u32,
+    /// The client sent GOAWAY: no new streams.
+    pub peer_gone: bool,
     /// The client's certificates, given to each of its calls.
-    peer: Option<PeerCerts>,
-    api: Api,
-    routes: S,
-    settings: Settings,
-    /// Watches reading their request or waiting for the cache.
-    starts: FuturesUnordered<Start>,
+    pub peer: Option<PeerCerts>,
+    pub api: Api,
+    pub routes: S,
+    pub settings: Settings,
+    /// Watches waiting for the cache.
+    pub starts: FuturesUnordered<Start>,
     /// Watches sending events; each is polled only when woken.
-    watches: Watches<LiveWatch>,
+    pub watches: Watches<LiveWatch>,
     /// Every other call, each in its own task; aborted with the connection.
-    calls: JoinSet<()>,
-    keep_alive: Option<KeepAlive>,
-    sweep: Pin<Box<Sleep>>,
+    pub calls: JoinSet<()>,
+    pub links: Links,
+    parts: mpsc::UnboundedReceiver<(u32, Part)>,
+    released: mpsc::UnboundedReceiver<(u32, usize)>,
+    pub keep_alive: KeepAlive,
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
-    stopping: bool,
+    /// GOAWAY was sent: streams it did not cover are refused.
+    pub stopping: bool,
     /// When the connection reaches its maximum age, if it has one.
     aged: Option<Pin<Box<Sleep>>>,
     /// Past its age: its watches have ended, new ones end at once.
-    aged_out: bool,
+    pub aged_out: bool,
     /// After its age, when it closes whatever calls remain.
     closing: Option<Pin<Box<Sleep>>>,
-    /// The waker of the shutdown and keepalive futures.
+    /// The waker of the shutdown, keepalive and age timers.
     aside_waker: Waker,
 }
 
@@ -112,7 +182,8 @@ where
     S::Future: Send + 'static,
 {
     fn new(
-        mut conn: Connection<Socket, Bytes>,
+        socket: Socket,
+        peer: Option<PeerCerts>,
         api: Api,
         routes: S,
         settings: Settings,
@@ -120,25 +191,47 @@ where
     ) -> Self {
         let watches = Watches::default();
         let aside_waker = watches.aside_waker();
+        let (parts_tx, parts) = mpsc::unbounded_channel();
+        let (released_tx, released) = mpsc::unbounded_channel();
+        let mut out = Out::default();
+        out.settings(&[
+            (
+                setting::MAX_CONCURRENT_STREAMS,
+                settings.max_concurrent_streams,
+            ),
+            (setting::INITIAL_WINDOW_SIZE, RECEIVE_WINDOW),
+            (setting::MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST as u32),
+        ]);
+        out.window_update(0, RECEIVE_WINDOW - DEFAULT_WINDOW as u32);
         let max_age = settings.max_connection_age;
-        let keep_alive = conn.ping_pong().map(|ping_pong| {
-            KeepAlive::new(
-                ping_pong,
-                settings.keep_alive_interval,
-                settings.keep_alive_timeout,
-            )
-        });
         Self {
-            conn,
-            peer: None,
+            socket,
+            rbuf: BytesMut::new(),
+            preface_read: false,
+            settings_read: false,
+            out,
+            decoder: loona_hpack::Decoder::new(),
+            continuing: None,
+            streams: HashMap::new(),
+            last_stream: 0,
+            peer_window: DEFAULT_WINDOW,
+            recv: RECEIVE_WINDOW as i64,
+            owed: 0,
+            peer_gone: false,
+            peer,
             api,
             routes,
+            keep_alive: KeepAlive::new(settings.keep_alive_interval, settings.keep_alive_timeout),
             settings,
             starts: FuturesUnordered::new(),
             watches,
             calls: JoinSet::new(),
-            keep_alive,
-            sweep: Box::pin(tokio::time::sleep_until(next_sweep(Instant::now()))),
+            links: Links {
+                parts: parts_tx,
+                released: released_tx,
+            },
+            parts,
+            released,
             stop: Box::pin(stop.cancelled_owned()),
             stopping: false,
             // A tenth either way, so that connections made together do not
@@ -153,75 +246,52 @@ where
         }
     }
 
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
-        // Bounded: a client that keeps opening streams yields to the others.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Fail>> {
+        // Bounded: a client that keeps sending yields to the others.
         for _ in 0..16 {
+            let read = self.poll_frames(cx)?;
+            if read.is_ready() {
+                // The client closed the connection.
+                return Poll::Ready(Ok(()));
+            }
+            let mut busy = false;
             while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
-                match started {
-                    Some(mut watch) if self.aged_out => watch.end_aged(),
-                    Some(watch) => self.watches.insert(watch.place(), watch),
-                    None => {}
+                if let Ok((id, started)) = started {
+                    self.started(id, started);
+                }
+                busy = true;
+            }
+            while let Poll::Ready(Some((id, part))) = self.parts.poll_recv(cx) {
+                if let Some(Entry {
+                    state: State::Call(call),
+                    ..
+                }) = self.streams.get_mut(&id)
+                {
+                    call.queue.push_back(part);
+                    if call.flush(id, &mut self.out) {
+                        self.out.closed.push(id);
+                    }
                 }
             }
-            self.watches.poll_ready(cx);
-            // Checked once `poll_ready` has registered the task's waker,
-            // which the aside waker wakes as well.
+            while let Poll::Ready(Some((id, n))) = self.released.poll_recv(cx) {
+                self.give_back(id, n as u32);
+                self.give_back_connection(n as u32);
+            }
+            if self.out.buf.len() < WRITE_LIMIT {
+                self.watches.poll_ready(cx, &mut self.out);
+            }
             if self.watches.take_aside() {
-                let mut aside_cx = Context::from_waker(&self.aside_waker);
-                if !self.stopping && self.stop.as_mut().poll(&mut aside_cx).is_ready() {
-                    self.stopping = true;
-                    self.conn.graceful_shutdown();
-                }
-                if let Some(keep_alive) = &mut self.keep_alive {
-                    if let Err(e) = keep_alive.poll(&mut aside_cx) {
-                        debug!(error = %e, "keepalive failed; closing the connection");
-                        return Poll::Ready(Ok(()));
-                    }
-                }
-                if self
-                    .aged
-                    .as_mut()
-                    .is_some_and(|aged| aged.as_mut().poll(&mut aside_cx).is_ready())
-                {
-                    self.aged = None;
-                    self.aged_out = true;
-                    if !self.stopping {
-                        self.stopping = true;
-                        self.conn.graceful_shutdown();
-                    }
-                    self.watches.end_aged();
-                    let grace = self.settings.max_connection_age_grace;
-                    self.closing = Some(Box::pin(tokio::time::sleep(grace)));
-                }
-                if self
-                    .closing
-                    .as_mut()
-                    .is_some_and(|c| c.as_mut().poll(&mut aside_cx).is_ready())
-                {
-                    debug!("the connection's age and grace are over; closing it");
-                    return Poll::Ready(Ok(()));
-                }
-                if self.sweep.as_mut().poll(&mut aside_cx).is_ready() {
-                    self.watches.end_reset();
-                    self.sweep.as_mut().reset(next_sweep(Instant::now()));
-                    let _ = self.sweep.as_mut().poll(&mut aside_cx);
-                }
+                self.poll_aside()?;
             }
+            self.close_ended();
             while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
-            // Last, so that what the watches sent is written in this pass.
-            let mut accepted = false;
-            loop {
-                match self.conn.poll_accept(cx) {
-                    Poll::Ready(Some(Ok((request, respond)))) => {
-                        self.accept(request, respond);
-                        accepted = true;
-                    }
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                    Poll::Ready(None) => return Poll::Ready(Ok(())),
-                    Poll::Pending => break,
-                }
+            if let Poll::Ready(Err(e)) = self.socket.poll_write_out(cx, &mut self.out.buf) {
+                return Poll::Ready(Err(e.into()));
             }
-            if !accepted {
+            if (self.stopping || self.peer_gone) && self.streams.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            if !busy {
                 return Poll::Pending;
             }
         }
@@ -229,36 +299,169 @@ where
         Poll::Pending
     }
 
-    fn accept(&mut self, mut request: Request<RecvStream>, respond: SendResponse<Bytes>) {
-        if let Some(peer) = &self.peer {
-            request.extensions_mut().insert(peer.clone());
+    /// The shutdown, keepalive and age timers, polled once their waker
+    /// fired: polled on every pass, once per delivery, they took a few
+    /// percent of the task's time.
+    fn poll_aside(&mut self) -> Result<(), Fail> {
+        let waker = self.aside_waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        if !self.stopping && self.stop.as_mut().poll(&mut cx).is_ready() {
+            self.go_away();
         }
-        if is_plain_watch(&request) {
-            let start = start_watch(
-                self.api.clone(),
-                self.watches.inbox.clone(),
-                request,
-                respond,
-                self.settings.max_message_bytes,
-            );
-            self.starts.push(start.boxed());
-        } else {
-            self.calls
-                .spawn(call(self.routes.clone(), request, respond));
+        if self.keep_alive.poll(&mut cx, &mut self.out).is_err() {
+            debug!("keepalive unanswered; closing the connection");
+            return Err(Fail::Io(io::ErrorKind::TimedOut.into()));
+        }
+        if self
+            .aged
+            .as_mut()
+            .is_some_and(|aged| aged.as_mut().poll(&mut cx).is_ready())
+        {
+            self.aged = None;
+            self.aged_out = true;
+            self.go_away();
+            self.watches.end_aged(&mut self.out);
+            let grace = self.settings.max_connection_age_grace;
+            self.closing = Some(Box::pin(tokio::time::sleep(grace)));
+        }
+        if self
+            .closing
+            .as_mut()
+            .is_some_and(|c| c.as_mut().poll(&mut cx).is_ready())
+        {
+            debug!("the connection's age and grace are over; closing it");
+            return Err(Fail::Io(io::ErrorKind::TimedOut.into()));
+        }
+        Ok(())
+    }
+
+    /// Sends GOAWAY: the streams opened so far are served, later ones
+    /// refused.
+    fn go_away(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            self.out.goaway(self.last_stream, Reason::NO_ERROR);
         }
     }
-}
 
-/// A Watch call this module can serve itself: gRPC with an uncompressed
-/// request. Anything else goes to the routes, which answer it in full.
-fn is_plain_watch(request: &Request<RecvStream>) -> bool {
-    let headers = request.headers();
-    let grpc = headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v == "application/grpc" || v == "application/grpc+proto");
-    let uncompressed = headers.get("grpc-encoding").is_none_or(|v| v == "identity");
-    request.method() == http::Method::POST
-        && request.uri().path() == WATCH_PATH
-        && grpc
-        && uncompressed
+    /// A watch's start ended: it streams, or its refusal is sent.
+    fn started(&mut self, id: u32, started: Result<WatchStream, Status>) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match started {
+            Ok(events) => {
+                let place = events.place();
+                let mut watch = LiveWatch::start(id, events, entry.send, &mut self.out);
+                if self.aged_out && watch.end_aged(&mut self.out).is_ready() {
+                    return self.close_ended();
+                }
+                entry.state = State::Watch(place);
+                self.watches.insert(place, watch);
+            }
+            Err(status) => {
+                write_refusal(&mut self.out, id, status);
+                self.out.closed.push(id);
+                self.close_ended();
+            }
+        }
+    }
+
+    /// Forgets the streams whose responses ended in this pass.
+    fn close_ended(&mut self) {
+        for id in std::mem::take(&mut self.out.closed) {
+            if let Some(entry) = self.streams.remove(&id) {
+                if entry.remote_open {
+                    // The response is whole: the rest of the request is
+                    // not wanted (RFC 9113 §8.1).
+                    self.out.reset(id, Reason::NO_ERROR);
+                }
+            }
+        }
+        // A stream starved of connection window names itself at each poll.
+        if self.out.starved.len() > 64 && self.out.starved.len() > self.streams.len() {
+            self.out.starved.sort_unstable();
+            self.out.starved.dedup();
+        }
+    }
+
+    /// Ends a stream now: the client reset it, or it broke the protocol.
+    pub(super) fn drop_stream(&mut self, id: u32) {
+        let Some(entry) = self.streams.remove(&id) else {
+            return;
+        };
+        match entry.state {
+            State::Reading(..) => {}
+            State::Starting(start) => start.abort(),
+            State::Watch(place) => {
+                self.watches.remove(place);
+            }
+            State::Call(call) => call.task.abort(),
+        }
+    }
+
+    /// Gives `n` bytes read on stream `id` back to the client's window for
+    /// it, once half its window is owed.
+    pub(super) fn give_back(&mut self, id: u32, n: u32) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        entry.owed += n;
+        if entry.remote_open && entry.owed >= RECEIVE_WINDOW / 2 {
+            self.out.window_update(id, entry.owed);
+            entry.recv += entry.owed as i64;
+            entry.owed = 0;
+        }
+    }
+
+    pub(super) fn give_back_connection(&mut self, n: u32) {
+        self.owed += n;
+        if self.owed >= RECEIVE_WINDOW / 2 {
+            self.out.window_update(0, self.owed);
+            self.recv += self.owed as i64;
+            self.owed = 0;
+        }
+    }
+
+    /// The client gave room on the connection: the streams that waited
+    /// for it go on.
+    pub(super) fn feed_starved(&mut self) {
+        let mut starved = std::mem::take(&mut self.out.starved);
+        starved.sort_unstable();
+        starved.dedup();
+        for id in starved {
+            self.feed(id, 0);
+        }
+    }
+
+    /// The client gave `n` bytes of room on stream `id` (negative: took).
+    pub(super) fn feed(&mut self, id: u32, n: i64) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match &mut entry.state {
+            State::Watch(place) => self.watches.grant(*place, |w| w.grant(n)),
+            State::Call(call) => {
+                call.window += n;
+                if call.flush(id, &mut self.out) {
+                    self.out.closed.push(id);
+                    self.close_ended();
+                }
+            }
+            State::Reading(..) | State::Starting(_) => entry.send += n,
+        }
+    }
+
+    pub(super) fn start(
+        &mut self,
+        id: u32,
+        future: BoxFuture<'static, Result<WatchStream, Status>>,
+    ) {
+        let (abort, registration) = AbortHandle::new_pair();
+        let future: BoxFuture<'static, _> = Box::pin(async move { (id, future.await) });
+        self.starts.push(Abortable::new(future, registration));
+        if let Some(entry) = self.streams.get_mut(&id) {
+            entry.state = State::Starting(abort);
+        }
+    }
 }

@@ -4,34 +4,20 @@
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use h2::RecvStream;
 
 use crate::api::error::ApiError;
 
 /// A message's prefix: a compressed flag and a big-endian length.
 const PREFIX: usize = 5;
 
-/// Reads one gRPC message from a request body, giving the flow-control
-/// window back as it is read.
-pub(super) async fn read_message(body: &mut RecvStream, max: usize) -> Result<Bytes, ApiError> {
-    let mut buf = BytesMut::new();
-    loop {
-        if let Some(message) = take_message(&mut buf, max)? {
-            return Ok(message);
-        }
-        let Some(chunk) = body.data().await else {
-            return Err(ApiError::MalformedRequest(
-                "the request ended before its message".into(),
-            ));
-        };
-        let chunk = chunk.map_err(|e| ApiError::RequestAborted(e.to_string()))?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        buf.extend_from_slice(&chunk);
-    }
+/// The message of a request whose body is `buf`, all of it arrived.
+pub(super) fn request_message(buf: &mut BytesMut, max: usize) -> Result<Bytes, ApiError> {
+    take_message(buf, max)?
+        .ok_or_else(|| ApiError::MalformedRequest("the request ended before its message".into()))
 }
 
 /// The first message in `buf` once all of it has arrived.
-fn take_message(buf: &mut BytesMut, max: usize) -> Result<Option<Bytes>, ApiError> {
+pub(super) fn take_message(buf: &mut BytesMut, max: usize) -> Result<Option<Bytes>, ApiError> {
     if buf.len() < PREFIX {
         return Ok(None);
     }

@@ -1,44 +1,32 @@
-//! Keeping a connection alive: HTTP/2 pings, and the clock of the sweep
-//! that finds reset watches.
+//! Keeping a connection alive: an HTTP/2 PING at an interval; a peer that
+//! does not answer within the timeout is dead and its connection closed.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 
-use h2::{Ping, PingPong};
 use tokio::time::{Instant, Sleep};
 
-/// How often the connection looks for watches the client reset. A watch
-/// sees a reset at its next delivery; one that gets none is ended within
-/// this time.
-const RESET_SWEEP: Duration = Duration::from_secs(1);
+use super::frame::Out;
 
-/// When the next sweep is due: on the same ticks for every connection of
-/// the process, so that their sweeps wake a worker once rather than once
-/// per connection.
-pub(super) fn next_sweep(now: Instant) -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(|| now);
-    let sweeps = now.saturating_duration_since(origin).as_nanos() / RESET_SWEEP.as_nanos();
-    origin + RESET_SWEEP * (sweeps as u32 + 1)
-}
+/// The payload of the server's pings, which their acknowledgements echo.
+pub(super) const OPAQUE: [u8; 8] = *b"wp-alive";
 
-/// HTTP/2 pings at an interval; a peer that does not answer within the
-/// timeout is dead and its connection is closed.
 pub(super) struct KeepAlive {
-    ping_pong: PingPong,
     timer: Pin<Box<Sleep>>,
     awaiting_pong: bool,
     interval: Duration,
     timeout: Duration,
 }
 
+/// The peer did not answer a ping in time.
+#[derive(Debug)]
+pub(super) struct Dead;
+
 impl KeepAlive {
-    pub(super) fn new(ping_pong: PingPong, interval: Duration, timeout: Duration) -> Self {
+    pub(super) fn new(interval: Duration, timeout: Duration) -> Self {
         Self {
-            ping_pong,
             timer: Box::pin(tokio::time::sleep(interval)),
             awaiting_pong: false,
             interval,
@@ -46,48 +34,54 @@ impl KeepAlive {
         }
     }
 
-    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Result<(), h2::Error> {
-        if self.awaiting_pong {
-            if let Poll::Ready(pong) = self.ping_pong.poll_pong(cx) {
-                pong?;
-                self.awaiting_pong = false;
-                self.timer.as_mut().reset(Instant::now() + self.interval);
-            }
-        }
+    /// Sends a ping when one is due.
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Result<(), Dead> {
         if self.timer.as_mut().poll(cx).is_ready() {
             if self.awaiting_pong {
-                return Err(h2::Error::from(h2::Reason::NO_ERROR));
+                return Err(Dead);
             }
-            self.ping_pong.send_ping(Ping::opaque())?;
+            out.ping(false, OPAQUE);
             self.awaiting_pong = true;
             self.timer.as_mut().reset(Instant::now() + self.timeout);
             let _ = self.timer.as_mut().poll(cx);
-            if let Poll::Ready(pong) = self.ping_pong.poll_pong(cx) {
-                pong?;
-            }
         }
         Ok(())
+    }
+
+    /// The peer acknowledged a ping with `opaque`.
+    pub(super) fn pong(&mut self, opaque: &[u8]) {
+        if self.awaiting_pong && opaque == OPAQUE {
+            self.awaiting_pong = false;
+            self.timer.as_mut().reset(Instant::now() + self.interval);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Waker;
 
-    #[test]
-    fn every_connection_sweeps_on_the_same_ticks() {
-        let start = Instant::now();
-        let first = next_sweep(start);
-        assert!(first > start && first <= start + RESET_SWEEP);
-        // A connection that starts or sweeps later in the same period is
-        // due at the same instant, the one after that a period later.
-        for later in [1, 400, 999] {
-            let now = first - RESET_SWEEP + Duration::from_millis(later);
-            if now >= start {
-                assert_eq!(next_sweep(now), first);
-            }
-        }
-        assert_eq!(next_sweep(first), first + RESET_SWEEP);
-        assert_eq!(next_sweep(first + RESET_SWEEP / 2), first + RESET_SWEEP);
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_does_not_answer_is_dead() {
+        let mut alive = KeepAlive::new(Duration::from_secs(10), Duration::from_secs(5));
+        let mut out = Out::default();
+        let mut cx = Context::from_waker(Waker::noop());
+        alive.poll(&mut cx, &mut out).unwrap();
+        assert!(out.buf.is_empty(), "nothing before the interval");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        alive.poll(&mut cx, &mut out).unwrap();
+        assert_eq!(&out.buf[9..], &OPAQUE, "a ping");
+        tokio::time::advance(Duration::from_secs(4)).await;
+        alive.pong(b"other!!!");
+        alive.poll(&mut cx, &mut out).unwrap();
+        alive.pong(&OPAQUE);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        alive.poll(&mut cx, &mut out).unwrap();
+        assert_eq!(out.buf.len(), 17, "answered: no second ping yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        alive.poll(&mut cx, &mut out).unwrap();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(alive.poll(&mut cx, &mut out).is_err(), "unanswered");
     }
 }

@@ -1,36 +1,44 @@
-//! The service's own HTTP/2 connection path (`watch.serve_path: fast`).
+//! The service's own HTTP/2 server (`watch.serve_path: fast`).
 //!
 //! How it works:
-//! - one task per connection ([`connection`]) accepts its streams and
-//!   serves plain Watch calls itself; every other call (List, Get, health,
-//!   reflection, a Watch with a compressed request) is bridged to the
-//!   tonic routes in a task of its own ([`bridge`]);
+//! - one task per connection ([`connection`]) reads its frames
+//!   ([`inbound`]) and serves plain Watch calls itself; every other call
+//!   (List, Get, health, reflection, a Watch with a compressed request) is
+//!   bridged to the tonic routes in a task of its own ([`bridge`]);
 //! - a dispatch posts a connection's deliveries to its inbox with one lock
 //!   and one wake; a pass of the task then polls only the watches the
-//!   inbox names, and those h2 woke, from a ready list ([`watches`]);
-//! - each watch cuts its ready events into DATA frames ([`stream`]) from a
-//!   buffer the pass lends it, one per thread, still in the CPU's cache;
-//! - every write of one poll of the task is gathered and goes out in one
-//!   system call after it ([`socket`]); a task woken during its own poll
-//!   is polled again in place ([`repoll`]).
+//!   inbox names, and those the client gave room, from a ready list
+//!   ([`watches`]);
+//! - each watch frames its ready events straight into the connection's
+//!   outgoing buffer ([`stream`], [`frame`]), within the client's windows,
+//!   and the pass's frames go out in one system call after it ([`socket`]);
+//!   a task woken during its own poll is polled again in place
+//!   ([`repoll`]).
 //!
-//! What it does itself that hyper and tonic would otherwise do: HTTP/2
-//! keepalive pings ([`keepalive`]), `grpc-timeout` and gRPC message
-//! framing ([`framing`]), the GOAWAY drain at shutdown, and the socket
-//! options (TCP_NODELAY, TCP keepalive). Why: tonic runs each stream in a
-//! task of its own, woken and polled through several body layers for every
-//! message, and h2 writes and flushes each DATA frame with its own system
-//! call. With every watch woken by each event, that per-stream work is
-//! most of the server's CPU: 1,000 watchers that each want every one of
-//! 200 writes/s cost watchproxy's process 4.5 CPU-seconds over 20 s here
-//! and 20.2 on tonic's server, p99 3.3 ms against 10.4 ms (medians of
-//! three rounds, `docs/benchmarks.md`). `watch.serve_path: tonic` serves
-//! everything on tonic's server instead: the way back, and the standing
-//! A/B of the load generator's `watchproxy-tonic` target.
+//! It is HTTP/2 as RFC 9113 has it for a server: SETTINGS, flow control
+//! both ways, HPACK ([`hpack`]; responses are written as literals the
+//! client's table does not keep), CONTINUATION, PING, RST_STREAM and
+//! GOAWAY. It also does what hyper and tonic would otherwise do: keepalive
+//! pings ([`keepalive`]), `grpc-timeout` and gRPC message framing
+//! ([`framing`]), the GOAWAY drain at shutdown and at a connection's
+//! maximum age, and the socket options (TCP_NODELAY, TCP keepalive).
+//!
+//! Why: with every watch woken by each event, per-stream work is most of
+//! the server's CPU. tonic runs each stream in a task of its own, woken
+//! and polled through several body layers for every message; h2 (under
+//! tonic, or driven directly) takes its stream lock three times and
+//! queues, prioritizes and copies each DATA frame. Here a delivery is a
+//! frame header and a copy of the shared encoding into the buffer the
+//! socket is written from. `watch.serve_path: tonic` serves everything on
+//! tonic's server instead: the way back, and the standing A/B of the load
+//! generator's `watchproxy-tonic` target (`docs/benchmarks.md`).
 
 mod bridge;
 mod connection;
+mod frame;
 mod framing;
+mod hpack;
+mod inbound;
 mod keepalive;
 mod repoll;
 mod socket;
@@ -59,9 +67,6 @@ use bridge::Deadlines;
 pub struct Settings {
     pub max_concurrent_streams: u32,
     pub max_message_bytes: usize,
-    /// How much of one stream's response HTTP/2 may hold unwritten before
-    /// the stream is asked for no more.
-    pub stream_send_buffer: usize,
     pub keep_alive_interval: Duration,
     pub keep_alive_timeout: Duration,
     /// See `limits.max_connection_age`.
@@ -110,14 +115,14 @@ pub async fn serve<S>(
         // not hold up the others.
         connections.spawn(async move {
             let (socket, peer) = match tls {
-                None => (socket::split(tcp), None),
+                None => (socket::Socket::tcp(tcp), None),
                 Some(tls) => match tls.accept(tcp).await {
                     Ok(stream) => {
                         let certs = stream.get_ref().1.peer_certificates();
                         let peer = certs.map(|c| {
                             PeerCerts(Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()))
                         });
-                        (socket::split_io(stream), peer)
+                        (socket::Socket::io(stream), peer)
                     }
                     Err(_) => return,
                 },

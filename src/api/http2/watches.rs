@@ -5,25 +5,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use bytes::BytesMut;
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use slotmap::SecondaryMap;
 
+use super::frame::Out;
 use crate::dispatch::{Inbox, Place};
-
-thread_local! {
-    /// Where the passes run on this thread cut their frames. Once HTTP/2
-    /// has written the frames of a pass, as it has by the next one nearly
-    /// always, the same memory is used again, still in the CPU's cache.
-    static FRAMES: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
-}
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
-/// its pass early once two futures wake themselves while polled, and h2
-/// wakes a stream whenever it gets more room, as it does when one is
-/// polled: passes of two watches, each followed by a write.)
+/// its pass early once two futures wake themselves while polled.)
 pub(super) struct Watches<F> {
     /// By the place of each watch's queue in the inbox.
     slots: SecondaryMap<Place, Slot<F>>,
@@ -125,16 +116,13 @@ impl<F> Default for Watches<F> {
 
 /// A stream driven by its connection's task.
 pub(super) trait Drive {
-    /// Sends what the stream has ready, cutting its frames from `buf`;
-    /// `Ready` once the stream is over.
-    fn poll_drive(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<()>;
+    /// Frames what the stream has ready into `out`; `Ready` once the
+    /// stream is over.
+    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()>;
 
-    /// Whether the client reset the stream. Wakes nothing later: a stream
-    /// that h2 will wake for room anyway is not asked.
-    fn is_reset(&mut self) -> bool;
-
-    /// Ends the stream now: its connection reached its maximum age.
-    fn end_aged(&mut self);
+    /// Ends the stream: its connection reached its maximum age. `Ready`
+    /// once it is over; until then it is driven as before.
+    fn end_aged(&mut self, out: &mut Out) -> Poll<()>;
 }
 
 impl<F> Watches<F> {
@@ -167,25 +155,30 @@ impl<F: Drive> Watches<F> {
         self.slots.insert(id, Slot { watch, flag, waker });
     }
 
-    /// Ends the watches whose client reset their stream.
-    pub(super) fn end_reset(&mut self) {
-        self.slots.retain(|_, s| !s.watch.is_reset());
+    /// Ends the watch at `id`: its client reset its stream.
+    pub(super) fn remove(&mut self, id: Place) -> Option<F> {
+        self.slots.remove(id).map(|s| s.watch)
+    }
+
+    /// Gives the watch at `id` room, and polls it in the next pass.
+    pub(super) fn grant(&mut self, id: Place, grant: impl FnOnce(&mut F)) {
+        if let Some(slot) = self.slots.get_mut(id) {
+            grant(&mut slot.watch);
+            slot.waker.wake_by_ref();
+        }
     }
 
     /// Ends every watch: the connection reached its maximum age.
-    pub(super) fn end_aged(&mut self) {
-        for (_, mut slot) in self.slots.drain() {
-            slot.watch.end_aged();
-        }
+    pub(super) fn end_aged(&mut self, out: &mut Out) {
+        self.slots.retain(|_, s| s.watch.end_aged(out).is_pending());
     }
 
     /// Polls every watch that was ready when the pass began; those woken
     /// meanwhile wait for the next pass, for which `cx` is woken.
-    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>) {
+    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>, out: &mut Out) {
         self.ready.conn.register(cx.waker());
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
         self.inbox.collect(&self.mail, &mut self.taking);
-        let mut buf = FRAMES.take();
         for i in 0..self.taking.len() {
             let id = self.taking[i];
             // A place can be stale: its watch ended (another in the same
@@ -195,11 +188,10 @@ impl<F: Drive> Watches<F> {
             };
             slot.flag.queued.store(false, Ordering::Release);
             let mut cx = Context::from_waker(&slot.waker);
-            if slot.watch.poll_drive(&mut cx, &mut buf).is_ready() {
+            if slot.watch.poll_drive(&mut cx, out).is_ready() {
                 self.slots.remove(id);
             }
         }
-        FRAMES.set(buf);
         self.taking.clear();
     }
 }
@@ -212,15 +204,15 @@ mod tests {
 
     use super::super::tests::Count;
 
-    /// Counts its polls; wakes itself while polled, as h2 makes a stream
-    /// do when it gets room; ends at its `end`-th poll.
+    /// Counts its polls; wakes itself while polled; ends at its `end`-th
+    /// poll.
     struct Probe {
         polls: Arc<AtomicUsize>,
         end: usize,
     }
 
     impl Drive for Probe {
-        fn poll_drive(&mut self, cx: &mut Context<'_>, _: &mut BytesMut) -> Poll<()> {
+        fn poll_drive(&mut self, cx: &mut Context<'_>, _: &mut Out) -> Poll<()> {
             let n = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
             if n == self.end {
                 return Poll::Ready(());
@@ -229,11 +221,9 @@ mod tests {
             Poll::Pending
         }
 
-        fn is_reset(&mut self) -> bool {
-            false
+        fn end_aged(&mut self, _: &mut Out) -> Poll<()> {
+            Poll::Ready(())
         }
-
-        fn end_aged(&mut self) {}
     }
 
     #[test]
@@ -259,14 +249,15 @@ mod tests {
         let woken = Arc::new(AtomicUsize::new(0));
         let waker = Waker::from(Arc::new(Count(woken.clone())));
         let mut cx = Context::from_waker(&waker);
-        watches.poll_ready(&mut cx);
+        let mut out = Out::default();
+        watches.poll_ready(&mut cx, &mut out);
         assert_eq!(count(&polls), [1; 10], "all in one pass, once each");
         assert_eq!(
             woken.load(Ordering::SeqCst),
             1,
             "the connection is woken for the next"
         );
-        watches.poll_ready(&mut cx);
+        watches.poll_ready(&mut cx, &mut out);
         assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
         assert_eq!(watches.slots.len(), 5, "the ended ones are gone");
         // A new one in the slot of one that ended.
@@ -281,7 +272,7 @@ mod tests {
             },
         );
         assert_eq!(watches.slots.len(), 6);
-        watches.poll_ready(&mut cx);
+        watches.poll_ready(&mut cx, &mut out);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
         assert_eq!(fresh.load(Ordering::SeqCst), 1);
     }
