@@ -1,0 +1,363 @@
+//! The service's own HTTP/2 server against clients it did not write: h2's
+//! client with small flow-control windows and a client that stops reading,
+//! tonic sending a header block in CONTINUATION frames, and frames written
+//! by hand (padding, priority, and what breaks the protocol).
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use common::*;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use watchproxy::pb::{EventType, ListRequest, ListResponse, WatchEvent, WatchRequest};
+
+const WATCH: &str = "/watchproxy.v1.WatchProxy/Watch";
+const LIST: &str = "/watchproxy.v1.WatchProxy/List";
+
+/// A gRPC message with its prefix.
+fn grpc_message(m: &impl Message) -> Bytes {
+    let body = m.encode_to_vec();
+    let mut b = BytesMut::with_capacity(5 + body.len());
+    b.put_u8(0);
+    b.put_u32(body.len() as u32);
+    b.put_slice(&body);
+    b.freeze()
+}
+
+/// The whole messages at the front of `buf`.
+fn take_messages<M: Message + Default>(buf: &mut BytesMut) -> Vec<M> {
+    let mut out = Vec::new();
+    while buf.len() >= 5 {
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if buf.len() < 5 + len {
+            break;
+        }
+        buf.advance(5);
+        out.push(M::decode(buf.split_to(len)).expect("a whole message"));
+    }
+    out
+}
+
+fn grpc_request(path: &str) -> http::Request<()> {
+    http::Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
+async fn h2_client(addr: std::net::SocketAddr, window: u32) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .handshake(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+/// Sends one gRPC request on a new stream.
+async fn call(
+    send: &mut h2::client::SendRequest<Bytes>,
+    path: &str,
+    message: &impl Message,
+) -> h2::RecvStream {
+    let mut send = send.clone().ready().await.unwrap();
+    let (response, mut body) = send.send_request(grpc_request(path), false).unwrap();
+    body.send_data(grpc_message(message), true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("a response head within 10 s")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body()
+}
+
+/// Reads until `n` messages have arrived, giving the window back as it
+/// reads.
+async fn read_messages<M: Message + Default>(body: &mut h2::RecvStream, n: usize) -> Vec<M> {
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), body.data())
+            .await
+            .expect("data within 10 s")
+            .expect("the stream goes on")
+            .unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+        out.extend(take_messages::<M>(&mut buf));
+    }
+    assert!(buf.is_empty(), "messages end where frames end");
+    out
+}
+
+fn names(events: &[WatchEvent]) -> Vec<String> {
+    events.iter().map(|e| summary(e).1).collect()
+}
+
+/// `n` pods of a few hundred bytes each.
+async fn put_pods(ec: &mut etcd_client::Client, n: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..n {
+        put_pod(ec, "ns", &format!("p{i:03}"), &[("app", "web")], "node-1").await;
+        names.push(format!("ns/p{i:03}"));
+    }
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_is_cut_to_a_small_window_and_arrives_whole() {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let all = put_pods(&mut ec, 200).await;
+    let mut client = proxy.client().await;
+    let ready = list_version(&mut client, "pods", "").await;
+    assert!(ready > 0);
+
+    // A window smaller than one event: every message crosses frames.
+    let mut send = h2_client(proxy.addr, 100).await;
+    let request = WatchRequest {
+        send_initial_events: true,
+        allow_bookmarks: true,
+        ..watch_req("pods", "")
+    };
+    let mut body = call(&mut send, WATCH, &request).await;
+    let initial: Vec<WatchEvent> = read_messages(&mut body, 201).await;
+    let (added, end) = initial.split_at(200);
+    assert!(added.iter().all(|e| e.r#type == EventType::Added as i32));
+    let mut got = names(added);
+    got.sort();
+    assert_eq!(got, all);
+    assert!(end[0].initial_events_end);
+
+    let r = put_pod(&mut ec, "ns", "late", &[], "node-1").await;
+    let live: Vec<WatchEvent> = read_messages(&mut body, 1).await;
+    assert_eq!(summary(&live[0]), (EventType::Added, "ns/late".into(), r));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_for_the_connection_window_a_stalled_watch_filled() {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let all = put_pods(&mut ec, 500).await;
+    let mut client = proxy.client().await;
+    list_version(&mut client, "pods", "").await;
+
+    // The default windows (64 KiB), and a watch whose initial state is
+    // larger, left unread: it fills the connection's window.
+    let mut send = h2_client(proxy.addr, 65_535).await;
+    let request = WatchRequest {
+        send_initial_events: true,
+        ..watch_req("pods", "")
+    };
+    let mut watch = call(&mut send, WATCH, &request).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A List on the same connection gets its head, but its items wait.
+    let list = ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    };
+    let mut listed = call(&mut send, LIST, &list).await;
+    let waiting = tokio::time::timeout(Duration::from_millis(300), listed.data()).await;
+    assert!(waiting.is_err(), "the connection window is full");
+
+    // Reading gives the room back, and both go on. (Both are read: the
+    // List's data takes the connection's window too.)
+    let (initial, page) = tokio::join!(
+        // The initial state and the bookmark that ends it.
+        read_messages::<WatchEvent>(&mut watch, 501),
+        read_messages::<ListResponse>(&mut listed, 1)
+    );
+    let mut got = names(&initial[..500]);
+    got.sort();
+    assert_eq!(got, all);
+    assert!(initial[500].initial_events_end);
+    assert_eq!(page[0].items.len(), 500);
+    let trailers = listed.trailers().await.unwrap().expect("trailers");
+    assert_eq!(trailers["grpc-status"], "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_over_the_limit_are_refused_and_the_connection_serves_on() {
+    let (_etcd, _proxy, mut client) = start_ready().await;
+    // Larger than a frame: tonic sends the block in CONTINUATION frames.
+    let mut request = tonic::Request::new(ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    });
+    let big = "x".repeat(20_000);
+    request.metadata_mut().insert("x-big", big.parse().unwrap());
+    let status = client.list(request).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("headers"), "{status:?}");
+    // The table the two sides share is intact: the next call is read.
+    let listed = client
+        .list(ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!listed.into_inner().resource_version.is_empty());
+}
+
+/// A client written by hand, frame by frame.
+struct Raw {
+    tcp: TcpStream,
+    buf: BytesMut,
+}
+
+impl Raw {
+    async fn connect(addr: std::net::SocketAddr) -> Raw {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Raw {
+            tcp,
+            buf: BytesMut::new(),
+        };
+        raw.send(0x4, 0, 0, &[]).await;
+        raw
+    }
+
+    async fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let mut f = Vec::with_capacity(9 + payload.len());
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        f.push(kind);
+        f.push(flags);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        self.tcp.write_all(&f).await.unwrap();
+    }
+
+    /// The next frame: kind, flags, stream and payload; `None` at the end
+    /// of the connection.
+    async fn frame(&mut self) -> Option<(u8, u8, u32, Bytes)> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
+                if self.buf.len() >= 9 + len {
+                    let head = self.buf.split_to(9);
+                    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                    return Some((head[3], head[4], stream, self.buf.split_to(len).freeze()));
+                }
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.tcp.read_buf(&mut self.buf))
+                .await
+                .expect("a frame within 10 s")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// The error code of the GOAWAY that ends the connection.
+    async fn goaway(&mut self) -> u32 {
+        let mut reason = None;
+        while let Some((kind, _, _, payload)) = self.frame().await {
+            if kind == 0x7 {
+                reason = Some(u32::from_be_bytes([
+                    payload[4], payload[5], payload[6], payload[7],
+                ]));
+            }
+        }
+        reason.expect("a GOAWAY before the end")
+    }
+}
+
+fn request_block(path: &str) -> Vec<u8> {
+    let fields: [(&[u8], &[u8]); 6] = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", path.as_bytes()),
+        (b":authority", b"localhost"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ];
+    loona_hpack::Encoder::new().encode(fields)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn padded_frames_with_priority_are_read_and_broken_ones_end_the_connection() {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "a", &[], "node-1").await;
+    let mut client = proxy.client().await;
+    list_version(&mut client, "pods", "").await;
+
+    let mut raw = Raw::connect(proxy.addr).await;
+    // HEADERS padded and with a priority; DATA padded.
+    let mut headers = vec![3];
+    headers.extend_from_slice(&[0, 0, 0, 0, 15]);
+    headers.extend(request_block(LIST));
+    headers.extend_from_slice(&[0; 3]);
+    raw.send(0x1, 0x4 | 0x8 | 0x20, 1, &headers).await;
+    let message = grpc_message(&ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    });
+    let mut data = vec![7];
+    data.extend_from_slice(&message);
+    data.extend_from_slice(&[0; 7]);
+    raw.send(0x0, 0x1 | 0x8, 1, &data).await;
+    let mut decoder = loona_hpack::Decoder::new();
+    let mut body = BytesMut::new();
+    let status = loop {
+        let (kind, flags, stream, payload) = raw.frame().await.expect("an answer");
+        match (kind, stream) {
+            (0x0, 1) => body.extend_from_slice(&payload),
+            (0x1, 1) if flags & 0x1 != 0 => {
+                let fields = decoder.decode(&payload).unwrap();
+                break fields
+                    .into_iter()
+                    .find(|(n, _)| n == b"grpc-status")
+                    .map(|(_, v)| v);
+            }
+            (0x1, 1) => {
+                let fields = decoder.decode(&payload).unwrap();
+                assert!(fields.contains(&(b":status".to_vec(), b"200".to_vec())));
+            }
+            _ => {}
+        }
+    };
+    assert_eq!(status.as_deref(), Some(&b"0"[..]));
+    let pages: Vec<ListResponse> = take_messages(&mut body);
+    assert_eq!(summary_names(&pages[0]), ["ns/a"]);
+
+    // A frame larger than the server allows ends the connection with
+    // FRAME_SIZE_ERROR.
+    raw.send(0x0, 0, 1, &vec![0; 20_000]).await;
+    assert_eq!(raw.goaway().await, 0x6);
+
+    // A request on an even stream, which only a server may open:
+    // PROTOCOL_ERROR.
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(0x1, 0x4 | 0x1, 2, &request_block(LIST)).await;
+    assert_eq!(raw.goaway().await, 0x1);
+
+    // Not HTTP/2 at all.
+    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the connection is closed");
+}
+
+fn summary_names(page: &ListResponse) -> Vec<String> {
+    page.items
+        .iter()
+        .map(|o| format!("{}/{}", o.namespace, o.name))
+        .collect()
+}
