@@ -30,7 +30,7 @@ use super::frame::{setting, Out, Reason, DEFAULT_WINDOW};
 use super::hpack::{RequestHead, MAX_HEADER_LIST};
 use super::keepalive::KeepAlive;
 use super::repoll::Repoll;
-use super::socket::{Socket, WRITE_LIMIT};
+use super::socket::{give_back, lend, Socket, WRITE_LIMIT};
 use super::stream::{write_refusal, LiveWatch};
 use super::watches::{Drive, Watches};
 use super::Settings;
@@ -247,10 +247,18 @@ where
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Fail>> {
+        lend(&mut self.out.buf);
+        let polled = self.poll_passes(cx);
+        give_back(&mut self.out.buf);
+        polled
+    }
+
+    fn poll_passes(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Fail>> {
         // Bounded: a client that keeps sending yields to the others.
         for _ in 0..16 {
-            let read = self.poll_frames(cx)?;
-            if read.is_ready() {
+            // A client that does not read what it is sent is not read
+            // either: its pings and SETTINGS would be answered without end.
+            if self.out.buf.len() < WRITE_LIMIT && self.poll_frames(cx)?.is_ready() {
                 // The client closed the connection.
                 return Poll::Ready(Ok(()));
             }

@@ -26,8 +26,9 @@ use crate::api::service::WATCH_PATH;
 /// Reads of the socket in one pass; then the others get their turn.
 const READS: usize = 4;
 
-/// Room made in the read buffer before each read.
-const READ_SIZE: usize = 64 * 1024;
+/// Room made in the read buffer before each read: a whole frame of the
+/// largest size this server takes.
+const READ_SIZE: usize = HEAD + DEFAULT_MAX_FRAME;
 
 fn protocol(reason: Reason) -> Fail {
     Fail::Protocol(reason)
@@ -48,7 +49,13 @@ where
             self.rbuf.reserve(READ_SIZE);
             match tokio_util::io::poll_read_buf(Pin::new(&mut self.socket.read), cx, &mut self.rbuf)
             {
-                Poll::Pending => return Ok(Poll::Pending),
+                Poll::Pending => {
+                    // An idle connection holds no read buffer.
+                    if self.rbuf.is_empty() {
+                        self.rbuf = BytesMut::new();
+                    }
+                    return Ok(Poll::Pending);
+                }
                 Poll::Ready(Ok(0)) => return Ok(Poll::Ready(())),
                 Poll::Ready(Ok(_)) => self.take_frames()?,
                 Poll::Ready(Err(e)) => return Err(e.into()),

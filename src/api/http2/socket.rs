@@ -16,6 +16,30 @@ pub(super) const WRITE_LIMIT: usize = 64 * 1024;
 /// A buffer larger than this is freed once it is written out.
 const KEPT_CAPACITY: usize = 64 * 1024;
 
+thread_local! {
+    /// The outgoing buffer lent to each connection polled on this thread,
+    /// and given back once its frames have gone out, as they nearly always
+    /// have by the end of the poll: one buffer in the CPU's cache for every
+    /// connection, rather than one per connection.
+    static LENT: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
+}
+
+/// Lends the thread's buffer to a connection that holds none.
+pub(super) fn lend(out: &mut BytesMut) {
+    if out.capacity() == 0 {
+        *out = LENT.take();
+    }
+}
+
+/// Gives the buffer back once all of it is written; a connection whose
+/// client reads slowly keeps its own.
+pub(super) fn give_back(out: &mut BytesMut) {
+    if out.is_empty() && out.capacity() > 0 {
+        out.clear();
+        LENT.set(std::mem::take(out));
+    }
+}
+
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
