@@ -126,10 +126,11 @@ async fn answer<S>(
                         return;
                     }
                 }
-                Err(frame) => match frame.into_trailers() {
-                    Ok(trailers) => break Part::Trailers(trailers),
-                    Err(_) => {}
-                },
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        break Part::Trailers(trailers);
+                    }
+                }
             },
             Some(Err(e)) => {
                 debug!(error = %e, "response body failed");

@@ -96,7 +96,7 @@ pub(super) fn unpad(head: &Head, payload: &[u8]) -> Option<std::ops::Range<usize
         return Some(0..payload.len());
     }
     let pad = *payload.first()? as usize;
-    (1 + pad <= payload.len()).then(|| 1..payload.len() - pad)
+    (pad < payload.len()).then(|| 1..payload.len() - pad)
 }
 
 /// The frames a connection sends, gathered until its next write, and the

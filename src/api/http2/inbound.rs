@@ -291,7 +291,7 @@ where
             }
             return Ok(());
         }
-        let reused = id <= self.last_stream || id % 2 == 0;
+        let reused = id <= self.last_stream || id.is_multiple_of(2);
         let request = read_request(&mut self.decoder, block);
         if reused || request.as_ref().err() == Some(&Refused::Compression) {
             return Err(protocol(if reused {
@@ -409,7 +409,7 @@ where
                 Err(protocol(Reason::FRAME_SIZE_ERROR))
             };
         }
-        if head.len % 6 != 0 {
+        if !head.len.is_multiple_of(6) {
             return Err(protocol(Reason::FRAME_SIZE_ERROR));
         }
         self.settings_read = true;
