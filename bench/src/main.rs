@@ -211,6 +211,9 @@ struct Report {
     server_cpu_s: f64,
     etcd_cpu_s: f64,
     front_cpu_s: f64,
+    /// This process's own CPU over the writes: the clients' share of the
+    /// cores the targets run on.
+    loadgen_cpu_s: f64,
     etcd_peak_rss_mib: f64,
     front_peak_rss_mib: f64,
     /// With every watcher still open, after the drain: what the watchers
@@ -744,6 +747,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let cpu = |p: &[Figures]| p.iter().map(|f| f.cpu_seconds()).sum::<f64>();
     let etcd_watches = etcd.metric("etcd_debugging_mvcc_watcher_total");
     let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(&front_figures));
+    let loadgen_cpu0 = Figures::own().cpu_seconds();
     let total = args.rate * args.duration;
     let mut per_node: HashMap<usize, u64> = HashMap::new();
     let mut per_shard: HashMap<u64, u64> = HashMap::new();
@@ -783,6 +787,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         etcd_figures.cpu_seconds() - etcd_cpu0,
         cpu(&front_figures) - front_cpu0,
     );
+    let loadgen_cpu = Figures::own().cpu_seconds() - loadgen_cpu0;
     let front_rss_end_mib = front_figures.iter().map(|f| f.rss_mib()).sum();
     stop.cancel();
     drop((stalled_wp, stalled_etcd));
@@ -829,6 +834,7 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         server_cpu_s: etcd_cpu + front_cpu,
         etcd_cpu_s: etcd_cpu,
         front_cpu_s: front_cpu,
+        loadgen_cpu_s: loadgen_cpu,
         etcd_peak_rss_mib: etcd_figures.peak_rss_mib(),
         front_peak_rss_mib: front_figures.iter().map(|f| f.peak_rss_mib()).sum(),
         front_rss_end_mib,
@@ -928,10 +934,12 @@ async fn main() -> anyhow::Result<()> {
     for r in reports.iter().filter(|r| r.front_cpu_s > 0.0) {
         writeln!(
             out,
-            "{}: the process in front used {:.1}% of one core over the writes; etcd held {} watches",
+            "{}: the process in front used {:.1}% of one core over the writes, {:.2} µs per delivery; etcd held {} watches; the load generator used {:.2} CPU-s",
             r.target,
             100.0 * r.front_cpu_s / r.write_seconds.max(1e-9),
-            r.etcd_watches
+            1e6 * r.front_cpu_s / (r.deliveries_per_s * r.write_seconds).max(1.0),
+            r.etcd_watches,
+            r.loadgen_cpu_s,
         )?;
     }
     if let Some(wp) = reports.iter().find(|r| r.target == "Watchproxy") {
@@ -1006,6 +1014,7 @@ fn median(rounds: &[Report]) -> Report {
         server_cpu_s: mid(|r| r.server_cpu_s),
         etcd_cpu_s: mid(|r| r.etcd_cpu_s),
         front_cpu_s: mid(|r| r.front_cpu_s),
+        loadgen_cpu_s: mid(|r| r.loadgen_cpu_s),
         etcd_peak_rss_mib: worst(|r| r.etcd_peak_rss_mib),
         front_peak_rss_mib: worst(|r| r.front_peak_rss_mib),
         front_rss_end_mib: worst(|r| r.front_rss_end_mib),
