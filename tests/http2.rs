@@ -361,3 +361,36 @@ fn summary_names(page: &ListResponse) -> Vec<String> {
         .map(|o| format!("{}/{}", o.namespace, o.name))
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watches_on_one_connection_each_get_their_whole_initial_state() {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let all = put_pods(&mut ec, 2000).await;
+    let mut client = proxy.client().await;
+    list_version(&mut client, "pods", "").await;
+    let request = WatchRequest {
+        send_initial_events: true,
+        allow_bookmarks: true,
+        ..watch_req("pods", "")
+    };
+    let mut streams = Vec::new();
+    for _ in 0..10 {
+        streams.push(client.watch(request.clone()).await.unwrap().into_inner());
+    }
+    let states = futures::future::join_all(streams.iter_mut().map(|s| async {
+        let mut names = Vec::new();
+        loop {
+            let e = next_event(s).await.unwrap().expect("the stream goes on");
+            if e.initial_events_end {
+                return names;
+            }
+            names.push(summary(&e).1);
+        }
+    }))
+    .await;
+    for mut names in states {
+        names.sort();
+        assert_eq!(names, all);
+    }
+}

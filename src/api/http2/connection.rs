@@ -258,7 +258,8 @@ where
         for _ in 0..16 {
             // A client that does not read what it is sent is not read
             // either: its pings and SETTINGS would be answered without end.
-            if self.out.buf.len() < WRITE_LIMIT && self.poll_frames(cx)?.is_ready() {
+            let full = self.out.buf.len() >= WRITE_LIMIT;
+            if !full && self.poll_frames(cx)?.is_ready() {
                 // The client closed the connection.
                 return Poll::Ready(Ok(()));
             }
@@ -285,7 +286,8 @@ where
                 self.give_back(id, n as u32);
                 self.give_back_connection(n as u32);
             }
-            if self.out.buf.len() < WRITE_LIMIT {
+            let full = full || self.out.buf.len() >= WRITE_LIMIT;
+            if !full {
                 self.watches.poll_ready(cx, &mut self.out);
             }
             if self.watches.take_aside() {
@@ -296,6 +298,9 @@ where
             if let Poll::Ready(Err(e)) = self.socket.poll_write_out(cx, &mut self.out.buf) {
                 return Poll::Ready(Err(e.into()));
             }
+            // What was skipped for a full buffer is done once it has room:
+            // the wakes that asked for it were spent.
+            busy |= full && self.out.buf.len() < WRITE_LIMIT;
             if (self.stopping || self.peer_gone) && self.streams.is_empty() {
                 return Poll::Ready(Ok(()));
             }

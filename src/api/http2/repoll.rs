@@ -11,10 +11,10 @@ use futures::task::AtomicWaker;
 
 /// Polls the connection again, within the same poll of its task, when it
 /// was woken while being polled. Tokio reschedules a task woken during its
-/// own poll and wakes an idle worker to take it, and h2 wakes the
-/// connection for the first frame a pass queues: a thread wake-up and a
-/// second poll, often on the other worker, for every event a connection
-/// sent.
+/// own poll and wakes an idle worker to take it, and a pass wakes its own
+/// connection whenever it readies a watch (one it starts, one the client
+/// gives room, one woken by its queue while the pass runs): a thread
+/// wake-up and a second poll, often on the other worker.
 pub(super) struct Repoll<F> {
     inner: F,
     wake: Arc<RepollWake>,

@@ -25,6 +25,12 @@ use crate::pb;
 /// this size.
 const BATCH_BYTES: usize = 8 * 1024;
 
+/// What one poll of a watch frames at most; a watch with more ready (an
+/// initial state, a replay) is polled again in the next pass, after the
+/// connection has written this one's frames. Without it a joining watch
+/// framed as much as its client's window allowed, megabytes, in one pass.
+const POLL_BYTES: usize = 2 * BATCH_BYTES;
+
 /// Asks the API for the watch a request's `body` names, its deliveries in
 /// the connection's `inbox`.
 pub(super) async fn start_watch(
@@ -132,7 +138,12 @@ impl Drive for LiveWatch {
     /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
     /// named in `out.starved`, by one for the connection.
     fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        let mut framed = 0;
         loop {
+            if framed >= POLL_BYTES {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             if !self.send_held(out) {
                 return Poll::Pending;
             }
@@ -182,7 +193,9 @@ impl Drive for LiveWatch {
             if out.buf.len() == start {
                 out.buf.truncate(at);
             } else {
-                self.window -= out.end_data(at, false) as i64;
+                let n = out.end_data(at, false);
+                self.window -= n as i64;
+                framed += n;
             }
             if waiting && self.held.is_empty() {
                 return Poll::Pending;

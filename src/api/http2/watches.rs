@@ -1,5 +1,6 @@
 //! The live watches of a connection and the ready list that says which to
-//! poll: those the inbox named (deliveries arrived) and those h2 woke.
+//! poll: those the inbox named (deliveries arrived) and those the client
+//! gave room.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 use slotmap::SecondaryMap;
 
 use super::frame::Out;
+use super::socket::WRITE_LIMIT;
 use crate::dispatch::{Inbox, Place};
 
 /// The live watches of a connection, each polled when its waker says it
@@ -173,13 +175,23 @@ impl<F: Drive> Watches<F> {
         self.slots.retain(|_, s| s.watch.end_aged(out).is_pending());
     }
 
-    /// Polls every watch that was ready when the pass began; those woken
-    /// meanwhile wait for the next pass, for which `cx` is woken.
+    /// Polls every watch that was ready when the pass began, until the
+    /// pass has framed [`WRITE_LIMIT`] bytes; those woken meanwhile, and
+    /// those past the limit, wait for the next pass, for which `cx` is
+    /// woken.
     pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>, out: &mut Out) {
         self.ready.conn.register(cx.waker());
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
         self.inbox.collect(&self.mail, &mut self.taking);
         for i in 0..self.taking.len() {
+            if out.buf.len() >= WRITE_LIMIT {
+                // The rest go first in the next pass, once this one's
+                // frames are written.
+                let rest = &self.taking[i..];
+                self.ready.ids.lock().splice(0..0, rest.iter().copied());
+                self.ready.conn.wake();
+                break;
+            }
             let id = self.taking[i];
             // A place can be stale: its watch ended (another in the same
             // slot has a place of another version).
@@ -204,15 +216,17 @@ mod tests {
 
     use super::super::tests::Count;
 
-    /// Counts its polls; wakes itself while polled; ends at its `end`-th
-    /// poll.
+    /// Counts its polls; frames `frames` bytes and wakes itself while
+    /// polled; ends at its `end`-th poll.
     struct Probe {
         polls: Arc<AtomicUsize>,
         end: usize,
+        frames: usize,
     }
 
     impl Drive for Probe {
-        fn poll_drive(&mut self, cx: &mut Context<'_>, _: &mut Out) -> Poll<()> {
+        fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+            out.buf.extend_from_slice(&vec![0; self.frames]);
             let n = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
             if n == self.end {
                 return Poll::Ready(());
@@ -240,6 +254,7 @@ mod tests {
                 Probe {
                     polls: p.clone(),
                     end,
+                    frames: 0,
                 },
             );
         }
@@ -269,11 +284,43 @@ mod tests {
             Probe {
                 polls: fresh.clone(),
                 end: usize::MAX,
+                frames: 0,
             },
         );
         assert_eq!(watches.slots.len(), 6);
         watches.poll_ready(&mut cx, &mut out);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
         assert_eq!(fresh.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_pass_stops_at_the_write_limit_and_the_rest_go_next() {
+        let mut watches = Watches::default();
+        let mut places = slotmap::SlotMap::<Place, ()>::with_key();
+        let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        for p in &polls {
+            let probe = Probe {
+                polls: p.clone(),
+                end: usize::MAX,
+                frames: WRITE_LIMIT / 4,
+            };
+            watches.insert(places.insert(()), probe);
+        }
+        let total = || polls.iter().map(|p| p.load(Ordering::SeqCst)).sum::<usize>();
+        let waker = Waker::from(Arc::new(Count(Arc::new(AtomicUsize::new(0)))));
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Out::default();
+        watches.poll_ready(&mut cx, &mut out);
+        assert_eq!(total(), 4, "four fill the pass");
+        assert_eq!(out.buf.len(), WRITE_LIMIT);
+        // Written out; the next pass takes the six left, not the four again.
+        out.buf.clear();
+        watches.poll_ready(&mut cx, &mut out);
+        assert_eq!(total(), 8);
+        assert!(polls[..4].iter().all(|p| p.load(Ordering::SeqCst) == 1));
+        out.buf.clear();
+        watches.poll_ready(&mut cx, &mut out);
+        assert_eq!(total(), 12);
+        assert!(polls.iter().all(|p| p.load(Ordering::SeqCst) >= 1), "every one in turn");
     }
 }
