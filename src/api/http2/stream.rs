@@ -188,7 +188,10 @@ impl Drive for LiveWatch {
                 }
             }
             if out.buf.len() - start > room {
-                self.held = out.buf.split_off(start + room);
+                // Copied out rather than split off, which would pin the
+                // connection's whole buffer while the client gives no room.
+                self.held.extend_from_slice(&out.buf[start + room..]);
+                out.buf.truncate(start + room);
             }
             if out.buf.len() == start {
                 out.buf.truncate(at);

@@ -306,7 +306,12 @@ mod tests {
             };
             watches.insert(places.insert(()), probe);
         }
-        let total = || polls.iter().map(|p| p.load(Ordering::SeqCst)).sum::<usize>();
+        let total = || {
+            polls
+                .iter()
+                .map(|p| p.load(Ordering::SeqCst))
+                .sum::<usize>()
+        };
         let waker = Waker::from(Arc::new(Count(Arc::new(AtomicUsize::new(0)))));
         let mut cx = Context::from_waker(&waker);
         let mut out = Out::default();
@@ -321,6 +326,9 @@ mod tests {
         out.buf.clear();
         watches.poll_ready(&mut cx, &mut out);
         assert_eq!(total(), 12);
-        assert!(polls.iter().all(|p| p.load(Ordering::SeqCst) >= 1), "every one in turn");
+        assert!(
+            polls.iter().all(|p| p.load(Ordering::SeqCst) >= 1),
+            "every one in turn"
+        );
     }
 }
