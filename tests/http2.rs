@@ -102,25 +102,32 @@ fn names(events: &[WatchEvent]) -> Vec<String> {
     events.iter().map(|e| summary(e).1).collect()
 }
 
-/// `n` pods of a few hundred bytes each.
-async fn put_pods(ec: &mut etcd_client::Client, n: usize) -> Vec<String> {
+/// A watchproxy in front of an etcd holding `n` pods of a few hundred
+/// bytes each, its cache past them; their names, sorted.
+async fn with_pods(n: usize) -> (Etcd, Proxy, Vec<String>) {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
     let mut names = Vec::new();
     for i in 0..n {
-        put_pod(ec, "ns", &format!("p{i:03}"), &[("app", "web")], "node-1").await;
+        put_pod(
+            &mut ec,
+            "ns",
+            &format!("p{i:03}"),
+            &[("app", "web")],
+            "node-1",
+        )
+        .await;
         names.push(format!("ns/p{i:03}"));
     }
     names.sort();
-    names
+    list_version(&mut proxy.client().await, "pods", "").await;
+    (etcd, proxy, names)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_is_cut_to_a_small_window_and_arrives_whole() {
-    let (etcd, proxy, _) = start_ready().await;
+    let (etcd, proxy, all) = with_pods(200).await;
     let mut ec = etcd.client().await;
-    let all = put_pods(&mut ec, 200).await;
-    let mut client = proxy.client().await;
-    let ready = list_version(&mut client, "pods", "").await;
-    assert!(ready > 0);
 
     // A window smaller than one event: every message crosses frames.
     let mut send = h2_client(proxy.addr, 100).await;
@@ -145,11 +152,7 @@ async fn a_watch_is_cut_to_a_small_window_and_arrives_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waits_for_the_connection_window_a_stalled_watch_filled() {
-    let (etcd, proxy, _) = start_ready().await;
-    let mut ec = etcd.client().await;
-    let all = put_pods(&mut ec, 500).await;
-    let mut client = proxy.client().await;
-    list_version(&mut client, "pods", "").await;
+    let (_etcd, proxy, all) = with_pods(500).await;
 
     // The default windows (64 KiB), and a watch whose initial state is
     // larger, left unread: it fills the connection's window.
@@ -364,11 +367,8 @@ fn summary_names(page: &ListResponse) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_watches_on_one_connection_each_get_their_whole_initial_state() {
-    let (etcd, proxy, _) = start_ready().await;
-    let mut ec = etcd.client().await;
-    let all = put_pods(&mut ec, 2000).await;
+    let (_etcd, proxy, all) = with_pods(2000).await;
     let mut client = proxy.client().await;
-    list_version(&mut client, "pods", "").await;
     let request = WatchRequest {
         send_initial_events: true,
         allow_bookmarks: true,

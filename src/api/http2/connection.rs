@@ -6,7 +6,6 @@
 //! [`inbound`]: super::inbound
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
@@ -15,14 +14,11 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
-use http::{Request, Response};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-use tonic::body::Body;
 use tonic::Status;
-use tower::Service;
 use tracing::debug;
 
 use super::bridge::{Call, Links, Part};
@@ -33,7 +29,7 @@ use super::repoll::Repoll;
 use super::socket::{give_back, lend, Socket, WRITE_LIMIT};
 use super::stream::{write_refusal, LiveWatch};
 use super::watches::{Drive, Watches};
-use super::Settings;
+use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
 use crate::api::{Api, WatchStream};
 use crate::dispatch::Place;
@@ -55,11 +51,7 @@ pub(super) async fn serve<S>(
     settings: Settings,
     stop: CancellationToken,
 ) where
-    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
+    S: Routes,
 {
     let mut driver = Driver::new(socket, peer, api, routes, settings, stop);
     let ended = Repoll::new(poll_fn(|cx| driver.poll(cx))).await;
@@ -173,14 +165,7 @@ pub(super) struct Driver<S> {
     aside_waker: Waker,
 }
 
-impl<S> Driver<S>
-where
-    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Routes> Driver<S> {
     fn new(
         socket: Socket,
         peer: Option<PeerCerts>,

@@ -2,16 +2,13 @@
 //! 9113 asks, and acted on. A frame that breaks the protocol for the whole
 //! connection ends it with GOAWAY; one that breaks a stream resets it.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::FutureExt;
-use http::{Request, Response};
-use tonic::body::Body;
+use http::Request;
 use tonic::Status;
-use tower::Service;
 
 use super::bridge;
 use super::connection::{Driver, Entry, Fail, State, RECEIVE_WINDOW};
@@ -20,6 +17,7 @@ use super::frame::{
 };
 use super::hpack::{read_request, Refused, RequestHead, MAX_HEADER_LIST};
 use super::stream::{request_limit, start_watch, write_refusal};
+use super::Routes;
 use crate::api::error::ApiError;
 use crate::api::service::WATCH_PATH;
 
@@ -34,14 +32,7 @@ fn protocol(reason: Reason) -> Fail {
     Fail::Protocol(reason)
 }
 
-impl<S> Driver<S>
-where
-    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Routes> Driver<S> {
     /// Reads what the socket has and acts on its frames: `Ready` once the
     /// client has closed the connection.
     pub(super) fn poll_frames(&mut self, cx: &mut Context<'_>) -> Result<Poll<()>, Fail> {

@@ -62,6 +62,29 @@ use super::tls::Tls;
 use super::Api;
 use bridge::Deadlines;
 
+/// The routes that answer every call a connection does not serve itself.
+pub trait Routes:
+    Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> Routes for S
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+}
+
 /// How one connection is served.
 #[derive(Clone)]
 pub struct Settings {
@@ -78,20 +101,14 @@ pub struct Settings {
 /// every connection and waits for their calls to end. Plain Watch calls
 /// are served by each connection itself; `routes` answers every other
 /// call. Dropping the future closes the connections that remain.
-pub async fn serve<S>(
+pub async fn serve<S: Routes>(
     listener: TcpListener,
     tls: Option<Arc<Tls>>,
     api: Api,
     routes: S,
     settings: Settings,
     shutdown: CancellationToken,
-) where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+) {
     let routes = Deadlines(routes);
     let mut connections = JoinSet::new();
     loop {
