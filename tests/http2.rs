@@ -358,6 +358,29 @@ async fn padded_frames_with_priority_are_read_and_broken_ones_end_the_connection
     assert!(read.is_ok(), "the connection is closed");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_opens_streams_only_to_reset_them_is_sent_away() {
+    let (_etcd, proxy, _) = start_ready().await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    let block = request_block(LIST);
+    // Requests whose bodies never come, each reset at once.
+    let mut flood = Vec::new();
+    for i in 0..1100u32 {
+        let id = 2 * i + 1;
+        for (kind, flags, payload) in [(0x1, 0x4, &block[..]), (0x3, 0, &8u32.to_be_bytes()[..])] {
+            flood.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+            flood.extend_from_slice(&[kind, flags]);
+            flood.extend_from_slice(&id.to_be_bytes());
+            flood.extend_from_slice(payload);
+        }
+    }
+    raw.tcp.write_all(&flood).await.unwrap();
+    assert_eq!(raw.goaway().await, 0xb, "ENHANCE_YOUR_CALM");
+    // Others are served as before.
+    let mut client = proxy.client().await;
+    assert!(list_version(&mut client, "pods", "").await > 0);
+}
+
 fn summary_names(page: &ListResponse) -> Vec<String> {
     page.items
         .iter()

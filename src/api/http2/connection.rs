@@ -16,7 +16,7 @@ use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
 use tracing::debug;
@@ -89,6 +89,29 @@ impl From<io::Error> for Fail {
     }
 }
 
+/// Streams the client may reset, unanswered, in [`Resets::PERIOD`]: a
+/// client that opens streams only to reset them makes the server start
+/// and drop a call for each (CVE-2023-44487) and is sent away.
+#[derive(Default)]
+pub(super) struct Resets {
+    since: Option<Instant>,
+    count: u32,
+}
+
+impl Resets {
+    const MAX: u32 = 1000;
+    const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Counts one; false past the bound.
+    pub(super) fn allow(&mut self, now: Instant) -> bool {
+        match self.since {
+            Some(since) if now.duration_since(since) < Self::PERIOD => self.count += 1,
+            _ => (self.since, self.count) = (Some(now), 1),
+        }
+        self.count <= Self::MAX
+    }
+}
+
 /// A stream, as its connection keeps it.
 pub(super) struct Entry {
     pub state: State,
@@ -137,6 +160,7 @@ pub(super) struct Driver<S> {
     pub owed: u32,
     /// The client sent GOAWAY: no new streams.
     pub peer_gone: bool,
+    pub resets: Resets,
     /// The client's certificates, given to each of its calls.
     pub peer: Option<PeerCerts>,
     pub api: Api,
@@ -203,6 +227,7 @@ impl<S: Routes> Driver<S> {
             recv: RECEIVE_WINDOW as i64,
             owed: 0,
             peer_gone: false,
+            resets: Resets::default(),
             peer,
             api,
             routes,
@@ -384,9 +409,10 @@ impl<S: Routes> Driver<S> {
     }
 
     /// Ends a stream now: the client reset it, or it broke the protocol.
-    pub(super) fn drop_stream(&mut self, id: u32) {
+    /// False when it had ended already.
+    pub(super) fn drop_stream(&mut self, id: u32) -> bool {
         let Some(entry) = self.streams.remove(&id) else {
-            return;
+            return false;
         };
         match entry.state {
             State::Reading(..) => {}
@@ -396,6 +422,7 @@ impl<S: Routes> Driver<S> {
             }
             State::Call(call) => call.task.abort(),
         }
+        true
     }
 
     /// Gives `n` bytes read on stream `id` back to the client's window for
@@ -461,5 +488,21 @@ impl<S: Routes> Driver<S> {
         if let Some(entry) = self.streams.get_mut(&id) {
             entry.state = State::Starting(abort);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_past_the_bound_within_a_period_are_refused() {
+        let mut resets = Resets::default();
+        let start = Instant::now();
+        for _ in 0..Resets::MAX {
+            assert!(resets.allow(start));
+        }
+        assert!(!resets.allow(start + Resets::PERIOD / 2));
+        assert!(resets.allow(start + Resets::PERIOD), "a new period");
     }
 }

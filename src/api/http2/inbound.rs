@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use futures::FutureExt;
 use http::Request;
+use tokio::time::Instant;
 use tonic::Status;
 
 use super::bridge;
@@ -119,7 +120,9 @@ impl<S: Routes> Driver<S> {
                 if head.stream == 0 || head.stream > self.last_stream {
                     return Err(protocol(Reason::PROTOCOL_ERROR));
                 }
-                self.drop_stream(head.stream);
+                if self.drop_stream(head.stream) && !self.resets.allow(Instant::now()) {
+                    return Err(protocol(Reason::ENHANCE_YOUR_CALM));
+                }
                 Ok(())
             }
             kind::SETTINGS => self.on_settings(head, &payload),
