@@ -2,9 +2,11 @@
 //!
 //! How it works:
 //! - one task per connection ([`connection`]) reads its frames
-//!   ([`inbound`]) and serves plain Watch calls itself; every other call
-//!   (List, Get, health, reflection, a Watch with a compressed request) is
-//!   bridged to the tonic routes in a task of its own ([`bridge`]);
+//!   ([`inbound`]), keeps its streams ([`streams`]) and takes each new
+//!   request ([`requests`]): plain Watch calls it serves itself; every
+//!   other call (List, Get, health, reflection, a Watch with a compressed
+//!   request) is bridged to the tonic routes in a task of its own
+//!   ([`bridge`]);
 //! - a dispatch posts a connection's deliveries to its inbox with one lock
 //!   and one wake; a pass of the task then polls only the watches the
 //!   inbox names, and those the client gave room, from a ready list
@@ -41,8 +43,10 @@ mod hpack;
 mod inbound;
 mod keepalive;
 mod repoll;
+mod requests;
 mod socket;
 mod stream;
+mod streams;
 mod watches;
 
 use std::convert::Infallible;

@@ -1,0 +1,204 @@
+//! A connection's streams, as its task keeps them: each one's state (a
+//! watch's request arriving, its start, the live watch, a bridged call),
+//! both sides' windows for it, and what ends it.
+
+use bytes::BytesMut;
+use futures::future::{AbortHandle, Abortable, BoxFuture};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::bridge::Call;
+use super::connection::{Driver, RECEIVE_WINDOW};
+use super::frame::Reason;
+use super::hpack::RequestHead;
+use super::stream::{write_refusal, LiveWatch};
+use super::watches::Drive;
+use super::Routes;
+use crate::api::WatchStream;
+use crate::dispatch::Place;
+
+/// Streams the client may reset, unanswered, in [`Resets::PERIOD`]: a
+/// client that opens streams only to reset them makes the server start
+/// and drop a call for each (CVE-2023-44487) and is sent away.
+#[derive(Default)]
+pub(super) struct Resets {
+    since: Option<Instant>,
+    count: u32,
+}
+
+impl Resets {
+    const MAX: u32 = 1000;
+    const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Counts one; false past the bound.
+    pub(super) fn allow(&mut self, now: Instant) -> bool {
+        match self.since {
+            Some(since) if now.duration_since(since) < Self::PERIOD => self.count += 1,
+            _ => (self.since, self.count) = (Some(now), 1),
+        }
+        self.count <= Self::MAX
+    }
+}
+
+/// A stream, as its connection keeps it.
+pub(super) struct Entry {
+    pub state: State,
+    /// The client may still send on it.
+    pub remote_open: bool,
+    /// What the client may still send on it.
+    pub recv: i64,
+    /// Read and not yet given back to `recv`.
+    pub owed: u32,
+    /// The client's window for it, until a watch or call takes it.
+    pub send: i64,
+}
+
+pub(super) enum State {
+    /// A Watch whose request is still arriving.
+    Reading(Box<(RequestHead, http::Extensions)>, BytesMut),
+    /// A Watch waiting for its start.
+    Starting(AbortHandle),
+    Watch(Place),
+    Call(Call),
+}
+
+impl<S: Routes> Driver<S> {
+    /// A watch's start ended: it streams, or its refusal is sent.
+    pub(super) fn started(&mut self, id: u32, started: Result<WatchStream, Status>) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match started {
+            Ok(events) => {
+                let place = events.place();
+                let mut watch = LiveWatch::start(id, events, entry.send, &mut self.out);
+                if self.aged_out && watch.end_aged(&mut self.out).is_ready() {
+                    return self.close_ended();
+                }
+                entry.state = State::Watch(place);
+                self.watches.insert(place, watch);
+            }
+            Err(status) => {
+                write_refusal(&mut self.out, id, status);
+                self.out.closed.push(id);
+                self.close_ended();
+            }
+        }
+    }
+
+    /// Forgets the streams whose responses ended in this pass.
+    pub(super) fn close_ended(&mut self) {
+        for id in std::mem::take(&mut self.out.closed) {
+            if let Some(entry) = self.streams.remove(&id) {
+                if entry.remote_open {
+                    // The response is whole: the rest of the request is
+                    // not wanted (RFC 9113 §8.1).
+                    self.out.reset(id, Reason::NO_ERROR);
+                }
+            }
+        }
+        // A stream starved of connection window names itself at each poll.
+        if self.out.starved.len() > 64 && self.out.starved.len() > self.streams.len() {
+            self.out.starved.sort_unstable();
+            self.out.starved.dedup();
+        }
+    }
+
+    /// Ends a stream now: the client reset it, or it broke the protocol.
+    /// False when it had ended already.
+    pub(super) fn drop_stream(&mut self, id: u32) -> bool {
+        let Some(entry) = self.streams.remove(&id) else {
+            return false;
+        };
+        match entry.state {
+            State::Reading(..) => {}
+            State::Starting(start) => start.abort(),
+            State::Watch(place) => {
+                self.watches.remove(place);
+            }
+            State::Call(call) => call.task.abort(),
+        }
+        true
+    }
+
+    /// Gives `n` bytes read on stream `id` back to the client's window for
+    /// it, once half its window is owed.
+    pub(super) fn give_back(&mut self, id: u32, n: u32) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        entry.owed += n;
+        if entry.remote_open && entry.owed >= RECEIVE_WINDOW / 2 {
+            self.out.window_update(id, entry.owed);
+            entry.recv += entry.owed as i64;
+            entry.owed = 0;
+        }
+    }
+
+    pub(super) fn give_back_connection(&mut self, n: u32) {
+        self.owed += n;
+        if self.owed >= RECEIVE_WINDOW / 2 {
+            self.out.window_update(0, self.owed);
+            self.recv += self.owed as i64;
+            self.owed = 0;
+        }
+    }
+
+    /// The client gave room on the connection: the streams that waited
+    /// for it go on.
+    pub(super) fn feed_starved(&mut self) {
+        let mut starved = std::mem::take(&mut self.out.starved);
+        starved.sort_unstable();
+        starved.dedup();
+        for id in starved {
+            self.feed(id, 0);
+        }
+    }
+
+    /// The client gave `n` bytes of room on stream `id` (negative: took).
+    pub(super) fn feed(&mut self, id: u32, n: i64) {
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match &mut entry.state {
+            State::Watch(place) => self.watches.grant(*place, |w| w.grant(n)),
+            State::Call(call) => {
+                call.window += n;
+                if call.flush(id, &mut self.out) {
+                    self.out.closed.push(id);
+                    self.close_ended();
+                }
+            }
+            State::Reading(..) | State::Starting(_) => entry.send += n,
+        }
+    }
+
+    pub(super) fn start(
+        &mut self,
+        id: u32,
+        future: BoxFuture<'static, Result<WatchStream, Status>>,
+    ) {
+        let (abort, registration) = AbortHandle::new_pair();
+        let future: BoxFuture<'static, _> = Box::pin(async move { (id, future.await) });
+        self.starts.push(Abortable::new(future, registration));
+        if let Some(entry) = self.streams.get_mut(&id) {
+            entry.state = State::Starting(abort);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_past_the_bound_within_a_period_are_refused() {
+        let mut resets = Resets::default();
+        let start = Instant::now();
+        for _ in 0..Resets::MAX {
+            assert!(resets.allow(start));
+        }
+        assert!(!resets.allow(start + Resets::PERIOD / 2));
+        assert!(resets.allow(start + Resets::PERIOD), "a new period");
+    }
+}
