@@ -27,7 +27,7 @@ use super::frame::{setting, Out, Reason, DEFAULT_WINDOW};
 use super::hpack::MAX_HEADER_LIST;
 use super::keepalive::KeepAlive;
 use super::repoll::Repoll;
-use super::socket::{give_back, lend, Socket, WRITE_LIMIT};
+use super::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::stream::LiveWatch;
 use super::streams::{Entry, Resets, State};
 use super::watches::Watches;
@@ -213,9 +213,11 @@ impl<S: Routes> Driver<S> {
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Fail>> {
-        lend(&mut self.out.buf);
+        lend(&OUTGOING, &mut self.out.buf);
+        lend(&INCOMING, &mut self.rbuf);
         let polled = self.poll_passes(cx);
-        give_back(&mut self.out.buf);
+        give_back(&OUTGOING, &mut self.out.buf);
+        give_back(&INCOMING, &mut self.rbuf);
         polled
     }
 

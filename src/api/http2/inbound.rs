@@ -5,7 +5,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use tokio::time::Instant;
 
 use super::connection::{Driver, Fail};
@@ -37,13 +37,7 @@ impl<S: Routes> Driver<S> {
             self.rbuf.reserve(READ_SIZE);
             match tokio_util::io::poll_read_buf(Pin::new(&mut self.socket.read), cx, &mut self.rbuf)
             {
-                Poll::Pending => {
-                    // An idle connection holds no read buffer.
-                    if self.rbuf.is_empty() {
-                        self.rbuf = BytesMut::new();
-                    }
-                    return Ok(Poll::Pending);
-                }
+                Poll::Pending => return Ok(Poll::Pending),
                 Poll::Ready(Ok(0)) => return Ok(Poll::Ready(())),
                 Poll::Ready(Ok(_)) => self.take_frames()?,
                 Poll::Ready(Err(e)) => return Err(e.into()),

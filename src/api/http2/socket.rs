@@ -16,27 +16,31 @@ pub(super) const WRITE_LIMIT: usize = 64 * 1024;
 /// A buffer larger than this is freed once it is written out.
 const KEPT_CAPACITY: usize = 64 * 1024;
 
+type Lent = std::thread::LocalKey<std::cell::Cell<BytesMut>>;
+
 thread_local! {
-    /// The outgoing buffer lent to each connection polled on this thread,
-    /// and given back once its frames have gone out, as they nearly always
-    /// have by the end of the poll: one buffer in the CPU's cache for every
-    /// connection, rather than one per connection.
-    static LENT: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
+    /// The buffers lent to each connection polled on this thread, one for
+    /// its outgoing frames and one for what it reads, and given back once
+    /// empty, as they nearly always are by the end of the poll: one pair in
+    /// the CPU's cache for every connection, rather than one per connection
+    /// (or, for reads, one allocated and freed at every pass).
+    pub(super) static OUTGOING: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
+    pub(super) static INCOMING: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
 }
 
 /// Lends the thread's buffer to a connection that holds none.
-pub(super) fn lend(out: &mut BytesMut) {
-    if out.capacity() == 0 {
-        *out = LENT.take();
+pub(super) fn lend(lent: &'static Lent, buf: &mut BytesMut) {
+    if buf.capacity() == 0 {
+        *buf = lent.take();
     }
 }
 
-/// Gives the buffer back once all of it is written; a connection whose
-/// client reads slowly keeps its own.
-pub(super) fn give_back(out: &mut BytesMut) {
-    if out.is_empty() && out.capacity() > 0 {
-        out.clear();
-        LENT.set(std::mem::take(out));
+/// Gives the buffer back once it is empty; a connection with bytes still
+/// to write, or a frame half read, keeps its own.
+pub(super) fn give_back(lent: &'static Lent, buf: &mut BytesMut) {
+    if buf.is_empty() && buf.capacity() > 0 {
+        buf.clear();
+        lent.set(std::mem::take(buf));
     }
 }
 
