@@ -29,7 +29,7 @@ use super::keepalive::KeepAlive;
 use super::repoll::Repoll;
 use super::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::stream::LiveWatch;
-use super::streams::{Entry, Resets, State};
+use super::streams::{Entry, RecvWindow, Resets, State};
 use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
@@ -111,9 +111,7 @@ pub(super) struct Driver<S> {
     /// The window the client gives each new stream.
     pub peer_window: i64,
     /// What the client may still send on the connection.
-    pub recv: i64,
-    /// Read on the connection and not yet given back to `recv`.
-    pub owed: u32,
+    pub recv: RecvWindow,
     /// The client sent GOAWAY: no new streams.
     pub peer_gone: bool,
     pub resets: Resets,
@@ -180,8 +178,7 @@ impl<S: Routes> Driver<S> {
             streams: HashMap::new(),
             last_stream: 0,
             peer_window: DEFAULT_WINDOW,
-            recv: RECEIVE_WINDOW as i64,
-            owed: 0,
+            recv: RecvWindow::default(),
             peer_gone: false,
             resets: Resets::default(),
             peer,

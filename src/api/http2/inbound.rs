@@ -151,8 +151,7 @@ impl<S: Routes> Driver<S> {
             return Err(protocol(Reason::PROTOCOL_ERROR));
         }
         let len = head.len as u32;
-        self.recv -= len as i64;
-        if self.recv < 0 {
+        if !self.recv.take(len) {
             return Err(protocol(Reason::FLOW_CONTROL_ERROR));
         }
         let Some(range) = unpad(&head, &payload) else {
@@ -168,10 +167,10 @@ impl<S: Routes> Driver<S> {
             self.give_back_connection(len);
             return Ok(());
         };
-        entry.recv -= len as i64;
+        let overflow = !entry.recv.take(len);
         let broken = if !entry.remote_open {
             Some(Reason::STREAM_CLOSED)
-        } else if entry.recv < 0 {
+        } else if overflow {
             Some(Reason::FLOW_CONTROL_ERROR)
         } else {
             None

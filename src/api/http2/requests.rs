@@ -3,16 +3,16 @@
 //! trailers that end a request.
 
 use bytes::BytesMut;
-use futures::FutureExt;
+use futures::future::{AbortHandle, Abortable, BoxFuture};
 use http::Request;
 use tonic::Status;
 
-use super::bridge;
-use super::connection::{Driver, Fail, RECEIVE_WINDOW};
+use super::bridge::{self, Call};
+use super::connection::{Driver, Fail};
 use super::frame::Reason;
 use super::hpack::{read_request, Refused, RequestHead, MAX_HEADER_LIST};
 use super::stream::{start_watch, write_refusal};
-use super::streams::{Entry, State};
+use super::streams::{Entry, RecvWindow, State};
 use super::Routes;
 use crate::api::service::WATCH_PATH;
 
@@ -82,25 +82,38 @@ impl<S: Routes> Driver<S> {
         if let Some(peer) = &self.peer {
             extensions.insert(peer.clone());
         }
-        let mut entry = Entry {
-            state: State::Starting(futures::future::AbortHandle::new_pair().0),
+        let state = if is_plain_watch(&head) {
+            State::Reading(Box::new((head, extensions)), BytesMut::new())
+        } else {
+            let Some(call) = self.call(id, head, extensions, end) else {
+                self.out.reset(id, Reason::PROTOCOL_ERROR);
+                return;
+            };
+            State::Call(call)
+        };
+        let reading = matches!(state, State::Reading(..));
+        let entry = Entry {
+            state,
             remote_open: !end,
-            recv: RECEIVE_WINDOW as i64,
-            owed: 0,
+            recv: RecvWindow::default(),
             send: self.peer_window,
         };
-        if is_plain_watch(&head) {
-            entry.state = State::Reading(Box::new((head, extensions)), BytesMut::new());
-            self.streams.insert(id, entry);
-            if end {
-                self.begin_watch(id);
-            }
-            return;
+        self.streams.insert(id, entry);
+        if reading && end {
+            self.begin_watch(id);
         }
-        let Ok(uri) = head.path.parse::<http::Uri>() else {
-            self.out.reset(id, Reason::PROTOCOL_ERROR);
-            return;
-        };
+    }
+
+    /// Starts answering a call with the routes; `None` when its path is
+    /// not a URI.
+    fn call(
+        &mut self,
+        id: u32,
+        head: RequestHead,
+        extensions: http::Extensions,
+        end: bool,
+    ) -> Option<Call> {
+        let uri = head.path.parse::<http::Uri>().ok()?;
         let mut request = Request::new(());
         *request.method_mut() = head.method;
         *request.uri_mut() = uri;
@@ -118,8 +131,7 @@ impl<S: Routes> Driver<S> {
         if end {
             call.body = None;
         }
-        entry.state = State::Call(call);
-        self.streams.insert(id, entry);
+        Some(call)
     }
 
     /// The request of a Watch arrived whole: its start begins.
@@ -127,9 +139,14 @@ impl<S: Routes> Driver<S> {
         let Some(entry) = self.streams.get_mut(&id) else {
             return;
         };
-        let placeholder = State::Starting(futures::future::AbortHandle::new_pair().0);
-        let State::Reading(request, body) = std::mem::replace(&mut entry.state, placeholder) else {
+        if !matches!(entry.state, State::Reading(..)) {
             return;
+        }
+        let (abort, registration) = AbortHandle::new_pair();
+        let State::Reading(request, body) =
+            std::mem::replace(&mut entry.state, State::Starting(abort))
+        else {
+            unreachable!("matched above");
         };
         let (head, extensions) = *request;
         let started = start_watch(
@@ -140,7 +157,8 @@ impl<S: Routes> Driver<S> {
             body,
             self.settings.max_message_bytes,
         );
-        self.start(id, started.boxed());
+        let started: BoxFuture<'static, _> = Box::pin(async move { (id, started.await) });
+        self.starts.push(Abortable::new(started, registration));
     }
 
     /// Answers stream `id` with `status` alone.

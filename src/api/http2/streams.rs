@@ -3,7 +3,7 @@
 //! both sides' windows for it, and what ends it.
 
 use bytes::BytesMut;
-use futures::future::{AbortHandle, Abortable, BoxFuture};
+use futures::future::AbortHandle;
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -40,15 +40,47 @@ impl Resets {
     }
 }
 
+/// What the client may still send, on a stream or on the connection, and
+/// what it sent that was read and not yet given back.
+pub(super) struct RecvWindow {
+    left: i64,
+    owed: u32,
+}
+
+impl Default for RecvWindow {
+    fn default() -> Self {
+        Self {
+            left: RECEIVE_WINDOW as i64,
+            owed: 0,
+        }
+    }
+}
+
+impl RecvWindow {
+    /// Takes `n` bytes the client sent: false when they overflow it.
+    pub(super) fn take(&mut self, n: u32) -> bool {
+        self.left -= n as i64;
+        self.left >= 0
+    }
+
+    /// Gives `n` read bytes back: what to send in a WINDOW_UPDATE, once
+    /// half the window is owed.
+    pub(super) fn release(&mut self, n: u32) -> Option<u32> {
+        self.owed += n;
+        (self.owed >= RECEIVE_WINDOW / 2).then(|| {
+            let increment = std::mem::take(&mut self.owed);
+            self.left += increment as i64;
+            increment
+        })
+    }
+}
+
 /// A stream, as its connection keeps it.
 pub(super) struct Entry {
     pub state: State,
     /// The client may still send on it.
     pub remote_open: bool,
-    /// What the client may still send on it.
-    pub recv: i64,
-    /// Read and not yet given back to `recv`.
-    pub owed: u32,
+    pub recv: RecvWindow,
     /// The client's window for it, until a watch or call takes it.
     pub send: i64,
 }
@@ -124,23 +156,17 @@ impl<S: Routes> Driver<S> {
     /// Gives `n` bytes read on stream `id` back to the client's window for
     /// it, once half its window is owed.
     pub(super) fn give_back(&mut self, id: u32, n: u32) {
-        let Some(entry) = self.streams.get_mut(&id) else {
+        let Some(entry) = self.streams.get_mut(&id).filter(|e| e.remote_open) else {
             return;
         };
-        entry.owed += n;
-        if entry.remote_open && entry.owed >= RECEIVE_WINDOW / 2 {
-            self.out.window_update(id, entry.owed);
-            entry.recv += entry.owed as i64;
-            entry.owed = 0;
+        if let Some(increment) = entry.recv.release(n) {
+            self.out.window_update(id, increment);
         }
     }
 
     pub(super) fn give_back_connection(&mut self, n: u32) {
-        self.owed += n;
-        if self.owed >= RECEIVE_WINDOW / 2 {
-            self.out.window_update(0, self.owed);
-            self.recv += self.owed as i64;
-            self.owed = 0;
+        if let Some(increment) = self.recv.release(n) {
+            self.out.window_update(0, increment);
         }
     }
 
@@ -170,19 +196,6 @@ impl<S: Routes> Driver<S> {
                 }
             }
             State::Reading(..) | State::Starting(_) => entry.send += n,
-        }
-    }
-
-    pub(super) fn start(
-        &mut self,
-        id: u32,
-        future: BoxFuture<'static, Result<WatchStream, Status>>,
-    ) {
-        let (abort, registration) = AbortHandle::new_pair();
-        let future: BoxFuture<'static, _> = Box::pin(async move { (id, future.await) });
-        self.starts.push(Abortable::new(future, registration));
-        if let Some(entry) = self.streams.get_mut(&id) {
-            entry.state = State::Starting(abort);
         }
     }
 }
