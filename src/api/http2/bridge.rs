@@ -57,6 +57,8 @@ pub(super) struct Call {
     pub window: i64,
     /// What the task sent, waiting to be framed.
     pub queue: VecDeque<Part>,
+    /// Named in the connection's starved streams.
+    pub starved: bool,
     room: Arc<Semaphore>,
 }
 
@@ -93,6 +95,7 @@ where
         task,
         window,
         queue: VecDeque::new(),
+        starved: false,
         room,
     }
 }
@@ -143,26 +146,22 @@ async fn answer<S>(
 }
 
 impl Call {
-    /// Frames what the task sent, as far as the windows allow: `true` once
-    /// the response is over.
-    pub(super) fn flush(&mut self, id: u32, out: &mut Out) -> bool {
+    /// Frames what the task sent, as far as the windows allow; names the
+    /// stream in `out.closed` once the response is over.
+    pub(super) fn flush(&mut self, id: u32, out: &mut Out) {
         while let Some(part) = self.queue.front_mut() {
-            match part {
+            let over = match part {
                 Part::Head(head, end) => {
                     let mut block = Vec::new();
                     write_fields(Some(head.status), &head.headers, &mut block);
                     out.headers(id, &block, *end);
-                    if *end {
-                        return true;
-                    }
+                    *end
                 }
                 Part::Data(data, held) => {
                     let room = self.window.min(out.window).min(out.max_frame as i64);
                     if room <= 0 {
-                        if self.window > 0 {
-                            out.starved.push(id);
-                        }
-                        return false;
+                        out.starve(id, self.window, &mut self.starved);
+                        return;
                     }
                     let n = (room as usize).min(data.len());
                     out.data(id, &data.split_to(n), false);
@@ -171,25 +170,30 @@ impl Call {
                         continue;
                     }
                     self.room.add_permits(*held as usize);
+                    false
                 }
                 Part::Trailers(trailers) => {
                     let mut block = Vec::new();
                     write_fields(None, trailers, &mut block);
                     out.headers(id, &block, true);
-                    return true;
+                    true
                 }
                 Part::End => {
                     out.data(id, &[], true);
-                    return true;
+                    true
                 }
                 Part::Failed => {
                     out.reset(id, Reason::INTERNAL_ERROR);
-                    return true;
+                    true
                 }
+            };
+            if over {
+                // Nothing after it is framed again.
+                self.queue.clear();
+                return out.closed.push(id);
             }
             self.queue.pop_front();
         }
-        false
     }
 }
 

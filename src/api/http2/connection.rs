@@ -242,9 +242,7 @@ impl<S: Routes> Driver<S> {
                 }) = self.streams.get_mut(&id)
                 {
                     call.queue.push_back(part);
-                    if call.flush(id, &mut self.out) {
-                        self.out.closed.push(id);
-                    }
+                    call.flush(id, &mut self.out);
                 }
             }
             while let Poll::Ready(Some((id, n))) = self.released.poll_recv(cx) {

@@ -107,7 +107,7 @@ pub(super) struct Out {
     pub window: i64,
     /// The largest frame the peer accepts.
     pub max_frame: usize,
-    /// Streams that wait for room in the connection window.
+    /// Streams that wait for room in the connection window, each once.
     pub starved: Vec<u32>,
     /// Streams whose response ended in this pass.
     pub closed: Vec<u32>,
@@ -132,6 +132,16 @@ impl Out {
         self.buf.put_u8(kind);
         self.buf.put_u8(flags);
         self.buf.put_u32(stream);
+    }
+
+    /// Names stream `id`, which found no room, among those waiting for the
+    /// connection window, when that is what it lacks; `starved` is its
+    /// flag for being named, cleared when the connection gets room.
+    pub fn starve(&mut self, id: u32, window: i64, starved: &mut bool) {
+        if window > 0 && !*starved {
+            *starved = true;
+            self.starved.push(id);
+        }
     }
 
     pub fn settings(&mut self, values: &[(u16, u32)]) {

@@ -78,6 +78,8 @@ pub(super) struct LiveWatch {
     held: BytesMut,
     /// How the watch ended, sent once `held` is.
     ended: Option<Status>,
+    /// Named in `out.starved`.
+    starved: bool,
 }
 
 impl LiveWatch {
@@ -100,12 +102,18 @@ impl LiveWatch {
             window,
             held: BytesMut::new(),
             ended: None,
+            starved: false,
         }
     }
 
     /// The peer gave (or with new SETTINGS took) room on the stream.
     pub(super) fn grant(&mut self, n: i64) {
         self.window += n;
+    }
+
+    /// The connection got room: the watch may be named again.
+    pub(super) fn unstarve(&mut self) {
+        self.starved = false;
     }
 
     /// What the windows let the stream send now.
@@ -119,9 +127,7 @@ impl LiveWatch {
         while !self.held.is_empty() {
             let n = self.room(out).min(self.held.len());
             if n == 0 {
-                if self.window > 0 {
-                    out.starved.push(self.id);
-                }
+                out.starve(self.id, self.window, &mut self.starved);
                 return false;
             }
             out.data(self.id, &self.held.split_to(n), false);
@@ -154,9 +160,7 @@ impl Drive for LiveWatch {
             }
             let room = self.room(out);
             if room == 0 {
-                if self.window > 0 {
-                    out.starved.push(self.id);
-                }
+                out.starve(self.id, self.window, &mut self.starved);
                 return Poll::Pending;
             }
             let at = out.begin_data(self.id);

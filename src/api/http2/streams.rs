@@ -129,11 +129,6 @@ impl<S: Routes> Driver<S> {
                 }
             }
         }
-        // A stream starved of connection window names itself at each poll.
-        if self.out.starved.len() > 64 && self.out.starved.len() > self.streams.len() {
-            self.out.starved.sort_unstable();
-            self.out.starved.dedup();
-        }
     }
 
     /// Ends a stream now: the client reset it, or it broke the protocol.
@@ -173,11 +168,18 @@ impl<S: Routes> Driver<S> {
     /// The client gave room on the connection: the streams that waited
     /// for it go on.
     pub(super) fn feed_starved(&mut self) {
-        let mut starved = std::mem::take(&mut self.out.starved);
-        starved.sort_unstable();
-        starved.dedup();
-        for id in starved {
-            self.feed(id, 0);
+        for id in std::mem::take(&mut self.out.starved) {
+            let Some(entry) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            match &mut entry.state {
+                State::Watch(place) => self.watches.grant(*place, LiveWatch::unstarve),
+                State::Call(call) => {
+                    call.starved = false;
+                    call.flush(id, &mut self.out);
+                }
+                State::Reading(..) | State::Starting(_) => {}
+            }
         }
     }
 
@@ -190,10 +192,7 @@ impl<S: Routes> Driver<S> {
             State::Watch(place) => self.watches.grant(*place, |w| w.grant(n)),
             State::Call(call) => {
                 call.window += n;
-                if call.flush(id, &mut self.out) {
-                    self.out.closed.push(id);
-                    self.close_ended();
-                }
+                call.flush(id, &mut self.out);
             }
             State::Reading(..) | State::Starting(_) => entry.send += n,
         }
