@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
@@ -21,9 +21,10 @@ use tonic::Status;
 use tower::{Service, ServiceExt};
 use tracing::debug;
 
-use super::frame::{Out, Reason};
+use super::frame::Reason;
 use super::framing::grpc_timeout;
 use super::hpack::write_fields;
+use super::out::Out;
 use crate::api::error::ApiError;
 
 /// Response bytes a call may have waiting for its stream's window: a large
@@ -52,7 +53,8 @@ pub(super) struct Links {
 pub(super) struct Call {
     /// Where its request's data goes; none once the request ended.
     pub body: Option<mpsc::UnboundedSender<Bytes>>,
-    pub task: AbortHandle,
+    /// Its task; none for an answer the connection wrote itself.
+    pub task: Option<AbortHandle>,
     /// The peer's window for the stream.
     pub window: i64,
     /// What the task sent, waiting to be framed.
@@ -60,6 +62,9 @@ pub(super) struct Call {
     /// Named in the connection's starved streams.
     pub starved: bool,
     room: Arc<Semaphore>,
+    /// An answer the connection wrote itself, which ends once the request
+    /// has: until then the stream is open both ways, as the client expects.
+    answered: bool,
 }
 
 /// Starts answering a call with the routes, in a task of `calls`.
@@ -92,11 +97,12 @@ where
     ));
     Call {
         body: Some(body_tx),
-        task,
+        task: Some(task),
         window,
         queue: VecDeque::new(),
         starved: false,
         room,
+        answered: false,
     }
 }
 
@@ -146,6 +152,42 @@ async fn answer<S>(
 }
 
 impl Call {
+    /// A short answer the connection gives itself, with no task: `status`
+    /// and a plain-text `body`, sent as the stream's window allows, and
+    /// ended once the request has. What the request sends is dropped.
+    pub(super) fn answered(status: StatusCode, body: &'static str, window: i64) -> Call {
+        let mut head = Response::new(());
+        *head.status_mut() = status;
+        head.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        let (head, ()) = head.into_parts();
+        let queue = [
+            Part::Head(head, false),
+            Part::Data(Bytes::from_static(body.as_bytes()), 0),
+        ];
+        Call {
+            body: None,
+            task: None,
+            window,
+            queue: queue.into(),
+            starved: false,
+            room: Arc::new(Semaphore::new(0)),
+            answered: true,
+        }
+    }
+
+    /// The client ended its request: its task reads no more, and an answer
+    /// the connection wrote itself may end.
+    pub(super) fn request_ended(&mut self, id: u32, out: &mut Out) {
+        self.body = None;
+        if std::mem::take(&mut self.answered) {
+            self.queue.push_back(Part::End);
+            self.flush(id, out);
+        }
+    }
+
     /// Frames what the task sent, as far as the windows allow; names the
     /// stream in `out.closed` once the response is over.
     pub(super) fn flush(&mut self, id: u32, out: &mut Out) {

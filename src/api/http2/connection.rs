@@ -23,13 +23,14 @@ use tonic::Status;
 use tracing::debug;
 
 use super::bridge::{Links, Part};
-use super::frame::{setting, Out, Reason, DEFAULT_WINDOW};
+use super::frame::{setting, Reason, DEFAULT_WINDOW};
 use super::hpack::MAX_HEADER_LIST;
 use super::keepalive::KeepAlive;
+use super::out::Out;
 use super::repoll::Repoll;
 use super::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::stream::LiveWatch;
-use super::streams::{Entry, RecvWindow, Resets, State};
+use super::streams::{Continuing, Entry, RecentlyReset, RecvWindow, Resets, State};
 use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
@@ -77,6 +78,19 @@ pub(super) async fn serve<S>(
     let _ = tokio::time::timeout(LAST_WRITE, last).await;
 }
 
+/// The decoder of a connection's requests. Its table may grow to the
+/// default SETTINGS_HEADER_TABLE_SIZE (4,096 bytes), which the server
+/// never raises; a client's size update beyond it is a COMPRESSION_ERROR
+/// (RFC 7541 §6.3), not a table that grows to what the client names.
+fn hpack_decoder() -> loona_hpack::Decoder<'static> {
+    let mut decoder = loona_hpack::Decoder::new();
+    decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
+    decoder
+}
+
+/// SETTINGS_HEADER_TABLE_SIZE as the server keeps it: the default.
+const HEADER_TABLE_SIZE: usize = 4096;
+
 /// Why a connection ended before its client left.
 pub(super) enum Fail {
     Io(io::Error),
@@ -102,9 +116,8 @@ pub(super) struct Driver<S> {
     pub settings_read: bool,
     pub out: Out,
     pub decoder: loona_hpack::Decoder<'static>,
-    /// A header block whose CONTINUATION frames are still to come: its
-    /// stream, whether it ends the stream, and what came so far.
-    pub continuing: Option<(u32, bool, Vec<u8>)>,
+    /// A header block whose CONTINUATION frames are still to come.
+    pub continuing: Option<Continuing>,
     pub streams: HashMap<u32, Entry>,
     /// The highest stream the client opened.
     pub last_stream: u32,
@@ -114,7 +127,10 @@ pub(super) struct Driver<S> {
     pub recv: RecvWindow,
     /// The client sent GOAWAY: no new streams.
     pub peer_gone: bool,
+    /// Resets by either side, bounded per period.
     pub resets: Resets,
+    /// Streams the server reset lately.
+    pub reset_here: RecentlyReset,
     /// The client's certificates, given to each of its calls.
     pub peer: Option<PeerCerts>,
     pub api: Api,
@@ -173,7 +189,7 @@ impl<S: Routes> Driver<S> {
             preface_read: false,
             settings_read: false,
             out,
-            decoder: loona_hpack::Decoder::new(),
+            decoder: hpack_decoder(),
             continuing: None,
             streams: HashMap::new(),
             last_stream: 0,
@@ -181,6 +197,7 @@ impl<S: Routes> Driver<S> {
             recv: RecvWindow::default(),
             peer_gone: false,
             resets: Resets::default(),
+            reset_here: RecentlyReset::default(),
             peer,
             api,
             routes,

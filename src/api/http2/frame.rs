@@ -1,8 +1,9 @@
-//! HTTP/2 frames (RFC 9113 §4, §6): reading a frame's header, and writing
-//! the frames the server sends into the connection's outgoing buffer,
-//! within the peer's connection window.
+//! HTTP/2 frames as a client sends them (RFC 9113 §4, §6): each frame's
+//! header, and one type per frame whose `load` holds that frame's rules,
+//! refusing what breaks them with the error RFC 9113 names, scoped to the
+//! stream or to the connection (§5.4).
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, Bytes};
 
 /// What a client sends first, before its SETTINGS.
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -43,6 +44,7 @@ pub(super) mod flag {
 
 pub(super) mod setting {
     pub const HEADER_TABLE_SIZE: u16 = 0x1;
+    pub const ENABLE_PUSH: u16 = 0x2;
     pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
     pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
     pub const MAX_FRAME_SIZE: u16 = 0x5;
@@ -89,144 +91,241 @@ impl Head {
     }
 }
 
-/// A frame's payload without its padding (RFC 9113 §6.1); `None` when the
-/// padding is longer than the frame.
-pub(super) fn unpad(head: &Head, payload: &[u8]) -> Option<std::ops::Range<usize>> {
+/// A protocol error (RFC 9113 §5.4): one stream's, answered with
+/// RST_STREAM, or the connection's, answered with GOAWAY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Error {
+    Stream(u32, Reason),
+    Connection(Reason),
+}
+
+impl Reason {
+    /// This reason as a stream error on `id`.
+    pub fn on(self, id: u32) -> Error {
+        Error::Stream(id, self)
+    }
+}
+
+impl From<Reason> for Error {
+    fn from(reason: Reason) -> Self {
+        Error::Connection(reason)
+    }
+}
+
+/// A frame's payload without its padding (RFC 9113 §6.1): padding as long
+/// as the frame or longer is a connection PROTOCOL_ERROR.
+fn unpad(head: &Head, mut payload: Bytes) -> Result<Bytes, Error> {
     if !head.has(flag::PADDED) {
-        return Some(0..payload.len());
+        return Ok(payload);
     }
-    let pad = *payload.first()? as usize;
-    (pad < payload.len()).then(|| 1..payload.len() - pad)
+    let pad = *payload.first().ok_or(Reason::PROTOCOL_ERROR)? as usize;
+    if pad >= payload.len() {
+        return Err(Reason::PROTOCOL_ERROR.into());
+    }
+    payload.truncate(payload.len() - pad);
+    payload.advance(1);
+    Ok(payload)
 }
 
-/// The frames a connection sends, gathered until its next write, and the
-/// room the peer's connection window leaves for DATA.
-pub(super) struct Out {
-    pub buf: BytesMut,
-    /// The peer's connection window: what DATA frames may still carry.
-    pub window: i64,
-    /// The largest frame the peer accepts.
-    pub max_frame: usize,
-    /// Streams that wait for room in the connection window, each once.
-    pub starved: Vec<u32>,
-    /// Streams whose response ended in this pass.
-    pub closed: Vec<u32>,
+/// DATA (§6.1).
+pub(super) struct Data {
+    pub data: Bytes,
+    pub end_stream: bool,
 }
 
-impl Default for Out {
-    fn default() -> Self {
-        Self {
-            buf: BytesMut::new(),
-            window: DEFAULT_WINDOW,
-            max_frame: DEFAULT_MAX_FRAME,
-            starved: Vec::new(),
-            closed: Vec::new(),
+impl Data {
+    pub fn load(head: &Head, payload: Bytes) -> Result<Data, Error> {
+        if head.stream == 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
         }
+        Ok(Data {
+            data: unpad(head, payload)?,
+            end_stream: head.has(flag::END_STREAM),
+        })
     }
 }
 
-impl Out {
-    pub fn head(&mut self, len: usize, kind: u8, flags: u8, stream: u32) {
-        debug_assert!(len < 1 << 24);
-        self.buf.put_uint(len as u64, 3);
-        self.buf.put_u8(kind);
-        self.buf.put_u8(flags);
-        self.buf.put_u32(stream);
-    }
+/// HEADERS (§6.2): the first fragment of a header block.
+pub(super) struct Headers {
+    pub fragment: Bytes,
+    pub end_stream: bool,
+    pub end_headers: bool,
+    /// The stream named itself as its dependency (§5.3.1): a stream
+    /// PROTOCOL_ERROR, once the block is read to keep the HPACK table.
+    pub self_dependent: bool,
+}
 
-    /// Names stream `id`, which found no room, among those waiting for the
-    /// connection window, when that is what it lacks; `starved` is its
-    /// flag for being named, cleared when the connection gets room.
-    pub fn starve(&mut self, id: u32, window: i64, starved: &mut bool) {
-        if window > 0 && !*starved {
-            *starved = true;
-            self.starved.push(id);
+impl Headers {
+    pub fn load(head: &Head, payload: Bytes) -> Result<Headers, Error> {
+        if head.stream == 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
         }
-    }
-
-    pub fn settings(&mut self, values: &[(u16, u32)]) {
-        self.head(6 * values.len(), kind::SETTINGS, 0, 0);
-        for &(id, v) in values {
-            self.buf.put_u16(id);
-            self.buf.put_u32(v);
-        }
-    }
-
-    pub fn settings_ack(&mut self) {
-        self.head(0, kind::SETTINGS, flag::ACK, 0);
-    }
-
-    pub fn window_update(&mut self, stream: u32, increment: u32) {
-        self.head(4, kind::WINDOW_UPDATE, 0, stream);
-        self.buf.put_u32(increment);
-    }
-
-    pub fn ping(&mut self, ack: bool, opaque: [u8; 8]) {
-        self.head(8, kind::PING, if ack { flag::ACK } else { 0 }, 0);
-        self.buf.put_slice(&opaque);
-    }
-
-    pub fn reset(&mut self, stream: u32, reason: Reason) {
-        self.head(4, kind::RST_STREAM, 0, stream);
-        self.buf.put_u32(reason.0);
-    }
-
-    pub fn goaway(&mut self, last_stream: u32, reason: Reason) {
-        self.head(8, kind::GOAWAY, 0, 0);
-        self.buf.put_u32(last_stream);
-        self.buf.put_u32(reason.0);
-    }
-
-    /// A header block, in CONTINUATION frames after the first when it is
-    /// larger than a frame.
-    pub fn headers(&mut self, stream: u32, block: &[u8], end_stream: bool) {
-        let mut chunks = block.chunks(self.max_frame).peekable();
-        let mut kind = kind::HEADERS;
-        let mut flags = if end_stream { flag::END_STREAM } else { 0 };
-        loop {
-            let chunk = chunks.next().unwrap_or_default();
-            let last = chunks.peek().is_none();
-            self.head(
-                chunk.len(),
-                kind,
-                flags | if last { flag::END_HEADERS } else { 0 },
-                stream,
-            );
-            self.buf.put_slice(chunk);
-            if last {
-                return;
+        let mut fragment = unpad(head, payload)?;
+        let mut self_dependent = false;
+        if head.has(flag::PRIORITY) {
+            if fragment.len() < 5 {
+                return Err(Reason::FRAME_SIZE_ERROR.into());
             }
-            kind = kind::CONTINUATION;
-            flags = 0;
+            self_dependent = dependency(&fragment) == head.stream;
+            fragment.advance(5);
         }
+        Ok(Headers {
+            fragment,
+            end_stream: head.has(flag::END_STREAM),
+            end_headers: head.has(flag::END_HEADERS),
+            self_dependent,
+        })
     }
+}
 
-    /// Starts a DATA frame whose payload is written after it; returns where
-    /// its header is, for [`Out::end_data`].
-    pub fn begin_data(&mut self, stream: u32) -> usize {
-        let at = self.buf.len();
-        self.head(0, kind::DATA, 0, stream);
-        at
-    }
+/// The stream a priority field names, without its exclusive bit.
+fn dependency(field: &[u8]) -> u32 {
+    u32::from_be_bytes([field[0], field[1], field[2], field[3]]) & 0x7fff_ffff
+}
 
-    /// Sets the length of the DATA frame begun at `at` to what was written
-    /// after its header, and takes it from the connection window.
-    pub fn end_data(&mut self, at: usize, end_stream: bool) -> usize {
-        let len = self.buf.len() - at - HEAD;
-        let b = &mut self.buf[at..at + HEAD];
-        b[..3].copy_from_slice(&(len as u32).to_be_bytes()[1..]);
-        if end_stream {
-            b[4] |= flag::END_STREAM;
+/// PRIORITY (§6.3): advice this server does not take, but whose form is
+/// checked.
+pub(super) struct Priority;
+
+impl Priority {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<Priority, Error> {
+        if head.stream == 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
         }
-        self.window -= len as i64;
-        len
+        if payload.len() != 5 {
+            return Err(Reason::FRAME_SIZE_ERROR.on(head.stream));
+        }
+        if dependency(payload) == head.stream {
+            return Err(Reason::PROTOCOL_ERROR.on(head.stream));
+        }
+        Ok(Priority)
     }
+}
 
-    /// One DATA frame carrying `data`, which must fit the windows.
-    pub fn data(&mut self, stream: u32, data: &[u8], end_stream: bool) {
-        let at = self.begin_data(stream);
-        self.buf.put_slice(data);
-        self.end_data(at, end_stream);
+/// RST_STREAM (§6.4).
+pub(super) struct RstStream;
+
+impl RstStream {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<RstStream, Error> {
+        if payload.len() != 4 {
+            return Err(Reason::FRAME_SIZE_ERROR.into());
+        }
+        if head.stream == 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        Ok(RstStream)
+    }
+}
+
+/// SETTINGS (§6.5): the last value of each parameter the frame carries,
+/// as the parameters are applied in order. An ACK is `None`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Settings {
+    pub header_table_size: Option<u32>,
+    pub initial_window_size: Option<u32>,
+    pub max_frame_size: Option<u32>,
+}
+
+impl Settings {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<Option<Settings>, Error> {
+        if head.stream != 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        if head.has(flag::ACK) {
+            return match payload.is_empty() {
+                true => Ok(None),
+                false => Err(Reason::FRAME_SIZE_ERROR.into()),
+            };
+        }
+        if !payload.len().is_multiple_of(6) {
+            return Err(Reason::FRAME_SIZE_ERROR.into());
+        }
+        let mut settings = Settings::default();
+        for s in payload.chunks(6) {
+            let v = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+            match u16::from_be_bytes([s[0], s[1]]) {
+                setting::HEADER_TABLE_SIZE => settings.header_table_size = Some(v),
+                setting::ENABLE_PUSH if v > 1 => return Err(Reason::PROTOCOL_ERROR.into()),
+                setting::INITIAL_WINDOW_SIZE if v as i64 > MAX_WINDOW => {
+                    return Err(Reason::FLOW_CONTROL_ERROR.into())
+                }
+                setting::INITIAL_WINDOW_SIZE => settings.initial_window_size = Some(v),
+                setting::MAX_FRAME_SIZE
+                    if !(DEFAULT_MAX_FRAME as u32..=(1 << 24) - 1).contains(&v) =>
+                {
+                    return Err(Reason::PROTOCOL_ERROR.into())
+                }
+                setting::MAX_FRAME_SIZE => settings.max_frame_size = Some(v),
+                // The server never pushes, and its header blocks never
+                // use the peer's table; unknown parameters are ignored.
+                _ => {}
+            }
+        }
+        Ok(Some(settings))
+    }
+}
+
+/// PING (§6.7).
+pub(super) struct Ping {
+    pub ack: bool,
+    pub opaque: [u8; 8],
+}
+
+impl Ping {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<Ping, Error> {
+        if payload.len() != 8 {
+            return Err(Reason::FRAME_SIZE_ERROR.into());
+        }
+        if head.stream != 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        let mut opaque = [0; 8];
+        opaque.copy_from_slice(payload);
+        Ok(Ping {
+            ack: head.has(flag::ACK),
+            opaque,
+        })
+    }
+}
+
+/// GOAWAY (§6.8).
+pub(super) struct GoAway {
+    pub reason: Reason,
+}
+
+impl GoAway {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<GoAway, Error> {
+        if head.stream != 0 {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        if payload.len() < 8 {
+            return Err(Reason::FRAME_SIZE_ERROR.into());
+        }
+        let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+        Ok(GoAway {
+            reason: Reason(code),
+        })
+    }
+}
+
+/// WINDOW_UPDATE (§6.9): the increment, never 0.
+pub(super) struct WindowUpdate {
+    pub increment: u32,
+}
+
+impl WindowUpdate {
+    pub fn load(head: &Head, payload: &[u8]) -> Result<WindowUpdate, Error> {
+        if payload.len() != 4 {
+            return Err(Reason::FRAME_SIZE_ERROR.into());
+        }
+        let increment = dependency(payload);
+        if increment == 0 {
+            return Err(match head.stream {
+                0 => Reason::PROTOCOL_ERROR.into(),
+                id => Reason::PROTOCOL_ERROR.on(id),
+            });
+        }
+        Ok(WindowUpdate { increment })
     }
 }
 
@@ -234,64 +333,184 @@ impl Out {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_read_back_as_written() {
-        let mut out = Out::default();
-        let at = out.begin_data(7);
-        out.buf.put_slice(b"hello");
-        assert_eq!(out.end_data(at, true), 5);
-        assert_eq!(out.window, DEFAULT_WINDOW - 5);
-        let head = Head::read(&out.buf);
-        assert_eq!(
-            head,
-            Head {
-                len: 5,
-                kind: kind::DATA,
-                flags: flag::END_STREAM,
-                stream: 7
-            }
-        );
-        assert_eq!(&out.buf[HEAD..], b"hello");
-    }
-
-    #[test]
-    fn a_large_header_block_is_continued() {
-        let mut out = Out {
-            max_frame: 4,
-            ..Out::default()
-        };
-        out.headers(3, b"abcdefghij", true);
-        let mut at = 0;
-        let mut seen = Vec::new();
-        while at < out.buf.len() {
-            let h = Head::read(&out.buf[at..]);
-            seen.push((
-                h.kind,
-                h.flags,
-                out.buf[at + HEAD..at + HEAD + h.len].to_vec(),
-            ));
-            at += HEAD + h.len;
+    fn head(kind: u8, flags: u8, stream: u32, len: usize) -> Head {
+        Head {
+            len,
+            kind,
+            flags,
+            stream,
         }
-        assert_eq!(
-            seen,
-            [
-                (kind::HEADERS, flag::END_STREAM, b"abcd".to_vec()),
-                (kind::CONTINUATION, 0, b"efgh".to_vec()),
-                (kind::CONTINUATION, flag::END_HEADERS, b"ij".to_vec()),
-            ]
-        );
     }
 
     #[test]
     fn padding_is_taken_off_and_checked() {
-        let padded = Head {
-            len: 5,
-            kind: kind::DATA,
-            flags: flag::PADDED,
-            stream: 1,
-        };
-        assert_eq!(unpad(&padded, &[2, b'a', b'b', 0, 0]), Some(1..3));
-        assert_eq!(unpad(&padded, &[9, b'a']), None);
-        assert_eq!(unpad(&padded, &[]), None);
+        let padded = head(kind::DATA, flag::PADDED, 1, 5);
+        let data = Data::load(&padded, Bytes::from_static(&[2, b'a', b'b', 0, 0])).unwrap();
+        assert_eq!(&data.data[..], b"ab");
+        for bad in [&[9, b'a'][..], &[1], &[]] {
+            let e = Data::load(&padded, Bytes::copy_from_slice(bad)).err();
+            assert_eq!(e, Some(Error::Connection(Reason::PROTOCOL_ERROR)));
+        }
+    }
+
+    /// One row per rule: the frame, and the error RFC 9113 names for it.
+    #[test]
+    fn each_frame_is_refused_as_its_section_says() {
+        use Reason as R;
+        type Load = fn(&Head, &[u8]) -> Result<(), Error>;
+        let priority: Load = |h, p| Priority::load(h, p).map(drop);
+        let rst: Load = |h, p| RstStream::load(h, p).map(drop);
+        let settings: Load = |h, p| Settings::load(h, p).map(drop);
+        let ping: Load = |h, p| Ping::load(h, p).map(drop);
+        let goaway: Load = |h, p| GoAway::load(h, p).map(drop);
+        let window: Load = |h, p| WindowUpdate::load(h, p).map(drop);
+        let headers: Load = |h, p| Headers::load(h, Bytes::copy_from_slice(p)).map(drop);
+        let conn = Error::Connection;
+        type Row<'a> = (&'a str, Load, Head, &'a [u8], Option<Error>);
+        let rows: [Row; 17] = [
+            (
+                "6.2 HEADERS on stream 0",
+                headers,
+                head(1, 4, 0, 1),
+                &[0x82],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.2 priority field cut short",
+                headers,
+                head(1, 0x24, 1, 2),
+                &[0, 0],
+                Some(conn(R::FRAME_SIZE_ERROR)),
+            ),
+            (
+                "5.3.1 HEADERS depending on itself",
+                headers,
+                head(1, 0x24, 3, 6),
+                &[0, 0, 0, 3, 0, 0x82],
+                None,
+            ),
+            (
+                "6.3 PRIORITY on stream 0",
+                priority,
+                head(2, 0, 0, 5),
+                &[0, 0, 0, 1, 0],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.3 PRIORITY of 4 octets",
+                priority,
+                head(2, 0, 1, 4),
+                &[0, 0, 0, 3],
+                Some(R::FRAME_SIZE_ERROR.on(1)),
+            ),
+            (
+                "5.3.1 PRIORITY depending on itself",
+                priority,
+                head(2, 0, 5, 5),
+                &[0, 0, 0, 5, 0],
+                Some(R::PROTOCOL_ERROR.on(5)),
+            ),
+            (
+                "6.4 RST_STREAM of 3 octets",
+                rst,
+                head(3, 0, 1, 3),
+                &[0, 0, 8],
+                Some(conn(R::FRAME_SIZE_ERROR)),
+            ),
+            (
+                "6.4 RST_STREAM on stream 0",
+                rst,
+                head(3, 0, 0, 4),
+                &[0, 0, 0, 8],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.5 SETTINGS on a stream",
+                settings,
+                head(4, 0, 1, 0),
+                &[],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.5 SETTINGS ACK with a payload",
+                settings,
+                head(4, 1, 0, 6),
+                &[0, 3, 0, 0, 0, 1],
+                Some(conn(R::FRAME_SIZE_ERROR)),
+            ),
+            (
+                "6.5 SETTINGS of 5 octets",
+                settings,
+                head(4, 0, 0, 5),
+                &[0, 3, 0, 0, 0],
+                Some(conn(R::FRAME_SIZE_ERROR)),
+            ),
+            (
+                "6.5.2 ENABLE_PUSH of 2",
+                settings,
+                head(4, 0, 0, 6),
+                &[0, 2, 0, 0, 0, 2],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.5.2 INITIAL_WINDOW_SIZE past 2^31-1",
+                settings,
+                head(4, 0, 0, 6),
+                &[0, 4, 0x80, 0, 0, 0],
+                Some(conn(R::FLOW_CONTROL_ERROR)),
+            ),
+            (
+                "6.5.2 MAX_FRAME_SIZE below 2^14",
+                settings,
+                head(4, 0, 0, 6),
+                &[0, 5, 0, 0, 0x3f, 0xff],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.7 PING on a stream",
+                ping,
+                head(6, 0, 1, 8),
+                &[0; 8],
+                Some(conn(R::PROTOCOL_ERROR)),
+            ),
+            (
+                "6.8 GOAWAY of 7 octets",
+                goaway,
+                head(7, 0, 0, 7),
+                &[0; 7],
+                Some(conn(R::FRAME_SIZE_ERROR)),
+            ),
+            (
+                "6.9 WINDOW_UPDATE of 0 on a stream",
+                window,
+                head(8, 0, 3, 4),
+                &[0; 4],
+                Some(R::PROTOCOL_ERROR.on(3)),
+            ),
+        ];
+        for (section, load, head, payload, want) in rows {
+            assert_eq!(load(&head, payload).err(), want, "{section}");
+        }
+        assert_eq!(
+            WindowUpdate::load(&head(8, 0, 0, 4), &[0; 4]).err(),
+            Some(conn(R::PROTOCOL_ERROR)),
+            "6.9 WINDOW_UPDATE of 0 on the connection"
+        );
+        let h = Headers::load(
+            &head(1, 0x24, 3, 6),
+            Bytes::from_static(&[0, 0, 0, 3, 0, 0x82]),
+        );
+        assert!(h.unwrap().self_dependent);
+    }
+
+    #[test]
+    fn settings_keep_the_last_value_of_each_parameter() {
+        let payload = [0, 4, 0, 0, 0, 1, 0, 4, 0, 0, 0, 9, 0, 5, 0, 0, 0x40, 0];
+        let s = Settings::load(&head(4, 0, 0, 18), &payload)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.initial_window_size, Some(9));
+        assert_eq!(s.max_frame_size, Some(16_384));
+        assert_eq!(Settings::load(&head(4, 1, 0, 0), &[]).unwrap(), None);
     }
 }

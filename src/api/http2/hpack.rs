@@ -16,6 +16,8 @@ pub(super) struct RequestHead {
     pub method: Method,
     pub path: String,
     pub headers: HeaderMap,
+    /// What `content-length` says the body holds, when it is given.
+    pub content_length: Option<u64>,
 }
 
 /// Why a request's header block was not taken.
@@ -29,84 +31,136 @@ pub(super) enum Refused {
     TooLarge,
 }
 
-/// Reads a request's header block. Every block is decoded whole, even one
-/// that is refused, to keep the connection's table in step with the peer's.
+/// The fields of a request as they are read, and whether it stayed well
+/// formed (RFC 9113 §8.2, §8.3).
+#[derive(Default)]
+struct Fields {
+    method: Option<Method>,
+    scheme: bool,
+    authority: bool,
+    path: Option<String>,
+    headers: HeaderMap,
+    content_length: Option<u64>,
+    /// A regular field was read: pseudo-fields may not follow.
+    regular: bool,
+    malformed: bool,
+    size: usize,
+}
+
+/// Decodes a header block into `fields`, one `take` each, within
+/// [`MAX_HEADER_LIST`]. Every block is decoded whole, even one that is
+/// refused, to keep the connection's table in step with the peer's.
+fn decode(
+    decoder: &mut loona_hpack::Decoder<'static>,
+    block: &[u8],
+    fields: &mut Fields,
+    take: fn(&mut Fields, &[u8], Cow<'_, [u8]>) -> bool,
+) -> Result<(), Refused> {
+    decoder
+        .decode_with_cb(block, |name, value| {
+            fields.size += name.len() + value.len() + 32;
+            if fields.size > MAX_HEADER_LIST || fields.malformed {
+                return;
+            }
+            fields.malformed = !take(fields, &name, value);
+        })
+        .map_err(|_| Refused::Compression)?;
+    if fields.size > MAX_HEADER_LIST {
+        return Err(Refused::TooLarge);
+    }
+    Ok(())
+}
+
+/// Reads a request's header block.
 pub(super) fn read_request(
     decoder: &mut loona_hpack::Decoder<'static>,
     block: &[u8],
 ) -> Result<RequestHead, Refused> {
-    let mut method = None;
-    let mut path = None;
-    let mut headers = HeaderMap::new();
-    let mut size = 0;
-    let mut malformed = false;
-    let mut regular = false;
-    decoder
-        .decode_with_cb(block, |name, value| {
-            size += name.len() + value.len() + 32;
-            if size > MAX_HEADER_LIST || malformed {
-                return;
-            }
-            malformed = !take(
-                &name,
-                value,
-                &mut method,
-                &mut path,
-                &mut headers,
-                &mut regular,
-            );
-        })
-        .map_err(|_| Refused::Compression)?;
-    if size > MAX_HEADER_LIST {
-        return Err(Refused::TooLarge);
-    }
-    match (method, path) {
-        (Some(method), Some(path)) if !malformed => Ok(RequestHead {
+    let mut f = Fields::default();
+    decode(decoder, block, &mut f, take_request)?;
+    match (f.method, f.path) {
+        (Some(method), Some(path)) if f.scheme && !f.malformed => Ok(RequestHead {
             method,
             path,
-            headers,
+            headers: f.headers,
+            content_length: f.content_length,
         }),
         _ => Err(Refused::Malformed),
     }
 }
 
+/// Reads the trailers that end a request: regular fields only (RFC 9113
+/// §8.1). What they say is not used.
+pub(super) fn read_trailers(
+    decoder: &mut loona_hpack::Decoder<'static>,
+    block: &[u8],
+) -> Result<(), Refused> {
+    let mut f = Fields {
+        regular: true,
+        ..Fields::default()
+    };
+    decode(decoder, block, &mut f, take_request)?;
+    match f.malformed {
+        true => Err(Refused::Malformed),
+        false => Ok(()),
+    }
+}
+
 /// Takes one field; false when it makes the request malformed.
-fn take(
-    name: &[u8],
-    value: Cow<'_, [u8]>,
-    method: &mut Option<Method>,
-    path: &mut Option<String>,
-    headers: &mut HeaderMap,
-    regular: &mut bool,
-) -> bool {
+fn take_request(f: &mut Fields, name: &[u8], value: Cow<'_, [u8]>) -> bool {
     if let Some(pseudo) = name.strip_prefix(b":") {
         // Pseudo-fields come first, once each (RFC 9113 §8.3).
-        if *regular {
+        if f.regular {
             return false;
         }
         return match pseudo {
-            b"method" if method.is_none() => Method::from_bytes(&value)
-                .map(|m| *method = Some(m))
+            b"method" if f.method.is_none() => Method::from_bytes(&value)
+                .map(|m| f.method = Some(m))
                 .is_ok(),
-            b"path" if path.is_none() && value.first() == Some(&b'/') => {
+            b"path" if f.path.is_none() && value.first() == Some(&b'/') => {
                 String::from_utf8(value.into_owned())
-                    .map(|p| *path = Some(p))
+                    .map(|p| f.path = Some(p))
                     .is_ok()
             }
-            b"scheme" | b"authority" => true,
+            b"scheme" if !f.scheme && !value.is_empty() => {
+                f.scheme = true;
+                true
+            }
+            b"authority" if !f.authority => {
+                f.authority = true;
+                true
+            }
             _ => false,
         };
     }
-    *regular = true;
-    if name.iter().any(u8::is_ascii_uppercase) || name == b"connection" {
+    f.regular = true;
+    if name.iter().any(u8::is_ascii_uppercase) {
         return false;
+    }
+    match name {
+        // Connection-specific fields have no place in HTTP/2 (§8.2.2).
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
+            return false
+        }
+        b"te" if &value[..] != b"trailers" => return false,
+        b"content-length" => {
+            let parsed = std::str::from_utf8(&value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok());
+            match parsed {
+                Some(n) if f.content_length.is_none_or(|c| c == n) => f.content_length = Some(n),
+                _ => return false,
+            }
+        }
+        _ => {}
     }
     match (
         HeaderName::from_bytes(name),
         HeaderValue::from_bytes(&value),
     ) {
         (Ok(n), Ok(v)) => {
-            headers.append(n, v);
+            f.headers.append(n, v);
             true
         }
         _ => false,
@@ -208,7 +262,7 @@ mod tests {
         assert_eq!(head.path, "/a.B/Watch");
         assert_eq!(head.headers["te"], "trailers");
         // The next block names the authority from the table.
-        let again = read_request(&mut decoder, &[0x83, 0x84, 0xbe]).unwrap();
+        let again = read_request(&mut decoder, &[0x83, 0x86, 0x84, 0xbe]).unwrap();
         assert_eq!(again.path, "/");
     }
 
@@ -248,6 +302,87 @@ mod tests {
         assert_eq!(
             read_request(&mut decoder, &[0xff, 0xff, 0xff]).err(),
             Some(Refused::Compression)
+        );
+    }
+
+    /// A block of `:method POST`, `:scheme http`, `:path /`, then
+    /// `fields` as literals.
+    fn block_with(pseudo: &[u8], fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut block = pseudo.to_vec();
+        for (n, v) in fields {
+            block.push(0x00);
+            string(n.as_bytes(), &mut block);
+            string(v.as_bytes(), &mut block);
+        }
+        block
+    }
+
+    /// One row per rule of RFC 9113 §8.2 and §8.3.
+    #[test]
+    fn requests_are_malformed_as_the_rfc_says() {
+        const REQUEST: &[u8] = &[0x83, 0x86, 0x84];
+        type Row<'a> = (&'a str, &'a [u8], &'a [(&'a str, &'a str)], bool);
+        let rows: [Row; 10] = [
+            ("a whole request", REQUEST, &[("te", "trailers")], true),
+            (
+                "8.2.2 te other than trailers",
+                REQUEST,
+                &[("te", "gzip")],
+                false,
+            ),
+            (
+                "8.2.2 connection",
+                REQUEST,
+                &[("connection", "close")],
+                false,
+            ),
+            (
+                "8.2.2 transfer-encoding",
+                REQUEST,
+                &[("transfer-encoding", "chunked")],
+                false,
+            ),
+            ("8.3.1 :scheme missing", &[0x83, 0x84], &[], false),
+            ("8.3.1 :scheme twice", &[0x83, 0x86, 0x86, 0x84], &[], false),
+            ("8.3.1 :method twice", &[0x83, 0x83, 0x86, 0x84], &[], false),
+            (
+                "8.3 an unknown pseudo-field",
+                REQUEST,
+                &[(":protocol", "x")],
+                false,
+            ),
+            (
+                "8.1.1 content-length not a number",
+                REQUEST,
+                &[("content-length", "1x")],
+                false,
+            ),
+            (
+                "8.1.1 content-length twice, differing",
+                REQUEST,
+                &[("content-length", "1"), ("content-length", "2")],
+                false,
+            ),
+        ];
+        for (rule, pseudo, fields, ok) in rows {
+            let mut decoder = loona_hpack::Decoder::new();
+            let read = read_request(&mut decoder, &block_with(pseudo, fields));
+            assert_eq!(read.is_ok(), ok, "{rule}");
+        }
+        let mut decoder = loona_hpack::Decoder::new();
+        let head = read_request(
+            &mut decoder,
+            &block_with(REQUEST, &[("content-length", "12")]),
+        );
+        assert_eq!(head.unwrap().content_length, Some(12));
+        assert_eq!(
+            read_trailers(&mut decoder, &block_with(&[0x83], &[])),
+            Err(Refused::Malformed),
+            "8.1 a pseudo-field in trailers"
+        );
+        assert_eq!(
+            read_trailers(&mut decoder, &block_with(&[], &[("x", "y")])),
+            Ok(())
         );
     }
 

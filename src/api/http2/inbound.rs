@@ -7,14 +7,16 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use tokio::time::Instant;
+use tracing::debug;
 
 use super::connection::{Driver, Fail};
 use super::frame::{
-    flag, kind, setting, unpad, Head, Reason, DEFAULT_MAX_FRAME, HEAD, MAX_WINDOW, PREFACE,
+    flag, kind, Data, Error, GoAway, Head, Headers, Ping, Priority, Reason, RstStream,
+    Settings as FrameSettings, WindowUpdate, DEFAULT_MAX_FRAME, HEAD, MAX_WINDOW, PREFACE,
 };
 use super::hpack::MAX_HEADER_LIST;
 use super::stream::request_limit;
-use super::streams::State;
+use super::streams::{Closed, Continuing, State};
 use super::Routes;
 use crate::api::error::ApiError;
 
@@ -76,111 +78,122 @@ impl<S: Routes> Driver<S> {
     }
 
     fn frame(&mut self, head: Head, payload: Bytes) -> Result<(), Fail> {
-        if !self.settings_read && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
+        match self.load(head, payload) {
+            Ok(()) => Ok(()),
+            Err(Error::Connection(reason)) => Err(protocol(reason)),
+            Err(Error::Stream(id, reason)) => self.reset_stream(id, reason),
         }
-        if let Some((id, ..)) = &self.continuing {
-            if head.kind != kind::CONTINUATION || head.stream != *id {
-                return Err(protocol(Reason::PROTOCOL_ERROR));
+    }
+
+    /// Acts on one frame, each checked by its type's `load`.
+    fn load(&mut self, head: Head, payload: Bytes) -> Result<(), Error> {
+        if !self.settings_read && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        if let Some(c) = &self.continuing {
+            if head.kind != kind::CONTINUATION || head.stream != c.id {
+                return Err(Reason::PROTOCOL_ERROR.into());
             }
         }
         match head.kind {
-            kind::DATA => self.on_data(head, payload),
-            kind::HEADERS => self.on_headers(head, payload),
+            kind::DATA => self.on_data(head, Data::load(&head, payload)?),
+            kind::HEADERS => self.on_headers(head.stream, Headers::load(&head, payload)?),
             kind::CONTINUATION => {
-                let Some((id, end, mut block)) = self.continuing.take() else {
-                    return Err(protocol(Reason::PROTOCOL_ERROR));
+                let Some(mut c) = self.continuing.take() else {
+                    return Err(Reason::PROTOCOL_ERROR.into());
                 };
-                block.extend_from_slice(&payload);
-                if block.len() > 4 * MAX_HEADER_LIST {
-                    return Err(protocol(Reason::ENHANCE_YOUR_CALM));
+                c.block.extend_from_slice(&payload);
+                if c.block.len() > 4 * MAX_HEADER_LIST {
+                    return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
                 if head.has(flag::END_HEADERS) {
-                    self.on_block(id, end, &block)
+                    self.on_block(c)
                 } else {
-                    self.continuing = Some((id, end, block));
+                    self.continuing = Some(c);
                     Ok(())
                 }
             }
-            kind::PRIORITY if head.stream == 0 => Err(protocol(Reason::PROTOCOL_ERROR)),
+            // Advice this server does not take, on any stream in any
+            // state, once its form is checked.
+            kind::PRIORITY => Priority::load(&head, &payload).map(drop),
             kind::RST_STREAM => {
-                if head.len != 4 {
-                    return Err(protocol(Reason::FRAME_SIZE_ERROR));
+                RstStream::load(&head, &payload)?;
+                if self.is_idle(head.stream) {
+                    return Err(Reason::PROTOCOL_ERROR.into());
                 }
-                if head.stream == 0 || head.stream > self.last_stream {
-                    return Err(protocol(Reason::PROTOCOL_ERROR));
-                }
+                // The client closed it too: what it sends next is its error.
+                self.reset_here.remove(head.stream);
                 if self.drop_stream(head.stream) && !self.resets.allow(Instant::now()) {
-                    return Err(protocol(Reason::ENHANCE_YOUR_CALM));
+                    return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
                 Ok(())
             }
-            kind::SETTINGS => self.on_settings(head, &payload),
-            kind::PUSH_PROMISE => Err(protocol(Reason::PROTOCOL_ERROR)),
+            kind::SETTINGS => match FrameSettings::load(&head, &payload)? {
+                Some(settings) => self.on_settings(settings),
+                None => Ok(()),
+            },
+            kind::PUSH_PROMISE => Err(Reason::PROTOCOL_ERROR.into()),
             kind::PING => {
-                if head.len != 8 {
-                    return Err(protocol(Reason::FRAME_SIZE_ERROR));
-                }
-                if head.stream != 0 {
-                    return Err(protocol(Reason::PROTOCOL_ERROR));
-                }
-                if head.has(flag::ACK) {
-                    self.keep_alive.pong(&payload);
+                let ping = Ping::load(&head, &payload)?;
+                if ping.ack {
+                    self.keep_alive.pong(&ping.opaque);
                 } else {
-                    let mut opaque = [0; 8];
-                    opaque.copy_from_slice(&payload);
-                    self.out.ping(true, opaque);
+                    self.out.ping(true, ping.opaque);
                 }
                 Ok(())
             }
-            kind::GOAWAY if head.stream != 0 => Err(protocol(Reason::PROTOCOL_ERROR)),
             kind::GOAWAY => {
+                let goaway = GoAway::load(&head, &payload)?;
+                debug!(reason = goaway.reason.0, "the client sent GOAWAY");
                 self.peer_gone = true;
                 Ok(())
             }
-            kind::WINDOW_UPDATE => self.on_window_update(head, &payload),
-            // PRIORITY is advice this server does not take; unknown frames
-            // are ignored (RFC 9113 §4.1).
+            kind::WINDOW_UPDATE => {
+                let update = WindowUpdate::load(&head, &payload)?;
+                self.on_window_update(head.stream, update.increment)
+            }
+            // Unknown frames are ignored (RFC 9113 §4.1).
             _ => Ok(()),
         }
     }
 
-    fn on_data(&mut self, head: Head, payload: Bytes) -> Result<(), Fail> {
+    /// Whether stream `id` was never opened: only HEADERS and PRIORITY may
+    /// name it (RFC 9113 §5.1).
+    fn is_idle(&self, id: u32) -> bool {
+        id > self.last_stream
+    }
+
+    fn on_data(&mut self, head: Head, frame: Data) -> Result<(), Error> {
         let id = head.stream;
-        if id == 0 {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
-        }
+        // Padding counts against the windows too (RFC 9113 §6.9.1).
         let len = head.len as u32;
         if !self.recv.take(len) {
-            return Err(protocol(Reason::FLOW_CONTROL_ERROR));
+            return Err(Reason::FLOW_CONTROL_ERROR.into());
         }
-        let Some(range) = unpad(&head, &payload) else {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
-        };
-        let data = payload.slice(range);
-        let end = head.has(flag::END_STREAM);
         let Some(entry) = self.streams.get_mut(&id) else {
-            if id > self.last_stream {
-                return Err(protocol(Reason::PROTOCOL_ERROR));
-            }
-            // A stream that ended: what was in flight is dropped.
             self.give_back_connection(len);
-            return Ok(());
+            return match self.closed_state(id) {
+                Closed::Idle => Err(Reason::PROTOCOL_ERROR.into()),
+                // In flight when the server reset it: dropped.
+                Closed::ResetHere => Ok(()),
+                Closed::Done => Err(Reason::STREAM_CLOSED.on(id)),
+            };
         };
-        let overflow = !entry.recv.take(len);
         let broken = if !entry.remote_open {
             Some(Reason::STREAM_CLOSED)
-        } else if overflow {
+        } else if !entry.recv.take(len) {
             Some(Reason::FLOW_CONTROL_ERROR)
+        } else if !entry.length.take(frame.data.len(), frame.end_stream) {
+            // RFC 9113 §8.1.1: a body that is not its content-length.
+            Some(Reason::PROTOCOL_ERROR)
         } else {
             None
         };
         if let Some(reason) = broken {
-            self.out.reset(id, reason);
-            self.drop_stream(id);
             self.give_back_connection(len);
-            return Ok(());
+            return Err(reason.on(id));
         }
+        let (data, end) = (frame.data, frame.end_stream);
         entry.remote_open = !end;
         let data_len = data.len() as u32;
         // What is given back now; the rest as the call reads it.
@@ -195,7 +208,7 @@ impl<S: Routes> Driver<S> {
                     }
                 }
                 if end {
-                    call.body = None;
+                    call.request_ended(id, &mut self.out);
                 }
             }
             State::Reading(_, body) => {
@@ -226,99 +239,61 @@ impl<S: Routes> Driver<S> {
         Ok(())
     }
 
-    fn on_headers(&mut self, head: Head, payload: Bytes) -> Result<(), Fail> {
-        if head.stream == 0 {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
-        }
-        let Some(range) = unpad(&head, &payload) else {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
+    fn on_headers(&mut self, id: u32, frame: Headers) -> Result<(), Error> {
+        let block = Continuing {
+            id,
+            end_stream: frame.end_stream,
+            self_dependent: frame.self_dependent,
+            block: frame.fragment.to_vec(),
         };
-        let mut fragment = payload.slice(range);
-        if head.has(flag::PRIORITY) {
-            if fragment.len() < 5 {
-                return Err(protocol(Reason::PROTOCOL_ERROR));
-            }
-            fragment.advance(5);
-        }
-        let end = head.has(flag::END_STREAM);
-        if head.has(flag::END_HEADERS) {
-            self.on_block(head.stream, end, &fragment)
+        if frame.end_headers {
+            self.on_block(block)
         } else {
-            self.continuing = Some((head.stream, end, fragment.to_vec()));
+            self.continuing = Some(block);
             Ok(())
         }
     }
 
-    fn on_settings(&mut self, head: Head, payload: &[u8]) -> Result<(), Fail> {
-        if head.stream != 0 {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
-        }
-        if head.has(flag::ACK) {
-            return if head.len == 0 {
-                Ok(())
-            } else {
-                Err(protocol(Reason::FRAME_SIZE_ERROR))
-            };
-        }
-        if !head.len.is_multiple_of(6) {
-            return Err(protocol(Reason::FRAME_SIZE_ERROR));
-        }
+    fn on_settings(&mut self, settings: FrameSettings) -> Result<(), Error> {
         self.settings_read = true;
-        for s in payload.chunks(6) {
-            let v = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
-            match u16::from_be_bytes([s[0], s[1]]) {
-                setting::INITIAL_WINDOW_SIZE => {
-                    if v as i64 > MAX_WINDOW {
-                        return Err(protocol(Reason::FLOW_CONTROL_ERROR));
-                    }
-                    let delta = v as i64 - self.peer_window;
-                    self.peer_window = v as i64;
-                    let ids: Vec<u32> = self.streams.keys().copied().collect();
-                    for id in ids {
-                        self.feed(id, delta);
+        if let Some(v) = settings.initial_window_size {
+            // Only the frame's last value is applied, so one frame of many
+            // entries costs one walk of the streams, not one per entry.
+            let delta = v as i64 - self.peer_window;
+            self.peer_window = v as i64;
+            if delta != 0 {
+                let ids: Vec<u32> = self.streams.keys().copied().collect();
+                for id in ids {
+                    if !self.feed(id, delta) {
+                        // RFC 9113 §6.9.2: a window past 2^31-1.
+                        return Err(Reason::FLOW_CONTROL_ERROR.into());
                     }
                 }
-                setting::MAX_FRAME_SIZE => {
-                    if !(DEFAULT_MAX_FRAME as u32..=(1 << 24) - 1).contains(&v) {
-                        return Err(protocol(Reason::PROTOCOL_ERROR));
-                    }
-                    self.out.max_frame = v as usize;
-                }
-                // The server's header blocks never use the peer's table.
-                setting::HEADER_TABLE_SIZE | setting::MAX_CONCURRENT_STREAMS => {}
-                _ => {}
             }
+        }
+        if let Some(v) = settings.max_frame_size {
+            self.out.max_frame = v as usize;
         }
         self.out.settings_ack();
         Ok(())
     }
 
-    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> Result<(), Fail> {
-        if head.len != 4 {
-            return Err(protocol(Reason::FRAME_SIZE_ERROR));
-        }
-        let n = (u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff)
-            as i64;
-        if head.stream == 0 {
-            if n == 0 {
-                return Err(protocol(Reason::PROTOCOL_ERROR));
-            }
-            self.out.window += n;
+    fn on_window_update(&mut self, id: u32, n: u32) -> Result<(), Error> {
+        if id == 0 {
+            self.out.window += n as i64;
             if self.out.window > MAX_WINDOW {
-                return Err(protocol(Reason::FLOW_CONTROL_ERROR));
+                return Err(Reason::FLOW_CONTROL_ERROR.into());
             }
             self.feed_starved();
             return Ok(());
         }
-        if head.stream > self.last_stream {
-            return Err(protocol(Reason::PROTOCOL_ERROR));
+        if self.is_idle(id) {
+            return Err(Reason::PROTOCOL_ERROR.into());
         }
-        if n == 0 {
-            self.out.reset(head.stream, Reason::PROTOCOL_ERROR);
-            self.drop_stream(head.stream);
-            return Ok(());
+        // A closed stream's may still come (RFC 9113 §6.9): ignored.
+        if !self.feed(id, n as i64) {
+            return Err(Reason::FLOW_CONTROL_ERROR.on(id));
         }
-        self.feed(head.stream, n);
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use super::frame::Out;
+use super::out::Out;
 
 /// The payload of the server's pings, which their acknowledgements echo.
 pub(super) const OPAQUE: [u8; 8] = *b"wp-alive";

@@ -42,6 +42,7 @@ mod framing;
 mod hpack;
 mod inbound;
 mod keepalive;
+mod out;
 mod repoll;
 mod requests;
 mod socket;

@@ -4,60 +4,59 @@
 
 use bytes::BytesMut;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
-use http::Request;
+use http::{Request, StatusCode};
 use tonic::Status;
 
 use super::bridge::{self, Call};
-use super::connection::{Driver, Fail};
-use super::frame::Reason;
-use super::hpack::{read_request, Refused, RequestHead, MAX_HEADER_LIST};
+use super::connection::Driver;
+use super::frame::{Error, Reason};
+use super::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::stream::{start_watch, write_refusal};
-use super::streams::{Entry, RecvWindow, State};
+use super::streams::{BodyLength, Closed, Continuing, Entry, RecvWindow, State};
 use super::Routes;
 use crate::api::service::WATCH_PATH;
 
 impl<S: Routes> Driver<S> {
     /// A whole header block: a new request, or a request's trailers.
-    pub(super) fn on_block(&mut self, id: u32, end: bool, block: &[u8]) -> Result<(), Fail> {
-        if let Some(entry) = self.streams.get_mut(&id) {
-            self.decoder
-                .decode_with_cb(block, |_, _| {})
-                .map_err(|_| Fail::Protocol(Reason::COMPRESSION_ERROR))?;
-            if !end || !entry.remote_open {
-                self.out.reset(id, Reason::PROTOCOL_ERROR);
-                self.drop_stream(id);
-                return Ok(());
-            }
-            entry.remote_open = false;
-            let reading = match &mut entry.state {
-                State::Call(call) => {
-                    call.body = None;
-                    false
-                }
-                State::Reading(..) => true,
-                State::Starting(_) | State::Watch(_) => false,
-            };
-            if reading {
-                self.begin_watch(id);
-            }
-            return Ok(());
+    pub(super) fn on_block(&mut self, block: Continuing) -> Result<(), Error> {
+        let Continuing {
+            id,
+            end_stream: end,
+            self_dependent,
+            block,
+        } = block;
+        if self.streams.contains_key(&id) {
+            return self.on_trailers(id, end, self_dependent, &block);
         }
-        let reused = id <= self.last_stream || id.is_multiple_of(2);
-        let request = read_request(&mut self.decoder, block);
-        if reused || request.as_ref().err() == Some(&Refused::Compression) {
-            return Err(Fail::Protocol(if reused {
-                Reason::PROTOCOL_ERROR
-            } else {
-                Reason::COMPRESSION_ERROR
-            }));
+        let closed = self.closed_state(id);
+        if closed != Closed::Idle {
+            // Read only to keep the table in step.
+            taken(read_trailers(&mut self.decoder, &block))?;
+            // RFC 9113 §5.1: HEADERS on a closed stream is a connection
+            // error, unless the server reset it and this was in flight.
+            return match closed {
+                Closed::ResetHere => Ok(()),
+                _ => Err(Reason::STREAM_CLOSED.into()),
+            };
+        }
+        if id.is_multiple_of(2) {
+            return Err(Reason::PROTOCOL_ERROR.into());
+        }
+        let request = read_request(&mut self.decoder, &block);
+        if request.as_ref().err() == Some(&Refused::Compression) {
+            return Err(Reason::COMPRESSION_ERROR.into());
         }
         self.last_stream = id;
-        if self.stopping
-            || self.peer_gone
-            || self.streams.len() >= self.settings.max_concurrent_streams as usize
-        {
+        if self_dependent {
+            return Err(Reason::PROTOCOL_ERROR.on(id));
+        }
+        if self.stopping || self.peer_gone {
             self.out.reset(id, Reason::REFUSED_STREAM);
+            self.reset_here.insert(id);
             return Ok(());
+        }
+        if self.streams.len() >= self.settings.max_concurrent_streams as usize {
+            return Err(Reason::REFUSED_STREAM.on(id));
         }
         match request {
             Ok(head) => self.accept(id, head, end),
@@ -68,26 +67,72 @@ impl<S: Routes> Driver<S> {
                 write_refusal(&mut self.out, id, status);
                 if !end {
                     self.out.reset(id, Reason::NO_ERROR);
+                    self.reset_here.insert(id);
                 }
+                Ok(())
             }
-            Err(_) => self.out.reset(id, Reason::PROTOCOL_ERROR),
+            Err(_) => Err(Reason::PROTOCOL_ERROR.on(id)),
+        }
+    }
+
+    /// The header block that ends a request: trailers, which must end the
+    /// stream and hold no pseudo-fields.
+    fn on_trailers(
+        &mut self,
+        id: u32,
+        end: bool,
+        self_dependent: bool,
+        block: &[u8],
+    ) -> Result<(), Error> {
+        let taken = taken(read_trailers(&mut self.decoder, block))?;
+        let Some(entry) = self.streams.get_mut(&id) else {
+            return Ok(());
+        };
+        if !entry.remote_open {
+            return Err(Reason::STREAM_CLOSED.on(id));
+        }
+        if !end || self_dependent || !taken || !entry.length.take(0, true) {
+            return Err(Reason::PROTOCOL_ERROR.on(id));
+        }
+        entry.remote_open = false;
+        let reading = match &mut entry.state {
+            State::Call(call) => {
+                call.request_ended(id, &mut self.out);
+                false
+            }
+            State::Reading(..) => true,
+            State::Starting(_) | State::Watch(_) => false,
+        };
+        if reading {
+            self.begin_watch(id);
         }
         Ok(())
     }
 
     /// A new request: a Watch this connection serves itself, or a call
     /// for the routes.
-    fn accept(&mut self, id: u32, head: RequestHead, end: bool) {
+    fn accept(&mut self, id: u32, head: RequestHead, end: bool) -> Result<(), Error> {
+        let mut length = BodyLength::new(head.content_length);
+        if end && !length.take(0, true) {
+            return Err(Reason::PROTOCOL_ERROR.on(id));
+        }
         let mut extensions = http::Extensions::new();
         if let Some(peer) = &self.peer {
             extensions.insert(peer.clone());
         }
-        let state = if is_plain_watch(&head) {
+        let state = if !is_grpc(&head) {
+            // gRPC's answer to another client (PROTOCOL-HTTP2.md): 415,
+            // with a body that says what this port serves.
+            State::Call(Call::answered(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                NOT_GRPC,
+                self.peer_window,
+            ))
+        } else if is_plain_watch(&head) {
             State::Reading(Box::new((head, extensions)), BytesMut::new())
         } else {
-            let Some(call) = self.call(id, head, extensions, end) else {
-                self.out.reset(id, Reason::PROTOCOL_ERROR);
-                return;
+            let Some(call) = self.call(id, head, extensions) else {
+                return Err(Reason::PROTOCOL_ERROR.on(id));
             };
             State::Call(call)
         };
@@ -97,22 +142,28 @@ impl<S: Routes> Driver<S> {
             remote_open: !end,
             recv: RecvWindow::default(),
             send: self.peer_window,
+            length,
         };
         self.streams.insert(id, entry);
         if reading && end {
             self.begin_watch(id);
         }
+        if let Some(Entry {
+            state: State::Call(call),
+            ..
+        }) = self.streams.get_mut(&id)
+        {
+            match end {
+                true => call.request_ended(id, &mut self.out),
+                false => call.flush(id, &mut self.out),
+            }
+        }
+        Ok(())
     }
 
     /// Starts answering a call with the routes; `None` when its path is
     /// not a URI.
-    fn call(
-        &mut self,
-        id: u32,
-        head: RequestHead,
-        extensions: http::Extensions,
-        end: bool,
-    ) -> Option<Call> {
+    fn call(&mut self, id: u32, head: RequestHead, extensions: http::Extensions) -> Option<Call> {
         let uri = head.path.parse::<http::Uri>().ok()?;
         let mut request = Request::new(());
         *request.method_mut() = head.method;
@@ -120,7 +171,7 @@ impl<S: Routes> Driver<S> {
         *request.version_mut() = http::Version::HTTP_2;
         *request.headers_mut() = head.headers;
         *request.extensions_mut() = extensions;
-        let mut call = bridge::spawn(
+        let call = bridge::spawn(
             &mut self.calls,
             self.routes.clone(),
             id,
@@ -128,9 +179,6 @@ impl<S: Routes> Driver<S> {
             &self.links,
             self.peer_window,
         );
-        if end {
-            call.body = None;
-        }
         Some(call)
     }
 
@@ -165,6 +213,26 @@ impl<S: Routes> Driver<S> {
     pub(super) fn refuse(&mut self, id: u32, status: Status) {
         write_refusal(&mut self.out, id, status);
         self.out.closed.push(id);
+    }
+}
+
+/// What a request that is not gRPC is told.
+const NOT_GRPC: &str = "watchproxy serves gRPC (content-type: application/grpc) on this port\n";
+
+/// A gRPC request: its content type says so.
+fn is_grpc(head: &RequestHead) -> bool {
+    head.headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Whether a block was taken; the table stays in step when it is refused,
+/// and only a block that cannot be decoded loses it (a connection error).
+fn taken(read: Result<(), Refused>) -> Result<bool, Error> {
+    match read {
+        Ok(()) => Ok(true),
+        Err(Refused::Compression) => Err(Reason::COMPRESSION_ERROR.into()),
+        Err(_) => Ok(false),
     }
 }
 

@@ -11,9 +11,10 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 use tonic::Status;
 
-use super::frame::Out;
+use super::frame::MAX_WINDOW;
 use super::framing::{grpc_timeout, put_compressed, put_message, request_message};
 use super::hpack::{write_fields, RequestHead};
+use super::out::Out;
 use super::watches::Drive;
 use crate::api::compression::Codec;
 use crate::api::error::ApiError;
@@ -106,14 +107,17 @@ impl LiveWatch {
         }
     }
 
-    /// The peer gave (or with new SETTINGS took) room on the stream.
-    pub(super) fn grant(&mut self, n: i64) {
+    /// The peer gave (or with new SETTINGS took) room on the stream;
+    /// false when that takes the window past 2^31-1.
+    pub(super) fn grant(&mut self, n: i64) -> bool {
         self.window += n;
+        self.window <= MAX_WINDOW
     }
 
     /// The connection got room: the watch may be named again.
-    pub(super) fn unstarve(&mut self) {
+    pub(super) fn unstarve(&mut self) -> bool {
         self.starved = false;
+        true
     }
 
     /// What the windows let the stream send now.

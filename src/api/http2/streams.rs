@@ -8,8 +8,9 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::bridge::Call;
+use super::connection::Fail;
 use super::connection::{Driver, RECEIVE_WINDOW};
-use super::frame::Reason;
+use super::frame::{Reason, MAX_WINDOW};
 use super::hpack::RequestHead;
 use super::stream::{write_refusal, LiveWatch};
 use super::watches::Drive;
@@ -75,7 +76,10 @@ impl RecvWindow {
     }
 }
 
-/// A stream, as its connection keeps it.
+/// A stream, as its connection keeps it: open, or half-closed (local or
+/// remote) while `remote_open` says whether the client may still send
+/// (RFC 9113 §5.1). A stream that is not kept is idle (above the highest
+/// opened) or closed ([`Closed`]).
 pub(super) struct Entry {
     pub state: State,
     /// The client may still send on it.
@@ -83,6 +87,84 @@ pub(super) struct Entry {
     pub recv: RecvWindow,
     /// The client's window for it, until a watch or call takes it.
     pub send: i64,
+    pub length: BodyLength,
+}
+
+/// A request body's length against its `content-length`, when it has one
+/// (RFC 9113 §8.1.1).
+pub(super) struct BodyLength {
+    declared: Option<u64>,
+    received: u64,
+}
+
+impl BodyLength {
+    pub(super) fn new(declared: Option<u64>) -> Self {
+        Self {
+            declared,
+            received: 0,
+        }
+    }
+
+    /// Counts `n` bytes of body; false once they are more than declared,
+    /// or, at the end, fewer.
+    pub(super) fn take(&mut self, n: usize, end: bool) -> bool {
+        self.received += n as u64;
+        self.declared.is_none_or(|d| {
+            if end {
+                self.received == d
+            } else {
+                self.received <= d
+            }
+        })
+    }
+}
+
+/// A stream that is not kept: never opened, or closed.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Closed {
+    Idle,
+    /// Reset by the server lately: what the client sent before it saw the
+    /// reset is dropped without a word.
+    ResetHere,
+    /// Ended: a frame other than PRIORITY, WINDOW_UPDATE or RST_STREAM is
+    /// a STREAM_CLOSED error.
+    Done,
+}
+
+/// The streams the server reset lately, the most recent kept (RFC 9113
+/// §5.4.2: frames in flight on them are dropped, not answered).
+#[derive(Default)]
+pub(super) struct RecentlyReset {
+    ids: std::collections::VecDeque<u32>,
+}
+
+impl RecentlyReset {
+    /// How many are remembered: a fixed bound on the connection's memory.
+    const KEPT: usize = 1024;
+
+    pub(super) fn insert(&mut self, id: u32) {
+        if self.ids.len() == Self::KEPT {
+            self.ids.pop_front();
+        }
+        self.ids.push_back(id);
+    }
+
+    pub(super) fn remove(&mut self, id: u32) {
+        self.ids.retain(|&i| i != id);
+    }
+
+    pub(super) fn contains(&self, id: u32) -> bool {
+        self.ids.contains(&id)
+    }
+}
+
+/// A header block whose CONTINUATION frames are still to come.
+pub(super) struct Continuing {
+    pub id: u32,
+    pub end_stream: bool,
+    /// Its HEADERS named the stream as its own dependency.
+    pub self_dependent: bool,
+    pub block: Vec<u8>,
 }
 
 pub(super) enum State {
@@ -126,9 +208,34 @@ impl<S: Routes> Driver<S> {
                     // The response is whole: the rest of the request is
                     // not wanted (RFC 9113 §8.1).
                     self.out.reset(id, Reason::NO_ERROR);
+                    self.reset_here.insert(id);
                 }
             }
         }
+    }
+
+    /// What a stream that is not kept is: idle or closed.
+    pub(super) fn closed_state(&self, id: u32) -> Closed {
+        if id > self.last_stream {
+            Closed::Idle
+        } else if self.reset_here.contains(id) {
+            Closed::ResetHere
+        } else {
+            Closed::Done
+        }
+    }
+
+    /// Answers a stream error: RST_STREAM, and the stream ends. Counted
+    /// with the client's resets: a client that makes the server reset
+    /// stream after stream (MadeYouReset, CVE-2025-8671) is sent away.
+    pub(super) fn reset_stream(&mut self, id: u32, reason: Reason) -> Result<(), Fail> {
+        self.out.reset(id, reason);
+        self.drop_stream(id);
+        self.reset_here.insert(id);
+        if !self.resets.allow(Instant::now()) {
+            return Err(Fail::Protocol(Reason::ENHANCE_YOUR_CALM));
+        }
+        Ok(())
     }
 
     /// Ends a stream now: the client reset it, or it broke the protocol.
@@ -143,7 +250,11 @@ impl<S: Routes> Driver<S> {
             State::Watch(place) => {
                 self.watches.remove(place);
             }
-            State::Call(call) => call.task.abort(),
+            State::Call(call) => {
+                if let Some(task) = call.task {
+                    task.abort();
+                }
+            }
         }
         true
     }
@@ -173,7 +284,9 @@ impl<S: Routes> Driver<S> {
                 continue;
             };
             match &mut entry.state {
-                State::Watch(place) => self.watches.grant(*place, LiveWatch::unstarve),
+                State::Watch(place) => {
+                    self.watches.grant(*place, LiveWatch::unstarve);
+                }
                 State::Call(call) => {
                     call.starved = false;
                     call.flush(id, &mut self.out);
@@ -183,18 +296,26 @@ impl<S: Routes> Driver<S> {
         }
     }
 
-    /// The client gave `n` bytes of room on stream `id` (negative: took).
-    pub(super) fn feed(&mut self, id: u32, n: i64) {
+    /// The client gave `n` bytes of room on stream `id` (negative: took);
+    /// false when that takes its window past 2^31-1.
+    pub(super) fn feed(&mut self, id: u32, n: i64) -> bool {
         let Some(entry) = self.streams.get_mut(&id) else {
-            return;
+            return true;
         };
         match &mut entry.state {
             State::Watch(place) => self.watches.grant(*place, |w| w.grant(n)),
             State::Call(call) => {
                 call.window += n;
+                if call.window > MAX_WINDOW {
+                    return false;
+                }
                 call.flush(id, &mut self.out);
+                true
             }
-            State::Reading(..) | State::Starting(_) => entry.send += n,
+            State::Reading(..) | State::Starting(_) => {
+                entry.send += n;
+                entry.send <= MAX_WINDOW
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use slotmap::SecondaryMap;
 
-use super::frame::Out;
+use super::out::Out;
 use super::socket::WRITE_LIMIT;
 use crate::dispatch::{Inbox, Place};
 
@@ -163,11 +163,15 @@ impl<F: Drive> Watches<F> {
     }
 
     /// Gives the watch at `id` room, and polls it in the next pass.
-    pub(super) fn grant(&mut self, id: Place, grant: impl FnOnce(&mut F)) {
-        if let Some(slot) = self.slots.get_mut(id) {
-            grant(&mut slot.watch);
-            slot.waker.wake_by_ref();
-        }
+    /// Gives the watch at `id` room, and wakes it; what `grant` returns
+    /// (true when the watch is gone).
+    pub(super) fn grant(&mut self, id: Place, grant: impl FnOnce(&mut F) -> bool) -> bool {
+        let Some(slot) = self.slots.get_mut(id) else {
+            return true;
+        };
+        let granted = grant(&mut slot.watch);
+        slot.waker.wake_by_ref();
+        granted
     }
 
     /// Ends every watch: the connection reached its maximum age.
