@@ -5,11 +5,15 @@
 
 mod common;
 
+#[path = "common/raw.rs"]
+mod raw;
+
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use common::*;
 use prost::Message;
+use raw::{request_block, Raw};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use watchproxy::pb::{EventType, ListRequest, ListResponse, WatchEvent, WatchRequest};
@@ -210,84 +214,6 @@ async fn headers_over_the_limit_are_refused_and_the_connection_serves_on() {
         .await
         .unwrap();
     assert!(!listed.into_inner().resource_version.is_empty());
-}
-
-/// A client written by hand, frame by frame.
-struct Raw {
-    tcp: TcpStream,
-    buf: BytesMut,
-}
-
-impl Raw {
-    async fn connect(addr: std::net::SocketAddr) -> Raw {
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
-        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .unwrap();
-        let mut raw = Raw {
-            tcp,
-            buf: BytesMut::new(),
-        };
-        raw.send(0x4, 0, 0, &[]).await;
-        raw
-    }
-
-    async fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-        let mut f = Vec::with_capacity(9 + payload.len());
-        f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-        f.push(kind);
-        f.push(flags);
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        self.tcp.write_all(&f).await.unwrap();
-    }
-
-    /// The next frame: kind, flags, stream and payload; `None` at the end
-    /// of the connection.
-    async fn frame(&mut self) -> Option<(u8, u8, u32, Bytes)> {
-        loop {
-            if self.buf.len() >= 9 {
-                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
-                if self.buf.len() >= 9 + len {
-                    let head = self.buf.split_to(9);
-                    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
-                    return Some((head[3], head[4], stream, self.buf.split_to(len).freeze()));
-                }
-            }
-            let n = tokio::time::timeout(Duration::from_secs(10), self.tcp.read_buf(&mut self.buf))
-                .await
-                .expect("a frame within 10 s")
-                .unwrap_or(0);
-            if n == 0 {
-                return None;
-            }
-        }
-    }
-
-    /// The error code of the GOAWAY that ends the connection.
-    async fn goaway(&mut self) -> u32 {
-        let mut reason = None;
-        while let Some((kind, _, _, payload)) = self.frame().await {
-            if kind == 0x7 {
-                reason = Some(u32::from_be_bytes([
-                    payload[4], payload[5], payload[6], payload[7],
-                ]));
-            }
-        }
-        reason.expect("a GOAWAY before the end")
-    }
-}
-
-fn request_block(path: &str) -> Vec<u8> {
-    let fields: [(&[u8], &[u8]); 6] = [
-        (b":method", b"POST"),
-        (b":scheme", b"http"),
-        (b":path", path.as_bytes()),
-        (b":authority", b"localhost"),
-        (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"),
-    ];
-    loona_hpack::Encoder::new().encode(fields)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,7 +30,7 @@ use super::out::Out;
 use super::repoll::Repoll;
 use super::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::stream::LiveWatch;
-use super::streams::{Continuing, Entry, RecentlyReset, RecvWindow, Resets, State};
+use super::streams::{Continuing, Entry, RecentlyClosed, RecvWindow, Resets, State};
 use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
@@ -129,8 +129,8 @@ pub(super) struct Driver<S> {
     pub peer_gone: bool,
     /// Resets by either side, bounded per period.
     pub resets: Resets,
-    /// Streams the server reset lately.
-    pub reset_here: RecentlyReset,
+    /// Streams that closed lately, and how.
+    pub closed: RecentlyClosed,
     /// The client's certificates, given to each of its calls.
     pub peer: Option<PeerCerts>,
     pub api: Api,
@@ -197,7 +197,7 @@ impl<S: Routes> Driver<S> {
             recv: RecvWindow::default(),
             peer_gone: false,
             resets: Resets::default(),
-            reset_here: RecentlyReset::default(),
+            closed: RecentlyClosed::default(),
             peer,
             api,
             routes,

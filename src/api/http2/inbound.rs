@@ -121,9 +121,10 @@ impl<S: Routes> Driver<S> {
                 if self.is_idle(head.stream) {
                     return Err(Reason::PROTOCOL_ERROR.into());
                 }
-                // The client closed it too: what it sends next is its error.
-                self.reset_here.remove(head.stream);
-                if self.drop_stream(head.stream) && !self.resets.allow(Instant::now()) {
+                // Closed by the client: what it sends next is its error,
+                // even after a reset of the server's.
+                let dropped = self.drop_stream(head.stream, Closed::Ended);
+                if dropped && !self.resets.allow(Instant::now()) {
                     return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
                 Ok(())
@@ -176,7 +177,7 @@ impl<S: Routes> Driver<S> {
                 Closed::Idle => Err(Reason::PROTOCOL_ERROR.into()),
                 // In flight when the server reset it: dropped.
                 Closed::ResetHere => Ok(()),
-                Closed::Done => Err(Reason::STREAM_CLOSED.on(id)),
+                Closed::Ended | Closed::Forgotten => Err(Reason::STREAM_CLOSED.on(id)),
             };
         };
         let broken = if !entry.remote_open {

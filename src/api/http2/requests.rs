@@ -32,11 +32,13 @@ impl<S: Routes> Driver<S> {
         if closed != Closed::Idle {
             // Read only to keep the table in step.
             taken(read_trailers(&mut self.decoder, &block))?;
-            // RFC 9113 §5.1: HEADERS on a closed stream is a connection
-            // error, unless the server reset it and this was in flight.
+            // HEADERS on a closed stream is a connection error (RFC 9113
+            // §5.1), unless the server reset it and this was in flight; on
+            // one never opened, a stream number out of order (§5.1.1).
             return match closed {
                 Closed::ResetHere => Ok(()),
-                _ => Err(Reason::STREAM_CLOSED.into()),
+                Closed::Ended => Err(Reason::STREAM_CLOSED.into()),
+                Closed::Idle | Closed::Forgotten => Err(Reason::PROTOCOL_ERROR.into()),
             };
         }
         if id.is_multiple_of(2) {
@@ -52,7 +54,7 @@ impl<S: Routes> Driver<S> {
         }
         if self.stopping || self.peer_gone {
             self.out.reset(id, Reason::REFUSED_STREAM);
-            self.reset_here.insert(id);
+            self.closed.insert(id, Closed::ResetHere);
             return Ok(());
         }
         if self.streams.len() >= self.settings.max_concurrent_streams as usize {
@@ -67,7 +69,7 @@ impl<S: Routes> Driver<S> {
                 write_refusal(&mut self.out, id, status);
                 if !end {
                     self.out.reset(id, Reason::NO_ERROR);
-                    self.reset_here.insert(id);
+                    self.closed.insert(id, Closed::ResetHere);
                 }
                 Ok(())
             }

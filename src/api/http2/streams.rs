@@ -120,41 +120,45 @@ impl BodyLength {
 }
 
 /// A stream that is not kept: never opened, or closed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Closed {
     Idle,
     /// Reset by the server lately: what the client sent before it saw the
-    /// reset is dropped without a word.
+    /// reset is dropped without a word (RFC 9113 §5.4.2).
     ResetHere,
-    /// Ended: a frame other than PRIORITY, WINDOW_UPDATE or RST_STREAM is
-    /// a STREAM_CLOSED error.
-    Done,
+    /// Ended lately: a frame other than PRIORITY, WINDOW_UPDATE or
+    /// RST_STREAM on it is STREAM_CLOSED (§5.1).
+    Ended,
+    /// Below the highest stream opened, and not among those that ended
+    /// lately: never opened (closed when a higher one was, §5.1.1), or long
+    /// gone.
+    Forgotten,
 }
 
-/// The streams the server reset lately, the most recent kept (RFC 9113
-/// §5.4.2: frames in flight on them are dropped, not answered).
+/// The streams that closed lately and how, the most recent kept: a fixed
+/// bound on what a connection remembers of its past.
 #[derive(Default)]
-pub(super) struct RecentlyReset {
-    ids: std::collections::VecDeque<u32>,
+pub(super) struct RecentlyClosed {
+    ids: std::collections::VecDeque<(u32, Closed)>,
 }
 
-impl RecentlyReset {
-    /// How many are remembered: a fixed bound on the connection's memory.
-    const KEPT: usize = 1024;
+impl RecentlyClosed {
+    const KEPT: usize = 256;
 
-    pub(super) fn insert(&mut self, id: u32) {
+    pub(super) fn insert(&mut self, id: u32, how: Closed) {
         if self.ids.len() == Self::KEPT {
             self.ids.pop_front();
         }
-        self.ids.push_back(id);
+        self.ids.push_back((id, how));
     }
 
-    pub(super) fn remove(&mut self, id: u32) {
-        self.ids.retain(|&i| i != id);
-    }
-
-    pub(super) fn contains(&self, id: u32) -> bool {
-        self.ids.contains(&id)
+    /// How stream `id` closed, if it did lately.
+    pub(super) fn get(&self, id: u32) -> Option<Closed> {
+        self.ids
+            .iter()
+            .rev()
+            .find(|(i, _)| *i == id)
+            .map(|&(_, how)| how)
     }
 }
 
@@ -204,12 +208,15 @@ impl<S: Routes> Driver<S> {
     pub(super) fn close_ended(&mut self) {
         for id in std::mem::take(&mut self.out.closed) {
             if let Some(entry) = self.streams.remove(&id) {
-                if entry.remote_open {
+                let how = if entry.remote_open {
                     // The response is whole: the rest of the request is
                     // not wanted (RFC 9113 §8.1).
                     self.out.reset(id, Reason::NO_ERROR);
-                    self.reset_here.insert(id);
-                }
+                    Closed::ResetHere
+                } else {
+                    Closed::Ended
+                };
+                self.closed.insert(id, how);
             }
         }
     }
@@ -217,12 +224,9 @@ impl<S: Routes> Driver<S> {
     /// What a stream that is not kept is: idle or closed.
     pub(super) fn closed_state(&self, id: u32) -> Closed {
         if id > self.last_stream {
-            Closed::Idle
-        } else if self.reset_here.contains(id) {
-            Closed::ResetHere
-        } else {
-            Closed::Done
+            return Closed::Idle;
         }
+        self.closed.get(id).unwrap_or(Closed::Forgotten)
     }
 
     /// Answers a stream error: RST_STREAM, and the stream ends. Counted
@@ -230,8 +234,7 @@ impl<S: Routes> Driver<S> {
     /// stream after stream (MadeYouReset, CVE-2025-8671) is sent away.
     pub(super) fn reset_stream(&mut self, id: u32, reason: Reason) -> Result<(), Fail> {
         self.out.reset(id, reason);
-        self.drop_stream(id);
-        self.reset_here.insert(id);
+        self.drop_stream(id, Closed::ResetHere);
         if !self.resets.allow(Instant::now()) {
             return Err(Fail::Protocol(Reason::ENHANCE_YOUR_CALM));
         }
@@ -240,7 +243,8 @@ impl<S: Routes> Driver<S> {
 
     /// Ends a stream now: the client reset it, or it broke the protocol.
     /// False when it had ended already.
-    pub(super) fn drop_stream(&mut self, id: u32) -> bool {
+    pub(super) fn drop_stream(&mut self, id: u32, how: Closed) -> bool {
+        self.closed.insert(id, how);
         let Some(entry) = self.streams.remove(&id) else {
             return false;
         };
