@@ -343,3 +343,41 @@ async fn many_watches_on_one_connection_each_get_their_whole_initial_state() {
         assert_eq!(names, all);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_makes_the_server_hold_at_most_the_bound() {
+    // 600 pods of a few hundred bytes: each List answer is ~200 KB.
+    let (_etcd, proxy, _) = with_pods(600).await;
+    let held = || proxy.metric("watchproxy_http2_held_response_bytes", "");
+    // Windows of 0: nothing of an answer's body can be sent.
+    let mut raw = Raw::connect_with(proxy.addr, &[(0x4, 0)]).await;
+    let message = grpc_message(&ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    });
+    for i in 0..20u32 {
+        let id = 2 * i + 1;
+        raw.send(0x1, 0x4, id, &request_block(LIST)).await;
+        raw.send(0x0, 0x1, id, &message).await;
+    }
+    // Past the bound (1 MiB), the calls stop producing.
+    wait_until("the connection holds 1 MiB", || held() >= 1024.0 * 1024.0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let page = 600.0 * 400.0;
+    assert!(
+        held() < 1024.0 * 1024.0 + page,
+        "held {} bytes: more than the bound and one message",
+        held()
+    );
+    // Room given: every answer goes out, and nothing stays held.
+    raw.send(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]).await;
+    raw.send(0x8, 0, 0, &0x7fff_0000u32.to_be_bytes()).await;
+    let mut ended = 0;
+    while ended < 20 {
+        let (kind, flags, _, _) = raw.frame().await.expect("the answers go on");
+        if kind == 0x1 && flags & 0x1 != 0 {
+            ended += 1;
+        }
+    }
+    wait_until("nothing is held", || held() == 0.0).await;
+}

@@ -118,6 +118,9 @@ pub enum ApiError {
     ConnectionAged { last: Option<Revision> },
     #[error("the call's deadline passed")]
     DeadlineExceeded,
+    /// `limits.request_body_timeout` passed before the request was whole.
+    #[error("the request did not arrive whole within {} ms", .after.as_millis())]
+    RequestTooSlow { after: Duration },
     #[error("no method {path}")]
     UnknownMethod { path: String },
     /// The reason never holds a credential.
@@ -173,7 +176,7 @@ impl ApiError {
             | ApiError::Etcd(_)
             | ApiError::ShuttingDown { .. }
             | ApiError::ConnectionAged { .. } => Code::Unavailable,
-            ApiError::DeadlineExceeded => Code::DeadlineExceeded,
+            ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => Code::DeadlineExceeded,
             ApiError::UnknownMethod { .. } => Code::Unimplemented,
             ApiError::Unauthenticated { .. } => Code::Unauthenticated,
             ApiError::PermissionDenied { .. } => Code::PermissionDenied,
@@ -205,7 +208,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => "OVERLOADED",
             ApiError::ShuttingDown { .. } => "SHUTTING_DOWN",
             ApiError::ConnectionAged { .. } => "CONNECTION_AGED",
-            ApiError::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => "DEADLINE_EXCEEDED",
             ApiError::UnknownMethod { .. } => "UNKNOWN_METHOD",
             ApiError::Unauthenticated { .. } => "UNAUTHENTICATED",
             ApiError::PermissionDenied { .. } => "PERMISSION_DENIED",

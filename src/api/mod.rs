@@ -7,6 +7,7 @@
 //! tower service; [`server`] serves it on HTTP/2, on the service's own
 //! connection path ([`http2`]) or on tonic's.
 
+pub mod admission;
 pub mod auth;
 mod call;
 pub mod compression;
@@ -43,6 +44,7 @@ use crate::dispatch::Inbox;
 use crate::pb;
 use crate::source::{Freshness, Origin};
 use crate::telemetry::{Metrics, ResourceMetrics};
+use admission::Identified;
 use auth::{Auth, Caller, PeerCerts, Scope};
 use call::CallInfo;
 use error::ApiError;
@@ -117,6 +119,10 @@ impl Api {
         self
     }
 
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     pub fn watch_codecs(&self) -> &[compression::Codec] {
         &self.watch_codecs
     }
@@ -133,15 +139,36 @@ impl Api {
         self
     }
 
-    /// Who calls: from the call's metadata and its connection's
-    /// certificates.
+    /// Who calls: as admission identified it, else from the call's
+    /// metadata and its connection's certificates.
     fn caller(
         &self,
         metadata: &MetadataMap,
         certs: &Option<PeerCerts>,
+        extensions: &http::Extensions,
     ) -> Result<Caller, ApiError> {
+        if let Some(Identified(caller)) = extensions.get() {
+            return Ok(caller.clone());
+        }
         self.auth
             .identify(metadata, certs.as_ref().map(|c| &c.0[..]))
+    }
+
+    /// Who calls, from a request's headers and extensions alone: before
+    /// its body is read.
+    pub(crate) fn identify(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<Caller, ApiError> {
+        let request = Request::from_parts(
+            MetadataMap::from_headers(headers.clone()),
+            extensions.clone(),
+            (),
+        );
+        let certs = peer_certs(&request);
+        self.auth
+            .identify(request.metadata(), certs.as_ref().map(|c| &c.0[..]))
     }
 
     /// The resource a call names, and what `caller` may see of it there.
@@ -175,7 +202,7 @@ impl Api {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let certs = peer_certs(&request);
-        let (metadata, _, req) = request.into_parts();
+        let (metadata, extensions, req) = request.into_parts();
         let info = CallInfo {
             method: "List",
             resource: &req.resource,
@@ -183,7 +210,7 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs)?;
+            let caller = self.caller(&metadata, &certs, &extensions)?;
             self.user_limits.unary(&caller)?;
             let (s, scope) = self.admit(&caller, Verb::List, &req.resource, &req.namespace)?;
             let token_scope = self.auth.token_scope(&caller, &scope);
@@ -198,7 +225,7 @@ impl Api {
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::Object>, Status> {
         let certs = peer_certs(&request);
-        let (metadata, _, req) = request.into_parts();
+        let (metadata, extensions, req) = request.into_parts();
         let info = CallInfo {
             method: "Get",
             resource: &req.resource,
@@ -206,7 +233,7 @@ impl Api {
             field_selector: "",
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs)?;
+            let caller = self.caller(&metadata, &certs, &extensions)?;
             self.user_limits.unary(&caller)?;
             let (s, scope) = self.admit(&caller, Verb::Get, &req.resource, &req.namespace)?;
             let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
@@ -237,7 +264,7 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs)?;
+            let caller = self.caller(&metadata, &certs, &extensions)?;
             let place = self.user_limits.watch(&caller)?;
             let (s, scope) = self.admit(&caller, Verb::Watch, &req.resource, &req.namespace)?;
             let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;

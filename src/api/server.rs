@@ -22,6 +22,10 @@ use crate::config::{LimitsConfig, ServePath};
 /// even where HTTP/2 pings are not answered for long.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
+/// Streams a client may make h2 reset for its errors before it is sent
+/// away: h2's own default.
+const LOCAL_RESETS: usize = 1024;
+
 /// Handshakes finished but not yet taken by tonic's server.
 const HANDSHAKEN: usize = 64;
 
@@ -51,7 +55,8 @@ pub async fn serve(
         ServePath::Fast => {
             let settings = http2::Settings {
                 max_concurrent_streams: limits.max_concurrent_streams,
-                max_message_bytes: limits.max_message_bytes,
+                max_request_bytes: limits.max_request_bytes,
+                request_body_timeout: limits.request_body_timeout,
                 keep_alive_interval: limits.keepalive_interval,
                 keep_alive_timeout: limits.keepalive_timeout,
                 max_connection_age: limits.max_connection_age,
@@ -63,6 +68,9 @@ pub async fn serve(
         ServePath::Tonic => {
             let mut builder = tonic::transport::Server::builder()
                 .max_concurrent_streams(limits.max_concurrent_streams)
+                // h2's bound on the streams a client makes it reset
+                // (MadeYouReset), which tonic leaves off.
+                .http2_max_local_error_reset_streams(Some(LOCAL_RESETS))
                 .http2_keepalive_interval(Some(limits.keepalive_interval))
                 .http2_keepalive_timeout(Some(limits.keepalive_timeout));
             // hyper's: GOAWAY at the age, the connection closed after the

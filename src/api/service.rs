@@ -1,13 +1,15 @@
 //! The API as one tower service: each method's route with its codec and
-//! limits. List and Get pass a concurrency limit that sheds load
-//! (RESOURCE_EXHAUSTED at once) rather than queueing when it is reached; a
-//! watch must not hold a slot of that limit for its whole life, so Watch
-//! goes around it.
+//! limits, behind admission ([`super::admission`]). List and Get take a
+//! slot of a concurrency limit that sheds load (RESOURCE_EXHAUSTED at
+//! once) rather than queueing when it is reached; a watch must not hold a
+//! slot of that limit for its whole life, so Watch goes around it.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
+use tokio::sync::Semaphore;
 use tonic::body::Body;
 use tonic::codec::{
     BufferSettings, Codec, CompressionEncoding, EnabledCompressionEncodings, EncodeBuf, Encoder,
@@ -16,8 +18,9 @@ use tonic::server::{Grpc, NamedService, ServerStreamingService, UnaryService};
 use tonic::Status;
 use tonic_prost::{ProstCodec, ProstDecoder};
 use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceExt};
 
+use super::admission::{Admission, Bounds};
 use super::compression::Codec as WireCodec;
 use super::error::ApiError;
 use super::wire::WatchMessage;
@@ -40,16 +43,23 @@ pub struct ApiService {
 impl ApiService {
     pub fn new(api: Api, limits: &LimitsConfig) -> Self {
         let calls = Calls {
-            api,
+            api: api.clone(),
             max: limits.max_message_bytes,
+            max_request: limits.max_request_bytes,
         };
-        let watch = BoxCloneSyncService::new(calls.clone());
-        let unary = ServiceBuilder::new()
-            .load_shed()
-            .concurrency_limit(limits.max_concurrent_unary)
-            .service(calls);
-        let unary = BoxCloneSyncService::new(ShedAsStatus(unary));
-        Self { watch, unary }
+        let bounds = Bounds {
+            max_request_bytes: limits.max_request_bytes,
+            body_timeout: limits.request_body_timeout,
+        };
+        let watch = Admission::new(calls.clone(), api.clone(), bounds.clone(), None);
+        // A List or Get takes a slot once its request is whole; beyond
+        // the limit it is shed with RESOURCE_EXHAUSTED, not queued.
+        let slots = Arc::new(Semaphore::new(limits.max_concurrent_unary));
+        let unary = Admission::new(calls, api, bounds, Some(slots));
+        Self {
+            watch: BoxCloneSyncService::new(watch),
+            unary: BoxCloneSyncService::new(unary),
+        }
     }
 }
 
@@ -86,9 +96,10 @@ impl Service<http::Request<Body>> for ApiService {
 /// The codecs List and Get answers may be compressed in.
 const ALL: [WireCodec; 2] = [WireCodec::Zstd, WireCodec::Gzip];
 
-/// gRPC settings shared by every route: requests may come compressed;
-/// answers are compressed in one of `send` when the client asks for it.
-fn grpc<C: Codec>(codec: C, max: usize, send: &[WireCodec]) -> Grpc<C> {
+/// gRPC settings shared by every route: requests may come compressed
+/// (admission has inflated gzip and zstd within its bound); answers are
+/// compressed in one of `send` when the client asks for it.
+fn grpc<C: Codec>(codec: C, max: usize, max_request: usize, send: &[WireCodec]) -> Grpc<C> {
     let mut accepted = EnabledCompressionEncodings::default();
     accepted.enable(CompressionEncoding::Gzip);
     accepted.enable(CompressionEncoding::Zstd);
@@ -102,14 +113,17 @@ fn grpc<C: Codec>(codec: C, max: usize, send: &[WireCodec]) -> Grpc<C> {
     let send = enabled;
     Grpc::new(codec)
         .apply_compression_config(accepted, send)
-        .apply_max_message_size_config(Some(max), Some(max))
+        .apply_max_message_size_config(Some(max_request), Some(max))
 }
 
 /// Each call answered by its gRPC handler.
 #[derive(Clone)]
 struct Calls {
     api: Api,
+    /// The largest message sent.
     max: usize,
+    /// The largest request message read.
+    max_request: usize,
 }
 
 impl Service<http::Request<Body>> for Calls {
@@ -122,15 +136,15 @@ impl Service<http::Request<Body>> for Calls {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let (api, max) = (self.api.clone(), self.max);
+        let (api, max, max_request) = (self.api.clone(), self.max, self.max_request);
         Box::pin(async move {
             Ok(match req.uri().path() {
                 LIST_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, &ALL);
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
                     grpc.unary(ListCall(api), req).await
                 }
                 GET_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, &ALL);
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
                     grpc.unary(GetCall(api), req).await
                 }
                 // Each event's bytes as the dispatcher encoded them once
@@ -140,7 +154,7 @@ impl Service<http::Request<Body>> for Calls {
                 // message once for all the streams that send it.
                 _ => {
                     let codecs = api.watch_codecs().to_vec();
-                    let mut grpc = grpc(PreEncoded, max, &codecs);
+                    let mut grpc = grpc(PreEncoded, max, max_request, &codecs);
                     grpc.server_streaming(WatchCall(api), req).await
                 }
             })
@@ -219,36 +233,5 @@ impl Encoder for PreEncoded {
     /// default, 32 KiB, is more than a lagging stream should hold).
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::new(256, 8 * 1024)
-    }
-}
-
-/// Answers a call the load shedder refused with RESOURCE_EXHAUSTED.
-#[derive(Clone)]
-struct ShedAsStatus<S>(S);
-
-impl<S> Service<http::Request<Body>> for ShedAsStatus<S>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = tower::BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // The shedder is always ready; it refuses in `call`.
-        self.0.poll_ready(cx).map(|_| Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let call = self.0.call(req);
-        Box::pin(async move {
-            Ok(call.await.unwrap_or_else(|e| {
-                Status::from(ApiError::Overloaded {
-                    reason: e.to_string(),
-                })
-                .into_http()
-            }))
-        })
     }
 }

@@ -85,9 +85,17 @@ pub struct LimitsConfig {
     /// with RESOURCE_EXHAUSTED instead of queueing.
     #[serde(default = "default_max_concurrent_unary")]
     pub max_concurrent_unary: usize,
-    /// Largest gRPC message accepted or sent.
+    /// Largest gRPC message sent (a List page, an event).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Largest request message accepted, once decompressed: requests are
+    /// small, and what a client sends before it is answered is held.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// How long a request may take to arrive whole after its headers;
+    /// then it ends with DEADLINE_EXCEEDED.
+    #[serde(default = "default_request_body_timeout", with = "humantime_serde")]
+    pub request_body_timeout: Duration,
     /// Each connection gets an HTTP/2 PING this often; one that does not
     /// answer within `keepalive_timeout` is closed, so the watches of a
     /// client that vanished without a word do not stay open.
@@ -131,6 +139,8 @@ impl Default for LimitsConfig {
             max_concurrent_streams: default_max_concurrent_streams(),
             max_concurrent_unary: default_max_concurrent_unary(),
             max_message_bytes: default_max_message_bytes(),
+            max_request_bytes: default_max_request_bytes(),
+            request_body_timeout: default_request_body_timeout(),
             keepalive_interval: default_keepalive_interval(),
             keepalive_timeout: default_keepalive_timeout(),
             max_connection_age: None,
@@ -159,6 +169,12 @@ fn default_max_concurrent_unary() -> usize {
 }
 fn default_max_message_bytes() -> usize {
     64 * 1024 * 1024
+}
+fn default_max_request_bytes() -> usize {
+    64 * 1024
+}
+fn default_request_body_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_keepalive_interval() -> Duration {
     Duration::from_secs(30)

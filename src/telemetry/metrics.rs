@@ -10,6 +10,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use prometheus_client::registry::Unit;
 
+use super::http2::Http2Metrics;
 use super::labels::{
     CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels, ReasonLabels, ResourceLabel,
     StateLabels,
@@ -53,6 +54,8 @@ pub struct Metrics {
     tls_handshakes: Family<OutcomeLabels, Counter>,
     auth_failures: Family<ReasonLabels, Counter>,
     authz_denied: Family<DeniedLabels, Counter>,
+    /// The HTTP/2 server's.
+    pub http2: Http2Metrics,
 }
 
 fn call_histogram() -> Histogram {
@@ -97,7 +100,9 @@ impl Default for Metrics {
             cache_lag: Family::default(),
             reflector_state: Family::default(),
             calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            http2: Http2Metrics::default(),
         };
+        m.http2.register(&mut r);
         r.register(
             "events_received",
             "Events received from etcd watches",

@@ -1,13 +1,15 @@
-//! Logs and OTLP traces here; Prometheus metrics in `metrics.rs`, served
-//! by `exposition.rs`.
+//! Logs and OTLP traces here; Prometheus metrics in `metrics.rs` (the
+//! HTTP/2 server's in `http2.rs`), served by `exposition.rs`.
 
 mod exposition;
+mod http2;
 mod labels;
 mod metrics;
 
 use tracing_subscriber::EnvFilter;
 
 pub use exposition::{prometheus_text, spawn_metrics_server};
+pub use http2::{Bound, Direction, Http2Metrics};
 pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, ResourceMetrics, TlsOutcome};
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default

@@ -14,7 +14,11 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame};
-use tokio::sync::{mpsc, Semaphore};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use prometheus_client::metrics::gauge::Gauge;
+
+use tokio::sync::{mpsc, Notify};
 use tokio::task::{AbortHandle, JoinSet};
 use tonic::body::Body;
 use tonic::Status;
@@ -27,15 +31,63 @@ use super::hpack::write_fields;
 use super::out::Out;
 use crate::api::error::ApiError;
 
-/// Response bytes a call may have waiting for its stream's window: a large
-/// List page is produced as fast as the client takes it, no faster.
-const CALL_BUFFER: usize = 1024 * 1024;
+/// Response bytes a connection's calls may have waiting for the client's
+/// windows before another is produced: a List page is produced as fast as
+/// the client takes it, no faster. What a connection holds of its calls'
+/// responses is at most this and one message (`limits.max_message_bytes`).
+pub(super) const HELD_RESPONSES: usize = 1024 * 1024;
+
+/// The response bytes a connection's calls hold, unsent, and the turn to
+/// produce more, which one call at a time takes.
+#[derive(Default)]
+pub(super) struct Held {
+    bytes: AtomicUsize,
+    sent: Notify,
+    turn: tokio::sync::Mutex<()>,
+    /// The bytes every connection holds.
+    all: Gauge<u64, AtomicU64>,
+}
+
+impl Held {
+    pub(super) fn new(all: Gauge<u64, AtomicU64>) -> Self {
+        Self {
+            all,
+            ..Self::default()
+        }
+    }
+
+    fn take(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::AcqRel);
+        self.all.inc_by(n as u64);
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            self.all.dec_by(n as u64);
+            self.sent.notify_waiters();
+        }
+    }
+
+    /// Waits until the connection holds less than [`HELD_RESPONSES`].
+    async fn below_bound(&self) {
+        loop {
+            let sent = self.sent.notified();
+            tokio::pin!(sent);
+            sent.as_mut().enable();
+            if self.bytes.load(Ordering::Acquire) < HELD_RESPONSES {
+                return;
+            }
+            sent.await;
+        }
+    }
+}
 
 /// What a call's task sends its connection.
 pub(super) enum Part {
     Head(http::response::Parts, bool),
-    /// Data, and the room in the call's buffer it holds.
-    Data(Bytes, u32),
+    /// Data, and how much of the connection's held bytes it counts for.
+    Data(Bytes, usize),
     Trailers(HeaderMap),
     End,
     Failed,
@@ -47,6 +99,7 @@ pub(super) enum Part {
 pub(super) struct Links {
     pub parts: mpsc::UnboundedSender<(u32, Part)>,
     pub released: mpsc::UnboundedSender<(u32, usize)>,
+    pub held: Arc<Held>,
 }
 
 /// A call, as its connection keeps it.
@@ -61,7 +114,7 @@ pub(super) struct Call {
     pub queue: VecDeque<Part>,
     /// Named in the connection's starved streams.
     pub starved: bool,
-    room: Arc<Semaphore>,
+    held: Arc<Held>,
     /// An answer the connection wrote itself, which ends once the request
     /// has: until then the stream is open both ways, as the client expects.
     answered: bool,
@@ -81,11 +134,11 @@ where
     S::Future: Send + 'static,
 {
     let (body_tx, body_rx) = mpsc::unbounded_channel();
-    let room = Arc::new(Semaphore::new(CALL_BUFFER));
     let body = RequestBody {
         id,
         data: body_rx,
         released: links.released.clone(),
+        held: 0,
     };
     let request = request.map(|()| Body::new(body));
     let task = calls.spawn(answer(
@@ -93,7 +146,7 @@ where
         request,
         id,
         links.parts.clone(),
-        room.clone(),
+        links.held.clone(),
     ));
     Call {
         body: Some(body_tx),
@@ -101,7 +154,7 @@ where
         window,
         queue: VecDeque::new(),
         starved: false,
-        room,
+        held: links.held.clone(),
         answered: false,
     }
 }
@@ -111,7 +164,7 @@ async fn answer<S>(
     request: Request<Body>,
     id: u32,
     parts: mpsc::UnboundedSender<(u32, Part)>,
-    room: Arc<Semaphore>,
+    held: Arc<Held>,
 ) where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
@@ -122,16 +175,20 @@ async fn answer<S>(
         return;
     }
     let last = loop {
-        match poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        // One call at a time produces, and only while the connection holds
+        // less than its bound: a client that does not read makes the
+        // server hold at most the bound and one message.
+        let turn = held.turn.lock().await;
+        held.below_bound().await;
+        let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if data.is_empty() => {}
                 Ok(data) => {
-                    let held = data.len().min(CALL_BUFFER) as u32;
-                    match room.acquire_many(held).await {
-                        Ok(permit) => permit.forget(),
-                        Err(_) => return,
-                    }
-                    if parts.send((id, Part::Data(data, held))).is_err() {
+                    held.take(data.len());
+                    let n = data.len();
+                    if parts.send((id, Part::Data(data, n))).is_err() {
+                        held.release(n);
                         return;
                     }
                 }
@@ -147,6 +204,7 @@ async fn answer<S>(
             }
             None => break Part::End,
         }
+        drop(turn);
     };
     let _ = parts.send((id, last));
 }
@@ -173,7 +231,7 @@ impl Call {
             window,
             queue: queue.into(),
             starved: false,
-            room: Arc::new(Semaphore::new(0)),
+            held: Arc::default(),
             answered: true,
         }
     }
@@ -211,7 +269,7 @@ impl Call {
                     if !data.is_empty() {
                         continue;
                     }
-                    self.room.add_permits(*held as usize);
+                    self.held.release(std::mem::take(held));
                     false
                 }
                 Part::Trailers(trailers) => {
@@ -239,12 +297,42 @@ impl Call {
     }
 }
 
-/// A request body as its stream's DATA frames arrive; what is read is
-/// given back to the peer's window.
+impl Drop for Call {
+    /// What was held for the client and never sent is let go.
+    fn drop(&mut self) {
+        for part in &mut self.queue {
+            if let Part::Data(_, held) = part {
+                self.held.release(std::mem::take(held));
+            }
+        }
+    }
+}
+
+/// A request body as its stream's DATA frames arrive. What is read holds
+/// its credit in the peer's window until the body ends (or is dropped), so
+/// the connection's window bounds what all its unfinished requests hold.
 struct RequestBody {
     id: u32,
     data: mpsc::UnboundedReceiver<Bytes>,
     released: mpsc::UnboundedSender<(u32, usize)>,
+    /// Read, and not yet given back.
+    held: usize,
+}
+
+impl RequestBody {
+    fn give_back(&mut self) {
+        if self.held > 0 {
+            let _ = self
+                .released
+                .send((self.id, std::mem::take(&mut self.held)));
+        }
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        self.give_back();
+    }
 }
 
 impl HttpBody for RequestBody {
@@ -257,10 +345,13 @@ impl HttpBody for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match std::task::ready!(self.data.poll_recv(cx)) {
             Some(data) => {
-                let _ = self.released.send((self.id, data.len()));
+                self.held += data.len();
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            None => Poll::Ready(None),
+            None => {
+                self.give_back();
+                Poll::Ready(None)
+            }
         }
     }
 }

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
@@ -20,9 +22,9 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
-use tracing::debug;
+use tracing::{debug, info};
 
-use super::bridge::{Links, Part};
+use super::bridge::{Held, Links, Part};
 use super::frame::{setting, Reason, DEFAULT_WINDOW};
 use super::hpack::MAX_HEADER_LIST;
 use super::keepalive::KeepAlive;
@@ -35,6 +37,7 @@ use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
 use crate::api::{Api, WatchStream};
+use crate::telemetry::Bound;
 
 /// The HTTP/2 receive window of each stream and of the connection.
 pub(super) const RECEIVE_WINDOW: u32 = 1024 * 1024;
@@ -64,10 +67,12 @@ pub(super) async fn serve<S>(
             return;
         }
         Err(Fail::Protocol(reason)) => {
-            debug!(
-                reason = reason.0,
-                "connection error; closing the connection"
-            );
+            if PROTOCOL_LOGS.allow() {
+                info!(
+                    code = reason.0,
+                    "the client broke the HTTP/2 protocol; closing its connection"
+                );
+            }
             driver.out.goaway(driver.last_stream, reason);
         }
     }
@@ -76,6 +81,51 @@ pub(super) async fn serve<S>(
         poll_fn(|cx| driver.socket.poll_shutdown(cx)).await
     };
     let _ = tokio::time::timeout(LAST_WRITE, last).await;
+}
+
+/// Protocol errors logged, across connections: at most a few a second,
+/// so a flood of broken clients does not flood the log.
+static PROTOCOL_LOGS: LogLimit = LogLimit::new(10);
+
+/// At most `per_second` log lines a second.
+struct LogLimit {
+    per_second: u64,
+    /// The second (since the process started) of the lines counted, and
+    /// how many, in one word.
+    state: AtomicU64,
+}
+
+impl LogLimit {
+    const fn new(per_second: u64) -> Self {
+        Self {
+            per_second,
+            state: AtomicU64::new(0),
+        }
+    }
+
+    fn allow(&self) -> bool {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let second = START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs();
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            let (at, n) = (state >> 20, state & 0xf_ffff);
+            let next = if at == second { n + 1 } else { 1 };
+            if next > self.per_second {
+                return false;
+            }
+            let new = (second << 20) | next;
+            match self
+                .state
+                .compare_exchange_weak(state, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(seen) => state = seen,
+            }
+        }
+    }
 }
 
 /// The decoder of a connection's requests. Its table may grow to the
@@ -172,7 +222,12 @@ impl<S: Routes> Driver<S> {
         let aside_waker = watches.aside_waker();
         let (parts_tx, parts) = mpsc::unbounded_channel();
         let (released_tx, released) = mpsc::unbounded_channel();
-        let mut out = Out::default();
+        let metrics = api.metrics().http2.clone();
+        let held = Arc::new(Held::new(metrics.held_response_bytes().clone()));
+        let mut out = Out {
+            metrics,
+            ..Out::default()
+        };
         out.settings(&[
             (
                 setting::MAX_CONCURRENT_STREAMS,
@@ -209,6 +264,7 @@ impl<S: Routes> Driver<S> {
             links: Links {
                 parts: parts_tx,
                 released: released_tx,
+                held,
             },
             parts,
             released,
@@ -303,6 +359,7 @@ impl<S: Routes> Driver<S> {
         }
         if self.keep_alive.poll(&mut cx, &mut self.out).is_err() {
             debug!("keepalive unanswered; closing the connection");
+            self.out.metrics.sent_away(Bound::keepalive);
             return Err(Fail::Io(io::ErrorKind::TimedOut.into()));
         }
         if self

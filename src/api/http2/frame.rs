@@ -203,7 +203,9 @@ impl Priority {
 }
 
 /// RST_STREAM (§6.4).
-pub(super) struct RstStream;
+pub(super) struct RstStream {
+    pub reason: Reason,
+}
 
 impl RstStream {
     pub fn load(head: &Head, payload: &[u8]) -> Result<RstStream, Error> {
@@ -213,7 +215,10 @@ impl RstStream {
         if head.stream == 0 {
             return Err(Reason::PROTOCOL_ERROR.into());
         }
-        Ok(RstStream)
+        let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+        Ok(RstStream {
+            reason: Reason(code),
+        })
     }
 }
 

@@ -11,6 +11,10 @@ use http::{HeaderMap, Method, StatusCode};
 /// counts it; advertised in SETTINGS.
 pub(super) const MAX_HEADER_LIST: usize = 16 * 1024;
 
+/// The most a header block may take, in HEADERS and CONTINUATION frames,
+/// before it is decoded: a client past it is sent away (ENHANCE_YOUR_CALM).
+pub(super) const MAX_HEADER_BLOCK: usize = 4 * MAX_HEADER_LIST;
+
 /// A request's head, as read from its header block.
 pub(super) struct RequestHead {
     pub method: Method,

@@ -5,16 +5,16 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::telemetry::{Bound, Direction};
 use bytes::{Buf, Bytes};
 use tokio::time::Instant;
-use tracing::debug;
 
 use super::connection::{Driver, Fail};
 use super::frame::{
     flag, kind, Data, Error, GoAway, Head, Headers, Ping, Priority, Reason, RstStream,
     Settings as FrameSettings, WindowUpdate, DEFAULT_MAX_FRAME, HEAD, MAX_WINDOW, PREFACE,
 };
-use super::hpack::MAX_HEADER_LIST;
+use super::hpack::MAX_HEADER_BLOCK;
 use super::stream::request_limit;
 use super::streams::{Closed, Continuing, State};
 use super::Routes;
@@ -103,7 +103,8 @@ impl<S: Routes> Driver<S> {
                     return Err(Reason::PROTOCOL_ERROR.into());
                 };
                 c.block.extend_from_slice(&payload);
-                if c.block.len() > 4 * MAX_HEADER_LIST {
+                if c.block.len() > MAX_HEADER_BLOCK {
+                    self.out.metrics.sent_away(Bound::header_block);
                     return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
                 if head.has(flag::END_HEADERS) {
@@ -117,7 +118,8 @@ impl<S: Routes> Driver<S> {
             // state, once its form is checked.
             kind::PRIORITY => Priority::load(&head, &payload).map(drop),
             kind::RST_STREAM => {
-                RstStream::load(&head, &payload)?;
+                let reset = RstStream::load(&head, &payload)?;
+                self.out.metrics.reset(Direction::received, reset.reason.0);
                 if self.is_idle(head.stream) {
                     return Err(Reason::PROTOCOL_ERROR.into());
                 }
@@ -125,6 +127,7 @@ impl<S: Routes> Driver<S> {
                 // even after a reset of the server's.
                 let dropped = self.drop_stream(head.stream, Closed::Ended);
                 if dropped && !self.resets.allow(Instant::now()) {
+                    self.out.metrics.sent_away(Bound::resets);
                     return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
                 Ok(())
@@ -145,7 +148,9 @@ impl<S: Routes> Driver<S> {
             }
             kind::GOAWAY => {
                 let goaway = GoAway::load(&head, &payload)?;
-                debug!(reason = goaway.reason.0, "the client sent GOAWAY");
+                self.out
+                    .metrics
+                    .goaway(Direction::received, goaway.reason.0);
                 self.peer_gone = true;
                 Ok(())
             }
@@ -212,9 +217,12 @@ impl<S: Routes> Driver<S> {
                     call.request_ended(id, &mut self.out);
                 }
             }
-            State::Reading(_, body) => {
+            State::Reading(reading) => {
+                let body = &mut reading.body;
                 body.extend_from_slice(&data);
-                let max = self.settings.max_message_bytes;
+                // Held until the request is whole.
+                now = len - data_len;
+                let max = self.settings.max_request_bytes;
                 let declared = (body.len() >= 5)
                     .then(|| u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize);
                 if let Some(declared) = declared.filter(|&d| d > max) {

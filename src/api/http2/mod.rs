@@ -20,10 +20,33 @@
 //! It is HTTP/2 as RFC 9113 has it for a server: SETTINGS, flow control
 //! both ways, HPACK ([`hpack`]; responses are written as literals the
 //! client's table does not keep), CONTINUATION, PING, RST_STREAM and
-//! GOAWAY. It also does what hyper and tonic would otherwise do: keepalive
-//! pings ([`keepalive`]), `grpc-timeout` and gRPC message framing
-//! ([`framing`]), the GOAWAY drain at shutdown and at a connection's
-//! maximum age, and the socket options (TCP_NODELAY, TCP keepalive).
+//! GOAWAY, each frame read by its type's `load`, which holds that frame's
+//! rules ([`frame`]); streams idle, open, half-closed or closed as §5.1
+//! draws them, with those that closed lately remembered and how
+//! ([`streams`]). It does not do: PRIORITY (read, checked, not taken),
+//! server push, the h2c upgrade from HTTP/1.1 (prior knowledge or TLS
+//! ALPN only), or a dynamic table for responses. GOAWAY is single-phase:
+//! it names the last stream the client opened, which is served. h2spec's
+//! generic, HTTP/2 and HPACK suites pass whole (`docs/http2.md`), and
+//! `tests/conformance.rs` holds it and tonic's path to RFC 9113's answers.
+//!
+//! What a client can make a connection hold, before and after it is
+//! identified (the operator's guide states them too):
+//! - streams: `limits.max_concurrent_streams`; past it, REFUSED_STREAM;
+//! - a header list: 16 KiB decoded (RESOURCE_EXHAUSTED), a header block
+//!   64 KiB across its CONTINUATION frames (then ENHANCE_YOUR_CALM); the
+//!   HPACK table 4,096 bytes (a larger size update is COMPRESSION_ERROR);
+//! - request bytes: `limits.max_request_bytes` a stream (decompressed),
+//!   and the connection's receive window (1 MiB) for all its unfinished
+//!   requests, whose credit is held until each is whole; a request has
+//!   `limits.request_body_timeout` to arrive; a caller that cannot be
+//!   identified from its headers is refused before its body is read;
+//! - resets: 1,000 in 10 s, the client's and those its errors cause
+//!   together (CVE-2023-44487, CVE-2025-8671); then ENHANCE_YOUR_CALM;
+//! - response bytes held for a client that does not read: the calls'
+//!   1 MiB and one message (`limits.max_message_bytes`), each watch one
+//!   event past its window, and the outgoing buffer's 64 KiB;
+//! - SETTINGS: one walk of the streams a frame, whatever its entries.
 //!
 //! Why: with every watch woken by each event, per-stream work is most of
 //! the server's CPU. tonic runs each stream in a task of its own, woken
@@ -59,7 +82,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tower::Service;
-use tracing::warn;
+use tracing::field::Empty;
+use tracing::{info_span, warn, Instrument};
 
 use super::auth::PeerCerts;
 use super::server::tune;
@@ -94,7 +118,10 @@ where
 #[derive(Clone)]
 pub struct Settings {
     pub max_concurrent_streams: u32,
-    pub max_message_bytes: usize,
+    /// See `limits.max_request_bytes`.
+    pub max_request_bytes: usize,
+    /// See `limits.request_body_timeout`.
+    pub request_body_timeout: Duration,
     pub keep_alive_interval: Duration,
     pub keep_alive_timeout: Duration,
     /// See `limits.max_connection_age`.
@@ -117,11 +144,11 @@ pub async fn serve<S: Routes>(
     let routes = Deadlines(routes);
     let mut connections = JoinSet::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer_addr) = tokio::select! {
             _ = shutdown.cancelled() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors, say: do not spin on it.
                     warn!(error = %e, "accepting a connection");
@@ -133,9 +160,12 @@ pub async fn serve<S: Routes>(
         tune(&tcp);
         let (tls, api, routes) = (tls.clone(), api.clone(), routes.clone());
         let (settings, stop) = (settings.clone(), shutdown.clone());
+        // The connection's span names its peer, and its caller once a call
+        // has been identified.
+        let span = info_span!("connection", peer = %peer_addr, identity = Empty);
         // The handshake runs in the connection's task: a slow client does
         // not hold up the others.
-        connections.spawn(async move {
+        let connection = async move {
             let (socket, peer) = match tls {
                 None => (socket::Socket::tcp(tcp), None),
                 Some(tls) => match tls.accept(tcp).await {
@@ -150,7 +180,8 @@ pub async fn serve<S: Routes>(
                 },
             };
             connection::serve(socket, peer, api, routes, settings, stop).await
-        });
+        };
+        connections.spawn(connection.instrument(span));
     }
     // Stop accepting at once; the open connections drain.
     drop(listener);

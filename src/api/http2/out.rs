@@ -4,6 +4,7 @@
 use bytes::{BufMut, BytesMut};
 
 use super::frame::{flag, kind, Reason, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD};
+use crate::telemetry::{Direction, Http2Metrics};
 
 /// The frames a connection sends, gathered until its next write, and the
 /// room the peer's connection window leaves for DATA.
@@ -17,6 +18,8 @@ pub(super) struct Out {
     pub starved: Vec<u32>,
     /// Streams whose response ended in this pass.
     pub closed: Vec<u32>,
+    /// Where the RST_STREAM and GOAWAY frames sent are counted.
+    pub metrics: Http2Metrics,
 }
 
 impl Default for Out {
@@ -27,6 +30,7 @@ impl Default for Out {
             max_frame: DEFAULT_MAX_FRAME,
             starved: Vec::new(),
             closed: Vec::new(),
+            metrics: Http2Metrics::default(),
         }
     }
 }
@@ -73,11 +77,13 @@ impl Out {
     }
 
     pub fn reset(&mut self, stream: u32, reason: Reason) {
+        self.metrics.reset(Direction::sent, reason.0);
         self.head(4, kind::RST_STREAM, 0, stream);
         self.buf.put_u32(reason.0);
     }
 
     pub fn goaway(&mut self, last_stream: u32, reason: Reason) {
+        self.metrics.goaway(Direction::sent, reason.0);
         self.head(8, kind::GOAWAY, 0, 0);
         self.buf.put_u32(last_stream);
         self.buf.put_u32(reason.0);

@@ -5,6 +5,7 @@
 use bytes::BytesMut;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use http::{Request, StatusCode};
+use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::bridge::{self, Call};
@@ -12,8 +13,10 @@ use super::connection::Driver;
 use super::frame::{Error, Reason};
 use super::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::stream::{start_watch, write_refusal};
-use super::streams::{BodyLength, Closed, Continuing, Entry, RecvWindow, State};
+use super::streams::{BodyLength, Closed, Continuing, Entry, Reading, RecvWindow, State};
 use super::Routes;
+use crate::api::admission::Identified;
+use crate::api::error::ApiError;
 use crate::api::service::WATCH_PATH;
 
 impl<S: Routes> Driver<S> {
@@ -131,7 +134,23 @@ impl<S: Routes> Driver<S> {
                 self.peer_window,
             ))
         } else if is_plain_watch(&head) {
-            State::Reading(Box::new((head, extensions)), BytesMut::new())
+            // Identified from its headers: one who is not is answered
+            // before a byte of its body is read.
+            match self.api.identify(&head.headers, &extensions) {
+                Ok(caller) => {
+                    tracing::Span::current().record("identity", caller.user.as_str());
+                    extensions.insert(Identified(caller))
+                }
+                Err(refused) => {
+                    write_refusal(&mut self.out, id, refused.into());
+                    if !end {
+                        self.out.reset(id, Reason::NO_ERROR);
+                        self.closed.insert(id, Closed::ResetHere);
+                    }
+                    return Ok(());
+                }
+            };
+            State::Reading(self.read_watch(id, head, extensions))
         } else {
             let Some(call) = self.call(id, head, extensions) else {
                 return Err(Reason::PROTOCOL_ERROR.on(id));
@@ -184,31 +203,54 @@ impl<S: Routes> Driver<S> {
         Some(call)
     }
 
-    /// The request of a Watch arrived whole: its start begins.
+    /// A Watch whose request is to come: its start waits for the body,
+    /// within `limits.request_body_timeout`, then asks the API.
+    fn read_watch(&mut self, id: u32, head: RequestHead, extensions: http::Extensions) -> Reading {
+        let (whole, body) = oneshot::channel();
+        let (abort, registration) = AbortHandle::new_pair();
+        let (api, inbox) = (self.api.clone(), self.watches.inbox.clone());
+        let (max, timeout) = (
+            self.settings.max_request_bytes,
+            self.settings.request_body_timeout,
+        );
+        let started = async move {
+            let body = match tokio::time::timeout(timeout, body).await {
+                Ok(Ok(body)) => body,
+                // The stream ended first: the start is aborted with it.
+                Ok(Err(_)) => return (id, Err(Status::cancelled("the request was reset"))),
+                Err(_) => return (id, Err(ApiError::RequestTooSlow { after: timeout }.into())),
+            };
+            (
+                id,
+                start_watch(api, inbox, head, extensions, body, max).await,
+            )
+        };
+        let started: BoxFuture<'static, _> = Box::pin(started);
+        self.starts.push(Abortable::new(started, registration));
+        Reading {
+            body: BytesMut::new(),
+            whole,
+            abort,
+        }
+    }
+
+    /// The request of a Watch arrived whole: its start goes on, and the
+    /// credit its bytes held returns to the connection.
     pub(super) fn begin_watch(&mut self, id: u32) {
         let Some(entry) = self.streams.get_mut(&id) else {
             return;
         };
-        if !matches!(entry.state, State::Reading(..)) {
+        let State::Reading(reading) = &entry.state else {
             return;
-        }
-        let (abort, registration) = AbortHandle::new_pair();
-        let State::Reading(request, body) =
-            std::mem::replace(&mut entry.state, State::Starting(abort))
+        };
+        let abort = reading.abort.clone();
+        let State::Reading(reading) = std::mem::replace(&mut entry.state, State::Starting(abort))
         else {
             unreachable!("matched above");
         };
-        let (head, extensions) = *request;
-        let started = start_watch(
-            self.api.clone(),
-            self.watches.inbox.clone(),
-            head,
-            extensions,
-            body,
-            self.settings.max_message_bytes,
-        );
-        let started: BoxFuture<'static, _> = Box::pin(async move { (id, started.await) });
-        self.starts.push(Abortable::new(started, registration));
+        let held = reading.body.len() as u32;
+        let _ = reading.whole.send(reading.body);
+        self.give_back_connection(held);
     }
 
     /// Answers stream `id` with `status` alone.

@@ -40,12 +40,12 @@ pub(super) async fn start_watch(
     head: RequestHead,
     extensions: http::Extensions,
     mut body: BytesMut,
-    max_message_bytes: usize,
+    max_request_bytes: usize,
 ) -> Result<WatchStream, Status> {
     let deadline = head.headers.get("grpc-timeout").and_then(grpc_timeout);
     let codec = Codec::negotiate(head.headers.get("grpc-accept-encoding"), api.watch_codecs());
     let started = async {
-        let message = request_message(&mut body, max_message_bytes).map_err(Status::from)?;
+        let message = request_message(&mut body, max_request_bytes).map_err(Status::from)?;
         let request = pb::WatchRequest::decode(message).map_err(|e| {
             Status::from(ApiError::MalformedRequest(format!(
                 "failed to decode the request: {e}"
@@ -248,6 +248,6 @@ pub(super) fn write_refusal(out: &mut Out, id: u32, status: Status) {
 }
 
 /// The bytes a watch's request may hold: its message and the prefix.
-pub(super) fn request_limit(max_message_bytes: usize) -> usize {
-    max_message_bytes + 5
+pub(super) fn request_limit(max_request_bytes: usize) -> usize {
+    max_request_bytes + 5
 }

@@ -4,6 +4,7 @@
 
 use bytes::BytesMut;
 use futures::future::AbortHandle;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -11,12 +12,12 @@ use super::bridge::Call;
 use super::connection::Fail;
 use super::connection::{Driver, RECEIVE_WINDOW};
 use super::frame::{Reason, MAX_WINDOW};
-use super::hpack::RequestHead;
 use super::stream::{write_refusal, LiveWatch};
 use super::watches::Drive;
 use super::Routes;
 use crate::api::WatchStream;
 use crate::dispatch::Place;
+use crate::telemetry::Bound;
 
 /// Streams the client may reset, unanswered, in [`Resets::PERIOD`]: a
 /// client that opens streams only to reset them makes the server start
@@ -74,6 +75,18 @@ impl RecvWindow {
             increment
         })
     }
+}
+
+/// A Watch's request as it arrives; its start waits for it.
+pub(super) struct Reading {
+    /// What came so far. Its bytes hold their credit in the connection's
+    /// window until the request is whole, so the window bounds what all
+    /// the connection's unfinished requests hold.
+    pub body: BytesMut,
+    /// Where the whole body goes.
+    pub whole: oneshot::Sender<BytesMut>,
+    /// The start, which waits for the body.
+    pub abort: AbortHandle,
 }
 
 /// A stream, as its connection keeps it: open, or half-closed (local or
@@ -173,7 +186,7 @@ pub(super) struct Continuing {
 
 pub(super) enum State {
     /// A Watch whose request is still arriving.
-    Reading(Box<(RequestHead, http::Extensions)>, BytesMut),
+    Reading(Reading),
     /// A Watch waiting for its start.
     Starting(AbortHandle),
     Watch(Place),
@@ -217,6 +230,7 @@ impl<S: Routes> Driver<S> {
                     Closed::Ended
                 };
                 self.closed.insert(id, how);
+                self.release(entry);
             }
         }
     }
@@ -236,6 +250,7 @@ impl<S: Routes> Driver<S> {
         self.out.reset(id, reason);
         self.drop_stream(id, Closed::ResetHere);
         if !self.resets.allow(Instant::now()) {
+            self.out.metrics.sent_away(Bound::resets);
             return Err(Fail::Protocol(Reason::ENHANCE_YOUR_CALM));
         }
         Ok(())
@@ -248,19 +263,28 @@ impl<S: Routes> Driver<S> {
         let Some(entry) = self.streams.remove(&id) else {
             return false;
         };
+        self.release(entry);
+        true
+    }
+
+    /// Lets go of what a stream that ended held: its start or task, its
+    /// watch, and the credit of a request that never came whole.
+    fn release(&mut self, entry: Entry) {
         match entry.state {
-            State::Reading(..) => {}
-            State::Starting(start) => start.abort(),
+            State::Reading(Reading { abort, body, .. }) => {
+                abort.abort();
+                self.give_back_connection(body.len() as u32);
+            }
+            State::Starting(abort) => abort.abort(),
             State::Watch(place) => {
                 self.watches.remove(place);
             }
             State::Call(call) => {
-                if let Some(task) = call.task {
+                if let Some(task) = &call.task {
                     task.abort();
                 }
             }
         }
-        true
     }
 
     /// Gives `n` bytes read on stream `id` back to the client's window for

@@ -1,0 +1,242 @@
+//! What a call must pass before its handler runs, on both serve paths: a
+//! caller identified from its headers alone (an unidentified one is
+//! refused before a byte of its body is read), a request body that arrives
+//! whole in time and within its own limit, compressed or not, and, for
+//! List and Get, a slot taken only once the request is whole. Nothing a
+//! client sends before then costs more than `limits.max_request_bytes` a
+//! stream.
+
+use std::convert::Infallible;
+use std::io::Read;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::future::BoxFuture;
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+use tonic::body::Body;
+use tonic::Status;
+use tower::{Service, ServiceExt};
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::Api;
+
+/// A request's gRPC message prefix: a compressed flag and a length.
+const PREFIX: usize = 5;
+
+/// The caller a request was identified as, before its body was read.
+#[derive(Debug, Clone)]
+pub struct Identified(pub Caller);
+
+/// The bounds a call's request is held to.
+#[derive(Clone)]
+pub struct Bounds {
+    /// The largest request message, decompressed.
+    pub max_request_bytes: usize,
+    /// How long a request's body may take to arrive whole.
+    pub body_timeout: Duration,
+}
+
+/// Admits calls to `inner`; with `slots`, each holds one from the moment
+/// its request is whole until its answer is ready.
+#[derive(Clone)]
+pub struct Admission<S> {
+    inner: S,
+    api: Api,
+    bounds: Bounds,
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl<S> Admission<S> {
+    pub fn new(inner: S, api: Api, bounds: Bounds, slots: Option<Arc<Semaphore>>) -> Self {
+        Self {
+            inner,
+            api,
+            bounds,
+            slots,
+        }
+    }
+}
+
+impl<S> Service<http::Request<Body>> for Admission<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (inner, api, bounds) = (self.inner.clone(), self.api.clone(), self.bounds.clone());
+        let slots = self.slots.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let admitted = async {
+                let caller = api.identify(&parts.headers, &parts.extensions)?;
+                let encoding = parts.headers.get("grpc-encoding").cloned();
+                let inflating = encoding.as_ref().and_then(|e| Inflate::named(e.as_bytes()));
+                if inflating.is_some() {
+                    // Handed on inflated.
+                    parts.headers.remove("grpc-encoding");
+                }
+                let read = read_body(body, inflating, bounds.max_request_bytes);
+                let body = tokio::time::timeout(bounds.body_timeout, read)
+                    .await
+                    .map_err(|_| ApiError::RequestTooSlow {
+                        after: bounds.body_timeout,
+                    })??;
+                let slot =
+                    match &slots {
+                        None => None,
+                        Some(s) => Some(s.clone().try_acquire_owned().map_err(|_| {
+                            ApiError::Overloaded {
+                                reason: "no slot left".into(),
+                            }
+                        })?),
+                    };
+                Ok::<_, ApiError>((caller, body, slot))
+            };
+            let (caller, body, slot) = match admitted.await {
+                Ok(admitted) => admitted,
+                Err(e) => return Ok(Status::from(e).into_http()),
+            };
+            parts.extensions.insert(Identified(caller));
+            let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(body)));
+            let answer = inner.oneshot(req).await;
+            drop(slot);
+            answer
+        })
+    }
+}
+
+/// The encodings a request is inflated from here; another is handed on as
+/// it came, for the codec to refuse.
+#[derive(Debug, Clone, Copy)]
+enum Inflate {
+    Gzip,
+    Zstd,
+}
+
+impl Inflate {
+    fn named(name: &[u8]) -> Option<Inflate> {
+        match name {
+            b"gzip" => Some(Inflate::Gzip),
+            b"zstd" => Some(Inflate::Zstd),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a request's body whole, at most `max` bytes of message plus its
+/// prefix. A message compressed in `inflating` is handed on inflated, and
+/// refused as soon as it would pass `max`, rather than inflated whole and
+/// decoded.
+async fn read_body(
+    mut body: Body,
+    inflating: Option<Inflate>,
+    max: usize,
+) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::RequestAborted(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        if buf.len() >= PREFIX {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if len > max {
+                return Err(ApiError::RequestTooLarge { len, max });
+            }
+        }
+        if buf.len() > PREFIX + max {
+            return Err(ApiError::MalformedRequest(
+                "the request holds more than one message".into(),
+            ));
+        }
+    }
+    let Some(inflating) = inflating.filter(|_| buf.len() >= PREFIX && buf[0] != 0) else {
+        // Nothing, or a plain message: the codec reads it as it is.
+        return Ok(buf.freeze());
+    };
+    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    let packed = buf
+        .get(PREFIX..PREFIX + len)
+        .ok_or_else(|| ApiError::MalformedRequest("the request ended before its message".into()))?;
+    let message = inflate(packed, inflating, max)?;
+    let mut out = BytesMut::with_capacity(PREFIX + message.len());
+    out.put_u8(0);
+    out.put_u32(message.len() as u32);
+    out.put_slice(&message);
+    Ok(out.freeze())
+}
+
+/// A compressed message inflated, refused once it passes `max` bytes.
+fn inflate(packed: &[u8], inflating: Inflate, max: usize) -> Result<Vec<u8>, ApiError> {
+    let mut message = Vec::new();
+    let limit = max as u64 + 1;
+    let read = match inflating {
+        Inflate::Gzip => flate2::read::GzDecoder::new(packed)
+            .take(limit)
+            .read_to_end(&mut message),
+        Inflate::Zstd => zstd::stream::read::Decoder::new(packed)
+            .and_then(|d| d.take(limit).read_to_end(&mut message)),
+    };
+    read.map_err(|e| ApiError::MalformedRequest(format!("decompressing the request: {e}")))?;
+    if message.len() > max {
+        return Err(ApiError::RequestTooLarge {
+            len: message.len(),
+            max,
+        });
+    }
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(b: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(b).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn a_message_is_inflated_within_its_bound_and_refused_past_it() {
+        let packed = gzip(&[7; 1000]);
+        assert_eq!(inflate(&packed, Inflate::Gzip, 1000).unwrap(), [7; 1000]);
+        let refused = inflate(&packed, Inflate::Gzip, 999).unwrap_err();
+        assert!(matches!(
+            refused,
+            ApiError::RequestTooLarge { max: 999, .. }
+        ));
+        let zstd = zstd::encode_all(&[1u8; 64][..], 1).unwrap();
+        assert_eq!(inflate(&zstd, Inflate::Zstd, 64).unwrap(), [1; 64]);
+        assert!(Inflate::named(b"br").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_is_refused_once_its_prefix_names_more_than_the_bound() {
+        let mut framed = vec![0, 0, 1, 0, 0];
+        framed.extend([0; 16]);
+        let body = Body::new(http_body_util::Full::new(Bytes::from(framed)));
+        let refused = read_body(body, None, 1000).await.unwrap_err();
+        assert!(matches!(
+            refused,
+            ApiError::RequestTooLarge { len: 65536, .. }
+        ));
+    }
+}
