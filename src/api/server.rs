@@ -14,13 +14,10 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
+use super::http2::{self, tune, TCP_KEEPALIVE};
 use super::tls::Tls;
-use super::{http2, Api};
+use super::Api;
 use crate::config::{LimitsConfig, ServePath};
-
-/// TCP keepalive on accepted connections: finds peers gone without a word
-/// even where HTTP/2 pings are not answered for long.
-const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// Streams a client may make h2 reset for its errors before it is sent
 /// away: h2's own default.
@@ -28,16 +25,6 @@ const LOCAL_RESETS: usize = 1024;
 
 /// Handshakes finished but not yet taken by tonic's server.
 const HANDSHAKEN: usize = 64;
-
-/// The socket options of an accepted connection.
-pub(super) fn tune(tcp: &TcpStream) {
-    // Events go out as they happen: without TCP_NODELAY, Nagle holds each
-    // small write until the client's delayed ACK (measured: p50 +10 ms,
-    // p99 +40 ms at 200 events/s).
-    let _ = tcp.set_nodelay(true);
-    let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
-    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
-}
 
 pub async fn serve(
     listener: TcpListener,

@@ -14,74 +14,21 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use prometheus_client::metrics::gauge::Gauge;
-
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tonic::body::Body;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 use tracing::debug;
 
-use super::frame::Reason;
 use super::framing::grpc_timeout;
-use super::hpack::write_fields;
-use super::out::Out;
+use super::held::Held;
+use super::protocol::frame::Reason;
+use super::protocol::hpack::write_fields;
+use super::protocol::out::Out;
+use super::protocol::window::SendWindow;
 use crate::api::error::ApiError;
-
-/// Response bytes a connection's calls may have waiting for the client's
-/// windows before another is produced: a List page is produced as fast as
-/// the client takes it, no faster. What a connection holds of its calls'
-/// responses is at most this and one message (`limits.max_message_bytes`).
-pub(super) const HELD_RESPONSES: usize = 1024 * 1024;
-
-/// The response bytes a connection's calls hold, unsent, and the turn to
-/// produce more, which one call at a time takes.
-#[derive(Default)]
-pub(super) struct Held {
-    bytes: AtomicUsize,
-    sent: Notify,
-    turn: tokio::sync::Mutex<()>,
-    /// The bytes every connection holds.
-    all: Gauge<u64, AtomicU64>,
-}
-
-impl Held {
-    pub(super) fn new(all: Gauge<u64, AtomicU64>) -> Self {
-        Self {
-            all,
-            ..Self::default()
-        }
-    }
-
-    fn take(&self, n: usize) {
-        self.bytes.fetch_add(n, Ordering::AcqRel);
-        self.all.inc_by(n as u64);
-    }
-
-    fn release(&self, n: usize) {
-        if n > 0 {
-            self.bytes.fetch_sub(n, Ordering::AcqRel);
-            self.all.dec_by(n as u64);
-            self.sent.notify_waiters();
-        }
-    }
-
-    /// Waits until the connection holds less than [`HELD_RESPONSES`].
-    async fn below_bound(&self) {
-        loop {
-            let sent = self.sent.notified();
-            tokio::pin!(sent);
-            sent.as_mut().enable();
-            if self.bytes.load(Ordering::Acquire) < HELD_RESPONSES {
-                return;
-            }
-            sent.await;
-        }
-    }
-}
 
 /// What a call's task sends its connection.
 pub(super) enum Part {
@@ -109,7 +56,7 @@ pub(super) struct Call {
     /// Its task; none for an answer the connection wrote itself.
     pub task: Option<AbortHandle>,
     /// The peer's window for the stream.
-    pub window: i64,
+    pub window: SendWindow,
     /// What the task sent, waiting to be framed.
     pub queue: VecDeque<Part>,
     /// Named in the connection's starved streams.
@@ -127,7 +74,7 @@ pub(super) fn spawn<S>(
     id: u32,
     request: Request<()>,
     links: &Links,
-    window: i64,
+    window: SendWindow,
 ) -> Call
 where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Send + 'static,
@@ -213,7 +160,7 @@ impl Call {
     /// A short answer the connection gives itself, with no task: `status`
     /// and a plain-text `body`, sent as the stream's window allows, and
     /// ended once the request has. What the request sends is dropped.
-    pub(super) fn answered(status: StatusCode, body: &'static str, window: i64) -> Call {
+    pub(super) fn answered(status: StatusCode, body: &'static str, window: SendWindow) -> Call {
         let mut head = Response::new(());
         *head.status_mut() = status;
         head.headers_mut().insert(
@@ -258,14 +205,16 @@ impl Call {
                     *end
                 }
                 Part::Data(data, held) => {
-                    let room = self.window.min(out.window).min(out.max_frame as i64);
+                    let room = (self.window.room())
+                        .min(out.window.room())
+                        .min(out.max_frame as i64);
                     if room <= 0 {
                         out.starve(id, self.window, &mut self.starved);
                         return;
                     }
                     let n = (room as usize).min(data.len());
                     out.data(id, &data.split_to(n), false);
-                    self.window -= n as i64;
+                    self.window.take(n);
                     if !data.is_empty() {
                         continue;
                     }

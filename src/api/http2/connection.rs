@@ -24,23 +24,23 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
 use tracing::{debug, info};
 
-use super::bridge::{Held, Links, Part};
-use super::frame::{setting, Reason, DEFAULT_WINDOW};
-use super::hpack::MAX_HEADER_LIST;
-use super::keepalive::KeepAlive;
-use super::out::Out;
-use super::repoll::Repoll;
-use super::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
+use super::bridge::{Links, Part};
+use super::held::Held;
+use super::protocol::frame::{setting, Reason, DEFAULT_WINDOW};
+use super::protocol::hpack::MAX_HEADER_LIST;
+use super::protocol::keepalive::KeepAlive;
+use super::protocol::out::Out;
+use super::protocol::repoll::Repoll;
+use super::protocol::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
+use super::protocol::state::Session;
+use super::protocol::window::RECEIVE_WINDOW;
 use super::stream::LiveWatch;
-use super::streams::{Continuing, Entry, RecentlyClosed, RecvWindow, Resets, State};
+use super::table::{Entry, State};
 use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
 use crate::api::{Api, WatchStream};
 use crate::telemetry::Bound;
-
-/// The HTTP/2 receive window of each stream and of the connection.
-pub(super) const RECEIVE_WINDOW: u32 = 1024 * 1024;
 
 /// How long a connection that is closing waits for its last frames to be
 /// written.
@@ -73,7 +73,7 @@ pub(super) async fn serve<S>(
                     "the client broke the HTTP/2 protocol; closing its connection"
                 );
             }
-            driver.out.goaway(driver.last_stream, reason);
+            driver.out.goaway(driver.h2.last_stream, reason);
         }
     }
     let last = async {
@@ -128,19 +128,6 @@ impl LogLimit {
     }
 }
 
-/// The decoder of a connection's requests. Its table may grow to the
-/// default SETTINGS_HEADER_TABLE_SIZE (4,096 bytes), which the server
-/// never raises; a client's size update beyond it is a COMPRESSION_ERROR
-/// (RFC 7541 §6.3), not a table that grows to what the client names.
-fn hpack_decoder() -> loona_hpack::Decoder<'static> {
-    let mut decoder = loona_hpack::Decoder::new();
-    decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
-    decoder
-}
-
-/// SETTINGS_HEADER_TABLE_SIZE as the server keeps it: the default.
-const HEADER_TABLE_SIZE: usize = 4096;
-
 /// Why a connection ended before its client left.
 pub(super) enum Fail {
     Io(io::Error),
@@ -161,26 +148,10 @@ pub(super) struct Driver<S> {
     pub socket: Socket,
     /// Bytes read and not yet taken as frames.
     pub rbuf: BytesMut,
-    /// The client's preface and first SETTINGS were read.
-    pub preface_read: bool,
-    pub settings_read: bool,
+    /// What the protocol keeps of the connection, apart from its streams.
+    pub h2: Session,
     pub out: Out,
-    pub decoder: loona_hpack::Decoder<'static>,
-    /// A header block whose CONTINUATION frames are still to come.
-    pub continuing: Option<Continuing>,
     pub streams: HashMap<u32, Entry>,
-    /// The highest stream the client opened.
-    pub last_stream: u32,
-    /// The window the client gives each new stream.
-    pub peer_window: i64,
-    /// What the client may still send on the connection.
-    pub recv: RecvWindow,
-    /// The client sent GOAWAY: no new streams.
-    pub peer_gone: bool,
-    /// Resets by either side, bounded per period.
-    pub resets: Resets,
-    /// Streams that closed lately, and how.
-    pub closed: RecentlyClosed,
     /// The client's certificates, given to each of its calls.
     pub peer: Option<PeerCerts>,
     pub api: Api,
@@ -197,12 +168,8 @@ pub(super) struct Driver<S> {
     released: mpsc::UnboundedReceiver<(u32, usize)>,
     pub keep_alive: KeepAlive,
     stop: Pin<Box<WaitForCancellationFutureOwned>>,
-    /// GOAWAY was sent: streams it did not cover are refused.
-    pub stopping: bool,
     /// When the connection reaches its maximum age, if it has one.
     aged: Option<Pin<Box<Sleep>>>,
-    /// Past its age: its watches have ended, new ones end at once.
-    pub aged_out: bool,
     /// After its age, when it closes whatever calls remain.
     closing: Option<Pin<Box<Sleep>>>,
     /// The waker of the shutdown, keepalive and age timers.
@@ -241,18 +208,9 @@ impl<S: Routes> Driver<S> {
         Self {
             socket,
             rbuf: BytesMut::new(),
-            preface_read: false,
-            settings_read: false,
+            h2: Session::default(),
             out,
-            decoder: hpack_decoder(),
-            continuing: None,
             streams: HashMap::new(),
-            last_stream: 0,
-            peer_window: DEFAULT_WINDOW,
-            recv: RecvWindow::default(),
-            peer_gone: false,
-            resets: Resets::default(),
-            closed: RecentlyClosed::default(),
             peer,
             api,
             routes,
@@ -269,14 +227,12 @@ impl<S: Routes> Driver<S> {
             parts,
             released,
             stop: Box::pin(stop.cancelled_owned()),
-            stopping: false,
             // A tenth either way, so that connections made together do not
             // all end together.
             aged: max_age.map(|age| {
                 let age = age.mul_f64(rand::random_range(0.9..1.1));
                 Box::pin(tokio::time::sleep(age))
             }),
-            aged_out: false,
             closing: None,
             aside_waker,
         }
@@ -337,7 +293,7 @@ impl<S: Routes> Driver<S> {
             // What was skipped for a full buffer is done once it has room:
             // the wakes that asked for it were spent.
             busy |= full && self.out.buf.len() < WRITE_LIMIT;
-            if (self.stopping || self.peer_gone) && self.streams.is_empty() {
+            if self.h2.conn.draining() && self.streams.is_empty() {
                 return Poll::Ready(Ok(()));
             }
             if !busy {
@@ -354,8 +310,8 @@ impl<S: Routes> Driver<S> {
     fn poll_aside(&mut self) -> Result<(), Fail> {
         let waker = self.aside_waker.clone();
         let mut cx = Context::from_waker(&waker);
-        if !self.stopping && self.stop.as_mut().poll(&mut cx).is_ready() {
-            self.go_away();
+        if !self.h2.conn.goaway_sent() && self.stop.as_mut().poll(&mut cx).is_ready() {
+            self.go_away(false);
         }
         if self.keep_alive.poll(&mut cx, &mut self.out).is_err() {
             debug!("keepalive unanswered; closing the connection");
@@ -368,8 +324,7 @@ impl<S: Routes> Driver<S> {
             .is_some_and(|aged| aged.as_mut().poll(&mut cx).is_ready())
         {
             self.aged = None;
-            self.aged_out = true;
-            self.go_away();
+            self.go_away(true);
             self.watches.end_aged(&mut self.out);
             let grace = self.settings.max_connection_age_grace;
             self.closing = Some(Box::pin(tokio::time::sleep(grace)));
@@ -385,12 +340,11 @@ impl<S: Routes> Driver<S> {
         Ok(())
     }
 
-    /// Sends GOAWAY: the streams opened so far are served, later ones
-    /// refused.
-    fn go_away(&mut self) {
-        if !self.stopping {
-            self.stopping = true;
-            self.out.goaway(self.last_stream, Reason::NO_ERROR);
+    /// Sends GOAWAY, once: the streams opened so far are served, later
+    /// ones refused; `aged`: the connection reached its age.
+    fn go_away(&mut self, aged: bool) {
+        if self.h2.conn.send_goaway(aged) {
+            self.out.goaway(self.h2.last_stream, Reason::NO_ERROR);
         }
     }
 }

@@ -10,13 +10,14 @@ use bytes::{Buf, Bytes};
 use tokio::time::Instant;
 
 use super::connection::{Driver, Fail};
-use super::frame::{
+use super::protocol::frame::{
     flag, kind, Data, Error, GoAway, Head, Headers, Ping, Priority, Reason, RstStream,
-    Settings as FrameSettings, WindowUpdate, DEFAULT_MAX_FRAME, HEAD, MAX_WINDOW, PREFACE,
+    Settings as FrameSettings, WindowUpdate, DEFAULT_MAX_FRAME, HEAD, PREFACE,
 };
-use super::hpack::MAX_HEADER_BLOCK;
+use super::protocol::hpack::MAX_HEADER_BLOCK;
+use super::protocol::state::{Closed, ConnState, Continuing};
 use super::stream::request_limit;
-use super::streams::{Closed, Continuing, State};
+use super::table::State;
 use super::Routes;
 use crate::api::error::ApiError;
 
@@ -51,7 +52,7 @@ impl<S: Routes> Driver<S> {
     }
 
     fn take_frames(&mut self) -> Result<(), Fail> {
-        if !self.preface_read {
+        if self.h2.conn == ConnState::Preface {
             let n = self.rbuf.len().min(PREFACE.len());
             if self.rbuf[..n] != PREFACE[..n] {
                 return Err(protocol(Reason::PROTOCOL_ERROR));
@@ -60,7 +61,7 @@ impl<S: Routes> Driver<S> {
                 return Ok(());
             }
             self.rbuf.advance(PREFACE.len());
-            self.preface_read = true;
+            self.h2.conn = ConnState::Settings;
         }
         while self.rbuf.len() >= HEAD {
             let head = Head::read(&self.rbuf);
@@ -87,10 +88,12 @@ impl<S: Routes> Driver<S> {
 
     /// Acts on one frame, each checked by its type's `load`.
     fn load(&mut self, head: Head, payload: Bytes) -> Result<(), Error> {
-        if !self.settings_read && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
+        if self.h2.conn == ConnState::Settings
+            && (head.kind != kind::SETTINGS || head.has(flag::ACK))
+        {
             return Err(Reason::PROTOCOL_ERROR.into());
         }
-        if let Some(c) = &self.continuing {
+        if let Some(c) = &self.h2.continuing {
             if head.kind != kind::CONTINUATION || head.stream != c.id {
                 return Err(Reason::PROTOCOL_ERROR.into());
             }
@@ -99,7 +102,7 @@ impl<S: Routes> Driver<S> {
             kind::DATA => self.on_data(head, Data::load(&head, payload)?),
             kind::HEADERS => self.on_headers(head.stream, Headers::load(&head, payload)?),
             kind::CONTINUATION => {
-                let Some(mut c) = self.continuing.take() else {
+                let Some(mut c) = self.h2.continuing.take() else {
                     return Err(Reason::PROTOCOL_ERROR.into());
                 };
                 c.block.extend_from_slice(&payload);
@@ -110,7 +113,7 @@ impl<S: Routes> Driver<S> {
                 if head.has(flag::END_HEADERS) {
                     self.on_block(c)
                 } else {
-                    self.continuing = Some(c);
+                    self.h2.continuing = Some(c);
                     Ok(())
                 }
             }
@@ -126,7 +129,7 @@ impl<S: Routes> Driver<S> {
                 // Closed by the client: what it sends next is its error,
                 // even after a reset of the server's.
                 let dropped = self.drop_stream(head.stream, Closed::Ended);
-                if dropped && !self.resets.allow(Instant::now()) {
+                if dropped && !self.h2.resets.allow(Instant::now()) {
                     self.out.metrics.sent_away(Bound::resets);
                     return Err(Reason::ENHANCE_YOUR_CALM.into());
                 }
@@ -151,7 +154,7 @@ impl<S: Routes> Driver<S> {
                 self.out
                     .metrics
                     .goaway(Direction::received, goaway.reason.0);
-                self.peer_gone = true;
+                self.h2.conn.recv_goaway();
                 Ok(())
             }
             kind::WINDOW_UPDATE => {
@@ -166,41 +169,33 @@ impl<S: Routes> Driver<S> {
     /// Whether stream `id` was never opened: only HEADERS and PRIORITY may
     /// name it (RFC 9113 §5.1).
     fn is_idle(&self, id: u32) -> bool {
-        id > self.last_stream
+        self.h2.closed_state(id) == Closed::Idle
     }
 
     fn on_data(&mut self, head: Head, frame: Data) -> Result<(), Error> {
         let id = head.stream;
         // Padding counts against the windows too (RFC 9113 §6.9.1).
         let len = head.len as u32;
-        if !self.recv.take(len) {
+        if !self.h2.recv.take(len) {
             return Err(Reason::FLOW_CONTROL_ERROR.into());
         }
         let Some(entry) = self.streams.get_mut(&id) else {
             self.give_back_connection(len);
-            return match self.closed_state(id) {
+            return match self.h2.closed_state(id) {
                 Closed::Idle => Err(Reason::PROTOCOL_ERROR.into()),
                 // In flight when the server reset it: dropped.
                 Closed::ResetHere => Ok(()),
                 Closed::Ended | Closed::Forgotten => Err(Reason::STREAM_CLOSED.on(id)),
             };
         };
-        let broken = if !entry.remote_open {
-            Some(Reason::STREAM_CLOSED)
-        } else if !entry.recv.take(len) {
-            Some(Reason::FLOW_CONTROL_ERROR)
-        } else if !entry.length.take(frame.data.len(), frame.end_stream) {
-            // RFC 9113 §8.1.1: a body that is not its content-length.
-            Some(Reason::PROTOCOL_ERROR)
-        } else {
-            None
-        };
-        if let Some(reason) = broken {
+        if let Err(reason) = entry
+            .recv
+            .recv_data(len, frame.data.len(), frame.end_stream)
+        {
             self.give_back_connection(len);
             return Err(reason.on(id));
         }
         let (data, end) = (frame.data, frame.end_stream);
-        entry.remote_open = !end;
         let data_len = data.len() as u32;
         // What is given back now; the rest as the call reads it.
         let mut now = len;
@@ -258,18 +253,20 @@ impl<S: Routes> Driver<S> {
         if frame.end_headers {
             self.on_block(block)
         } else {
-            self.continuing = Some(block);
+            self.h2.continuing = Some(block);
             Ok(())
         }
     }
 
     fn on_settings(&mut self, settings: FrameSettings) -> Result<(), Error> {
-        self.settings_read = true;
+        if self.h2.conn == ConnState::Settings {
+            self.h2.conn = ConnState::Open;
+        }
         if let Some(v) = settings.initial_window_size {
             // Only the frame's last value is applied, so one frame of many
             // entries costs one walk of the streams, not one per entry.
-            let delta = v as i64 - self.peer_window;
-            self.peer_window = v as i64;
+            let delta = v as i64 - self.h2.peer_window;
+            self.h2.peer_window = v as i64;
             if delta != 0 {
                 let ids: Vec<u32> = self.streams.keys().copied().collect();
                 for id in ids {
@@ -289,10 +286,7 @@ impl<S: Routes> Driver<S> {
 
     fn on_window_update(&mut self, id: u32, n: u32) -> Result<(), Error> {
         if id == 0 {
-            self.out.window += n as i64;
-            if self.out.window > MAX_WINDOW {
-                return Err(Reason::FLOW_CONTROL_ERROR.into());
-            }
+            self.out.window.grant(n as i64)?;
             self.feed_starved();
             return Ok(());
         }

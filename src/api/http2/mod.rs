@@ -1,29 +1,30 @@
 //! The service's own HTTP/2 server (`watch.serve_path: fast`).
 //!
-//! How it works:
+//! Two layers. The protocol ([`protocol`]) knows HTTP/2 and nothing of
+//! what is served on it: typed frames, header blocks, stream and
+//! connection states, windows, keepalive, the socket. On top of it, how it
+//! works:
 //! - one task per connection ([`connection`]) reads its frames
-//!   ([`inbound`]), keeps its streams ([`streams`]) and takes each new
-//!   request ([`requests`]): plain Watch calls it serves itself; every
-//!   other call (List, Get, health, reflection, a Watch with a compressed
-//!   request) is bridged to the tonic routes in a task of its own
-//!   ([`bridge`]);
+//!   ([`inbound`]), keeps its streams ([`table`], [`streams`]) and takes
+//!   each new request ([`requests`]): plain Watch calls it serves itself;
+//!   every other call (List, Get, health, reflection, a Watch with a
+//!   compressed request) is bridged to the tonic routes in a task of its
+//!   own ([`bridge`]), its answer held within a bound ([`held`]);
 //! - a dispatch posts a connection's deliveries to its inbox with one lock
 //!   and one wake; a pass of the task then polls only the watches the
 //!   inbox names, and those the client gave room, from a ready list
 //!   ([`watches`]);
 //! - each watch frames its ready events straight into the connection's
-//!   outgoing buffer ([`stream`], [`frame`]), within the client's windows,
-//!   and the pass's frames go out in one system call after it ([`socket`]);
-//!   a task woken during its own poll is polled again in place
-//!   ([`repoll`]).
+//!   outgoing buffer ([`stream`], [`framing`]), within the client's
+//!   windows, and the pass's frames go out in one system call after it; a
+//!   task woken during its own poll is polled again in place.
 //!
 //! It is HTTP/2 as RFC 9113 has it for a server: SETTINGS, flow control
-//! both ways, HPACK ([`hpack`]; responses are written as literals the
-//! client's table does not keep), CONTINUATION, PING, RST_STREAM and
-//! GOAWAY, each frame read by its type's `load`, which holds that frame's
-//! rules ([`frame`]); streams idle, open, half-closed or closed as §5.1
-//! draws them, with those that closed lately remembered and how
-//! ([`streams`]). It does not do: PRIORITY (read, checked, not taken),
+//! both ways, HPACK (responses are written as literals the client's table
+//! does not keep), CONTINUATION, PING, RST_STREAM and GOAWAY, each frame
+//! read by its type's `load`, which holds that frame's rules; streams
+//! idle, open, half-closed or closed as §5.1 draws them, with those that
+//! closed lately remembered and how. It does not do: PRIORITY (read, checked, not taken),
 //! server push, the h2c upgrade from HTTP/1.1 (prior knowledge or TLS
 //! ALPN only), or a dynamic table for responses. GOAWAY is single-phase:
 //! it names the last stream the client opened, which is served. h2spec's
@@ -60,17 +61,14 @@
 
 mod bridge;
 mod connection;
-mod frame;
 mod framing;
-mod hpack;
+mod held;
 mod inbound;
-mod keepalive;
-mod out;
-mod repoll;
+mod protocol;
 mod requests;
-mod socket;
 mod stream;
 mod streams;
+mod table;
 mod watches;
 
 use std::convert::Infallible;
@@ -86,10 +84,10 @@ use tracing::field::Empty;
 use tracing::{info_span, warn, Instrument};
 
 use super::auth::PeerCerts;
-use super::server::tune;
 use super::tls::Tls;
 use super::Api;
 use bridge::Deadlines;
+pub use protocol::socket::{tune, TCP_KEEPALIVE};
 
 /// The routes that answer every call a connection does not serve itself.
 pub trait Routes:
@@ -167,14 +165,14 @@ pub async fn serve<S: Routes>(
         // not hold up the others.
         let connection = async move {
             let (socket, peer) = match tls {
-                None => (socket::Socket::tcp(tcp), None),
+                None => (protocol::socket::Socket::tcp(tcp), None),
                 Some(tls) => match tls.accept(tcp).await {
                     Ok(stream) => {
                         let certs = stream.get_ref().1.peer_certificates();
                         let peer = certs.map(|c| {
                             PeerCerts(Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()))
                         });
-                        (socket::Socket::io(stream), peer)
+                        (protocol::socket::Socket::io(stream), peer)
                     }
                     Err(_) => return,
                 },

@@ -10,10 +10,12 @@ use tonic::Status;
 
 use super::bridge::{self, Call};
 use super::connection::Driver;
-use super::frame::{Error, Reason};
-use super::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
+use super::protocol::frame::{Error, Reason};
+use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
+use super::protocol::state::{Closed, Continuing, RecvSide};
+use super::protocol::window::SendWindow;
 use super::stream::{start_watch, write_refusal};
-use super::streams::{BodyLength, Closed, Continuing, Entry, Reading, RecvWindow, State};
+use super::table::{Entry, Reading, State};
 use super::Routes;
 use crate::api::admission::Identified;
 use crate::api::error::ApiError;
@@ -31,10 +33,10 @@ impl<S: Routes> Driver<S> {
         if self.streams.contains_key(&id) {
             return self.on_trailers(id, end, self_dependent, &block);
         }
-        let closed = self.closed_state(id);
+        let closed = self.h2.closed_state(id);
         if closed != Closed::Idle {
             // Read only to keep the table in step.
-            taken(read_trailers(&mut self.decoder, &block))?;
+            taken(read_trailers(&mut self.h2.decoder, &block))?;
             // HEADERS on a closed stream is a connection error (RFC 9113
             // §5.1), unless the server reset it and this was in flight; on
             // one never opened, a stream number out of order (§5.1.1).
@@ -47,17 +49,17 @@ impl<S: Routes> Driver<S> {
         if id.is_multiple_of(2) {
             return Err(Reason::PROTOCOL_ERROR.into());
         }
-        let request = read_request(&mut self.decoder, &block);
+        let request = read_request(&mut self.h2.decoder, &block);
         if request.as_ref().err() == Some(&Refused::Compression) {
             return Err(Reason::COMPRESSION_ERROR.into());
         }
-        self.last_stream = id;
+        self.h2.last_stream = id;
         if self_dependent {
             return Err(Reason::PROTOCOL_ERROR.on(id));
         }
-        if self.stopping || self.peer_gone {
+        if !self.h2.conn.accepts_streams() {
             self.out.reset(id, Reason::REFUSED_STREAM);
-            self.closed.insert(id, Closed::ResetHere);
+            self.h2.closed.insert(id, Closed::ResetHere);
             return Ok(());
         }
         if self.streams.len() >= self.settings.max_concurrent_streams as usize {
@@ -72,7 +74,7 @@ impl<S: Routes> Driver<S> {
                 write_refusal(&mut self.out, id, status);
                 if !end {
                     self.out.reset(id, Reason::NO_ERROR);
-                    self.closed.insert(id, Closed::ResetHere);
+                    self.h2.closed.insert(id, Closed::ResetHere);
                 }
                 Ok(())
             }
@@ -89,17 +91,14 @@ impl<S: Routes> Driver<S> {
         self_dependent: bool,
         block: &[u8],
     ) -> Result<(), Error> {
-        let taken = taken(read_trailers(&mut self.decoder, block))?;
+        let taken = taken(read_trailers(&mut self.h2.decoder, block))?;
         let Some(entry) = self.streams.get_mut(&id) else {
             return Ok(());
         };
-        if !entry.remote_open {
-            return Err(Reason::STREAM_CLOSED.on(id));
-        }
-        if !end || self_dependent || !taken || !entry.length.take(0, true) {
+        entry.recv.recv_trailers(end).map_err(|r| r.on(id))?;
+        if self_dependent || !taken {
             return Err(Reason::PROTOCOL_ERROR.on(id));
         }
-        entry.remote_open = false;
         let reading = match &mut entry.state {
             State::Call(call) => {
                 call.request_ended(id, &mut self.out);
@@ -117,10 +116,8 @@ impl<S: Routes> Driver<S> {
     /// A new request: a Watch this connection serves itself, or a call
     /// for the routes.
     fn accept(&mut self, id: u32, head: RequestHead, end: bool) -> Result<(), Error> {
-        let mut length = BodyLength::new(head.content_length);
-        if end && !length.take(0, true) {
-            return Err(Reason::PROTOCOL_ERROR.on(id));
-        }
+        let recv = RecvSide::open(head.content_length, end).map_err(|r| r.on(id))?;
+        let send = SendWindow::new(self.h2.peer_window);
         let mut extensions = http::Extensions::new();
         if let Some(peer) = &self.peer {
             extensions.insert(peer.clone());
@@ -131,7 +128,7 @@ impl<S: Routes> Driver<S> {
             State::Call(Call::answered(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 NOT_GRPC,
-                self.peer_window,
+                send,
             ))
         } else if is_plain_watch(&head) {
             // Identified from its headers: one who is not is answered
@@ -145,7 +142,7 @@ impl<S: Routes> Driver<S> {
                     write_refusal(&mut self.out, id, refused.into());
                     if !end {
                         self.out.reset(id, Reason::NO_ERROR);
-                        self.closed.insert(id, Closed::ResetHere);
+                        self.h2.closed.insert(id, Closed::ResetHere);
                     }
                     return Ok(());
                 }
@@ -158,13 +155,7 @@ impl<S: Routes> Driver<S> {
             State::Call(call)
         };
         let reading = matches!(state, State::Reading(..));
-        let entry = Entry {
-            state,
-            remote_open: !end,
-            recv: RecvWindow::default(),
-            send: self.peer_window,
-            length,
-        };
+        let entry = Entry { state, recv, send };
         self.streams.insert(id, entry);
         if reading && end {
             self.begin_watch(id);
@@ -198,7 +189,7 @@ impl<S: Routes> Driver<S> {
             id,
             request,
             &self.links,
-            self.peer_window,
+            SendWindow::new(self.h2.peer_window),
         );
         Some(call)
     }

@@ -11,10 +11,10 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 use tonic::Status;
 
-use super::frame::MAX_WINDOW;
 use super::framing::{grpc_timeout, put_compressed, put_message, request_message};
-use super::hpack::{write_fields, RequestHead};
-use super::out::Out;
+use super::protocol::hpack::{write_fields, RequestHead};
+use super::protocol::out::Out;
+use super::protocol::window::SendWindow;
 use super::watches::Drive;
 use crate::api::compression::Codec;
 use crate::api::error::ApiError;
@@ -74,7 +74,7 @@ pub(super) struct LiveWatch {
     id: u32,
     events: WatchStream,
     /// The peer's window for the stream.
-    window: i64,
+    window: SendWindow,
     /// Messages cut but not sent: the windows had no room for them.
     held: BytesMut,
     /// How the watch ended, sent once `held` is.
@@ -85,7 +85,7 @@ pub(super) struct LiveWatch {
 
 impl LiveWatch {
     /// Sends the response's head and starts sending events.
-    pub(super) fn start(id: u32, events: WatchStream, window: i64, out: &mut Out) -> Self {
+    pub(super) fn start(id: u32, events: WatchStream, window: SendWindow, out: &mut Out) -> Self {
         let mut head = HeaderMap::new();
         head.insert(
             http::header::CONTENT_TYPE,
@@ -110,8 +110,7 @@ impl LiveWatch {
     /// The peer gave (or with new SETTINGS took) room on the stream;
     /// false when that takes the window past 2^31-1.
     pub(super) fn grant(&mut self, n: i64) -> bool {
-        self.window += n;
-        self.window <= MAX_WINDOW
+        self.window.grant(n).is_ok()
     }
 
     /// The connection got room: the watch may be named again.
@@ -122,7 +121,10 @@ impl LiveWatch {
 
     /// What the windows let the stream send now.
     fn room(&self, out: &Out) -> usize {
-        self.window.min(out.window).min(out.max_frame as i64).max(0) as usize
+        (self.window.room())
+            .min(out.window.room())
+            .min(out.max_frame as i64)
+            .max(0) as usize
     }
 
     /// Sends what `held` has, as far as the windows allow: false while
@@ -135,7 +137,7 @@ impl LiveWatch {
                 return false;
             }
             out.data(self.id, &self.held.split_to(n), false);
-            self.window -= n as i64;
+            self.window.take(n);
         }
         true
     }
@@ -205,7 +207,7 @@ impl Drive for LiveWatch {
                 out.buf.truncate(at);
             } else {
                 let n = out.end_data(at, false);
-                self.window -= n as i64;
+                self.window.take(n);
                 framed += n;
             }
             if waiting && self.held.is_empty() {

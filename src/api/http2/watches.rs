@@ -10,8 +10,8 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use slotmap::SecondaryMap;
 
-use super::out::Out;
-use super::socket::WRITE_LIMIT;
+use super::protocol::out::Out;
+use super::protocol::socket::WRITE_LIMIT;
 use crate::dispatch::{Inbox, Place};
 
 /// The live watches of a connection, each polled when its waker says it

@@ -9,14 +9,14 @@ use http::{HeaderMap, Method, StatusCode};
 
 /// The most a request's header list may hold, counted as RFC 9113 §6.5.2
 /// counts it; advertised in SETTINGS.
-pub(super) const MAX_HEADER_LIST: usize = 16 * 1024;
+pub const MAX_HEADER_LIST: usize = 16 * 1024;
 
 /// The most a header block may take, in HEADERS and CONTINUATION frames,
 /// before it is decoded: a client past it is sent away (ENHANCE_YOUR_CALM).
-pub(super) const MAX_HEADER_BLOCK: usize = 4 * MAX_HEADER_LIST;
+pub const MAX_HEADER_BLOCK: usize = 4 * MAX_HEADER_LIST;
 
 /// A request's head, as read from its header block.
-pub(super) struct RequestHead {
+pub struct RequestHead {
     pub method: Method,
     pub path: String,
     pub headers: HeaderMap,
@@ -26,7 +26,7 @@ pub(super) struct RequestHead {
 
 /// Why a request's header block was not taken.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Refused {
+pub enum Refused {
     /// The block cannot be decoded: the connection's table is lost.
     Compression,
     /// Decoded, but not a request this server can answer.
@@ -76,7 +76,7 @@ fn decode(
 }
 
 /// Reads a request's header block.
-pub(super) fn read_request(
+pub fn read_request(
     decoder: &mut loona_hpack::Decoder<'static>,
     block: &[u8],
 ) -> Result<RequestHead, Refused> {
@@ -95,7 +95,7 @@ pub(super) fn read_request(
 
 /// Reads the trailers that end a request: regular fields only (RFC 9113
 /// §8.1). What they say is not used.
-pub(super) fn read_trailers(
+pub fn read_trailers(
     decoder: &mut loona_hpack::Decoder<'static>,
     block: &[u8],
 ) -> Result<(), Refused> {
@@ -173,7 +173,7 @@ fn take_request(f: &mut Fields, name: &[u8], value: Cow<'_, [u8]>) -> bool {
 
 /// Writes a response's head (`status`, then `headers`) or its trailers
 /// (`status` none) as a header block.
-pub(super) fn write_fields(status: Option<StatusCode>, headers: &HeaderMap, dst: &mut Vec<u8>) {
+pub fn write_fields(status: Option<StatusCode>, headers: &HeaderMap, dst: &mut Vec<u8>) {
     match status {
         // `:status: 200` is entry 8 of the static table.
         Some(StatusCode::OK) => dst.push(0x88),

@@ -4,14 +4,15 @@
 use bytes::{BufMut, BytesMut};
 
 use super::frame::{flag, kind, Reason, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD};
+use super::window::SendWindow;
 use crate::telemetry::{Direction, Http2Metrics};
 
 /// The frames a connection sends, gathered until its next write, and the
 /// room the peer's connection window leaves for DATA.
-pub(super) struct Out {
+pub struct Out {
     pub buf: BytesMut,
     /// The peer's connection window: what DATA frames may still carry.
-    pub window: i64,
+    pub window: SendWindow,
     /// The largest frame the peer accepts.
     pub max_frame: usize,
     /// Streams that wait for room in the connection window, each once.
@@ -26,7 +27,7 @@ impl Default for Out {
     fn default() -> Self {
         Self {
             buf: BytesMut::new(),
-            window: DEFAULT_WINDOW,
+            window: SendWindow::new(DEFAULT_WINDOW),
             max_frame: DEFAULT_MAX_FRAME,
             starved: Vec::new(),
             closed: Vec::new(),
@@ -47,8 +48,8 @@ impl Out {
     /// Names stream `id`, which found no room, among those waiting for the
     /// connection window, when that is what it lacks; `starved` is its
     /// flag for being named, cleared when the connection gets room.
-    pub fn starve(&mut self, id: u32, window: i64, starved: &mut bool) {
-        if window > 0 && !*starved {
+    pub fn starve(&mut self, id: u32, window: SendWindow, starved: &mut bool) {
+        if window.room() > 0 && !*starved {
             *starved = true;
             self.starved.push(id);
         }
@@ -130,7 +131,7 @@ impl Out {
         if end_stream {
             b[4] |= flag::END_STREAM;
         }
-        self.window -= len as i64;
+        self.window.take(len);
         len
     }
 
@@ -145,7 +146,7 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::http2::frame::Head;
+    use crate::api::http2::protocol::frame::Head;
 
     #[test]
     fn frames_read_back_as_written() {
@@ -153,7 +154,7 @@ mod tests {
         let at = out.begin_data(7);
         out.buf.put_slice(b"hello");
         assert_eq!(out.end_data(at, true), 5);
-        assert_eq!(out.window, DEFAULT_WINDOW - 5);
+        assert_eq!(out.window.room(), DEFAULT_WINDOW - 5);
         let head = Head::read(&out.buf);
         assert_eq!(
             head,

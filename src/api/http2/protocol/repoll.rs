@@ -15,7 +15,7 @@ use futures::task::AtomicWaker;
 /// connection whenever it readies a watch (one it starts, one the client
 /// gives room, one woken by its queue while the pass runs): a thread
 /// wake-up and a second poll, often on the other worker.
-pub(super) struct Repoll<F> {
+pub struct Repoll<F> {
     inner: F,
     wake: Arc<RepollWake>,
     waker: Waker,
@@ -37,7 +37,7 @@ impl<F> Repoll<F> {
     /// to a runtime's cooperative budget.
     const MAX_POLLS: usize = 4;
 
-    pub(super) fn new(inner: F) -> Self {
+    pub fn new(inner: F) -> Self {
         let wake = Arc::new(RepollWake {
             state: AtomicU8::new(RepollWake::IDLE),
             task: AtomicWaker::new(),
@@ -107,7 +107,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    use super::super::tests::Count;
+    use crate::api::http2::tests::Count;
 
     /// Wakes itself in its first `self_wakes` polls; keeps the last waker.
     struct WakesItself {

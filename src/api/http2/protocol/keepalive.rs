@@ -11,9 +11,9 @@ use tokio::time::{Instant, Sleep};
 use super::out::Out;
 
 /// The payload of the server's pings, which their acknowledgements echo.
-pub(super) const OPAQUE: [u8; 8] = *b"wp-alive";
+pub const OPAQUE: [u8; 8] = *b"wp-alive";
 
-pub(super) struct KeepAlive {
+pub struct KeepAlive {
     timer: Pin<Box<Sleep>>,
     awaiting_pong: bool,
     interval: Duration,
@@ -22,10 +22,10 @@ pub(super) struct KeepAlive {
 
 /// The peer did not answer a ping in time.
 #[derive(Debug)]
-pub(super) struct Dead;
+pub struct Dead;
 
 impl KeepAlive {
-    pub(super) fn new(interval: Duration, timeout: Duration) -> Self {
+    pub fn new(interval: Duration, timeout: Duration) -> Self {
         Self {
             timer: Box::pin(tokio::time::sleep(interval)),
             awaiting_pong: false,
@@ -35,7 +35,7 @@ impl KeepAlive {
     }
 
     /// Sends a ping when one is due.
-    pub(super) fn poll(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Result<(), Dead> {
+    pub fn poll(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Result<(), Dead> {
         if self.timer.as_mut().poll(cx).is_ready() {
             if self.awaiting_pong {
                 return Err(Dead);
@@ -49,7 +49,7 @@ impl KeepAlive {
     }
 
     /// The peer acknowledged a ping with `opaque`.
-    pub(super) fn pong(&mut self, opaque: &[u8]) {
+    pub fn pong(&mut self, opaque: &[u8]) {
         if self.awaiting_pong && opaque == OPAQUE {
             self.awaiting_pong = false;
             self.timer.as_mut().reset(Instant::now() + self.interval);

@@ -6,22 +6,22 @@
 use bytes::{Buf, Bytes};
 
 /// What a client sends first, before its SETTINGS.
-pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The length of a frame's header.
-pub(super) const HEAD: usize = 9;
+pub const HEAD: usize = 9;
 
 /// The largest frame either side may send before SETTINGS say otherwise,
 /// and the largest this server accepts.
-pub(super) const DEFAULT_MAX_FRAME: usize = 16_384;
+pub const DEFAULT_MAX_FRAME: usize = 16_384;
 
 /// Every window's size before SETTINGS or WINDOW_UPDATE change it.
-pub(super) const DEFAULT_WINDOW: i64 = 65_535;
+pub const DEFAULT_WINDOW: i64 = 65_535;
 
 /// The largest a flow-control window may grow.
-pub(super) const MAX_WINDOW: i64 = (1 << 31) - 1;
+pub const MAX_WINDOW: i64 = (1 << 31) - 1;
 
-pub(super) mod kind {
+pub mod kind {
     pub const DATA: u8 = 0x0;
     pub const HEADERS: u8 = 0x1;
     pub const PRIORITY: u8 = 0x2;
@@ -34,7 +34,7 @@ pub(super) mod kind {
     pub const CONTINUATION: u8 = 0x9;
 }
 
-pub(super) mod flag {
+pub mod flag {
     pub const END_STREAM: u8 = 0x1;
     pub const ACK: u8 = 0x1;
     pub const END_HEADERS: u8 = 0x4;
@@ -42,7 +42,7 @@ pub(super) mod flag {
     pub const PRIORITY: u8 = 0x20;
 }
 
-pub(super) mod setting {
+pub mod setting {
     pub const HEADER_TABLE_SIZE: u16 = 0x1;
     pub const ENABLE_PUSH: u16 = 0x2;
     pub const MAX_CONCURRENT_STREAMS: u16 = 0x3;
@@ -53,7 +53,7 @@ pub(super) mod setting {
 
 /// Error codes (RFC 9113 §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Reason(pub u32);
+pub struct Reason(pub u32);
 
 impl Reason {
     pub const NO_ERROR: Reason = Reason(0x0);
@@ -69,7 +69,7 @@ impl Reason {
 
 /// A frame's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Head {
+pub struct Head {
     pub len: usize,
     pub kind: u8,
     pub flags: u8,
@@ -94,7 +94,7 @@ impl Head {
 /// A protocol error (RFC 9113 §5.4): one stream's, answered with
 /// RST_STREAM, or the connection's, answered with GOAWAY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Error {
+pub enum Error {
     Stream(u32, Reason),
     Connection(Reason),
 }
@@ -128,7 +128,7 @@ fn unpad(head: &Head, mut payload: Bytes) -> Result<Bytes, Error> {
 }
 
 /// DATA (§6.1).
-pub(super) struct Data {
+pub struct Data {
     pub data: Bytes,
     pub end_stream: bool,
 }
@@ -146,7 +146,7 @@ impl Data {
 }
 
 /// HEADERS (§6.2): the first fragment of a header block.
-pub(super) struct Headers {
+pub struct Headers {
     pub fragment: Bytes,
     pub end_stream: bool,
     pub end_headers: bool,
@@ -185,7 +185,7 @@ fn dependency(field: &[u8]) -> u32 {
 
 /// PRIORITY (§6.3): advice this server does not take, but whose form is
 /// checked.
-pub(super) struct Priority;
+pub struct Priority;
 
 impl Priority {
     pub fn load(head: &Head, payload: &[u8]) -> Result<Priority, Error> {
@@ -203,7 +203,7 @@ impl Priority {
 }
 
 /// RST_STREAM (§6.4).
-pub(super) struct RstStream {
+pub struct RstStream {
     pub reason: Reason,
 }
 
@@ -225,7 +225,7 @@ impl RstStream {
 /// SETTINGS (§6.5): the last value of each parameter the frame carries,
 /// as the parameters are applied in order. An ACK is `None`.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Settings {
+pub struct Settings {
     pub header_table_size: Option<u32>,
     pub initial_window_size: Option<u32>,
     pub max_frame_size: Option<u32>,
@@ -271,7 +271,7 @@ impl Settings {
 }
 
 /// PING (§6.7).
-pub(super) struct Ping {
+pub struct Ping {
     pub ack: bool,
     pub opaque: [u8; 8],
 }
@@ -294,7 +294,7 @@ impl Ping {
 }
 
 /// GOAWAY (§6.8).
-pub(super) struct GoAway {
+pub struct GoAway {
     pub reason: Reason,
 }
 
@@ -314,7 +314,7 @@ impl GoAway {
 }
 
 /// WINDOW_UPDATE (§6.9): the increment, never 0.
-pub(super) struct WindowUpdate {
+pub struct WindowUpdate {
     pub increment: u32,
 }
 
