@@ -16,6 +16,10 @@ mod continue_token;
 pub mod error;
 pub mod health;
 mod http2;
+/// The HTTP/2 server's fuzz targets, for the fuzzers in `fuzz/`.
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub use http2::fuzz as http2_fuzz;
 mod initial;
 #[cfg(test)]
 mod initial_tests;

@@ -29,6 +29,7 @@ use super::protocol::hpack::write_fields;
 use super::protocol::out::Out;
 use super::protocol::window::SendWindow;
 use crate::api::error::ApiError;
+use crate::api::service::{GET_PATH, LIST_PATH};
 
 /// What a call's task sends its connection.
 pub(super) enum Part {
@@ -87,6 +88,9 @@ where
         released: links.released.clone(),
         held: 0,
     };
+    // A List or Get answer is produced whole as soon as it is polled;
+    // a streamed one (reflection, a compressed Watch) waits on its client.
+    let unary = matches!(request.uri().path(), LIST_PATH | GET_PATH);
     let request = request.map(|()| Body::new(body));
     let task = calls.spawn(answer(
         routes,
@@ -94,6 +98,7 @@ where
         id,
         links.parts.clone(),
         links.held.clone(),
+        unary,
     ));
     Call {
         body: Some(body_tx),
@@ -112,6 +117,7 @@ async fn answer<S>(
     id: u32,
     parts: mpsc::UnboundedSender<(u32, Part)>,
     held: Arc<Held>,
+    unary: bool,
 ) where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
@@ -122,10 +128,15 @@ async fn answer<S>(
         return;
     }
     let last = loop {
-        // One call at a time produces, and only while the connection holds
-        // less than its bound: a client that does not read makes the
-        // server hold at most the bound and one message.
-        let turn = held.turn.lock().await;
+        // Calls produce only while the connection holds less than its
+        // bound, and List and Get answers one at a time: a client that
+        // does not read makes the server hold at most the bound and one
+        // answer (and a message of each streamed call). A streamed call
+        // takes no turn, which it would keep while it waits on its client.
+        let turn = match unary {
+            true => Some(held.turn.lock().await),
+            false => None,
+        };
         held.below_bound().await;
         let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         match frame {
@@ -257,9 +268,14 @@ impl Drop for Call {
     }
 }
 
+/// Request bytes a call's body holds before their credit is given back
+/// as they are read.
+const STREAMING_BODY: usize = 64 * 1024;
+
 /// A request body as its stream's DATA frames arrive. What is read holds
-/// its credit in the peer's window until the body ends (or is dropped), so
-/// the connection's window bounds what all its unfinished requests hold.
+/// its credit in the peer's window until the body ends (or is dropped, or
+/// passes [`STREAMING_BODY`]), so the connection's window bounds what all
+/// its unfinished requests hold.
 struct RequestBody {
     id: u32,
     data: mpsc::UnboundedReceiver<Bytes>,
@@ -295,6 +311,12 @@ impl HttpBody for RequestBody {
         match std::task::ready!(self.data.poll_recv(cx)) {
             Some(data) => {
                 self.held += data.len();
+                // A body that streams past a request's size (reflection's
+                // requests, one after another) gets its credit back as it
+                // goes; an unfinished request holds at most this much.
+                if self.held >= STREAMING_BODY {
+                    self.give_back();
+                }
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             None => {

@@ -62,6 +62,8 @@
 mod bridge;
 mod connection;
 mod framing;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 mod held;
 mod inbound;
 mod protocol;

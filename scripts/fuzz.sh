@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the HTTP/2 server with afl.rs (AFL++): builds
+# the targets in fuzz/ instrumented and runs each for SECONDS (default 10,
+# the bounded run of the test command), starting from fuzz/seeds/<seeds>/.
+# A crash fails the run; its input is copied to fuzz/seeds/<seeds>/ as
+# crash-<target>-<n>, where the property tests (`cargo test --lib fuzz`)
+# replay it from then on. A longer run: ./scripts/fuzz.sh 3600
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-10}"
+
+if ! command -v cargo-afl >/dev/null 2>&1; then
+  echo "installing cargo-afl (afl.rs) ..." >&2
+  cargo install cargo-afl --locked --version 0.18.2 -q ||
+    { echo "install afl.rs: cargo install cargo-afl (https://github.com/rust-fuzz/afl.rs)" >&2; exit 1; }
+fi
+cargo afl config --build >/dev/null 2>&1 || true
+
+(cd fuzz && cargo afl build --locked -q)
+out=$(mktemp -d -t watchproxy-fuzz.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_QUIET=1
+failed=0
+for pair in h2_connection:h2_frames hpack_block:hpack_block grpc_framing:grpc_frame; do
+  target=${pair%%:*}; seeds=${pair##*:}
+  echo "fuzzing $target for ${seconds}s ..." >&2
+  cargo afl fuzz -V "$seconds" -i "fuzz/seeds/$seeds" -o "$out/$target" "fuzz/target/debug/$target" >"$out/$target.log" 2>&1 ||
+    { tail -20 "$out/$target.log" >&2; exit 1; }
+  stats="$out/$target/default/fuzzer_stats"
+  grep -E '^(execs_done|corpus_count|saved_crashes|saved_hangs) ' "$stats" | tr -s ' ' | sed "s/^/  $target: /" >&2
+  n=0
+  for crash in "$out/$target"/default/crashes/id:*; do
+    [ -e "$crash" ] || continue
+    n=$((n + 1))
+    cp "$crash" "fuzz/seeds/$seeds/crash-$target-$n"
+    echo "  crash kept as fuzz/seeds/$seeds/crash-$target-$n" >&2
+    failed=1
+  done
+done
+exit "$failed"
