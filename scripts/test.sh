@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit tests and integration tests
-# against a real etcd (each test starts its own on a free loopback port).
+# against a real etcd (each test starts its own on a free loopback port),
+# and a short coverage-guided fuzzing run (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cargo fmt --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --all-targets --locked
+# A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
+./scripts/fuzz.sh 10
