@@ -22,6 +22,7 @@ use tower::{Service, ServiceExt};
 
 use super::auth::Caller;
 use super::error::ApiError;
+use super::service::Routes;
 use super::Api;
 
 /// A request's gRPC message prefix: a compressed flag and a length.
@@ -61,14 +62,7 @@ impl<S> Admission<S> {
     }
 }
 
-impl<S> Service<http::Request<Body>> for Admission<S>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
     type Response = http::Response<Body>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;

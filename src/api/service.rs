@@ -32,6 +32,30 @@ pub const LIST_PATH: &str = "/watchproxy.v1.WatchProxy/List";
 pub const GET_PATH: &str = "/watchproxy.v1.WatchProxy/Get";
 pub const WATCH_PATH: &str = "/watchproxy.v1.WatchProxy/Watch";
 
+/// A service that answers calls as HTTP requests: the routes, and each
+/// layer of them.
+pub trait Routes:
+    Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> Routes for S
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+}
+
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
 #[derive(Clone)]

@@ -73,46 +73,21 @@ mod streams;
 mod table;
 mod watches;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::body::Body;
-use tower::Service;
 use tracing::field::Empty;
 use tracing::{info_span, warn, Instrument};
 
 use super::auth::PeerCerts;
 use super::tls::Tls;
 use super::Api;
+pub use crate::api::service::Routes;
 use bridge::Deadlines;
 pub use protocol::socket::{tune, TCP_KEEPALIVE};
-
-/// The routes that answer every call a connection does not serve itself.
-pub trait Routes:
-    Service<
-        http::Request<Body>,
-        Response = http::Response<Body>,
-        Error = Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + 'static
-{
-}
-
-impl<S> Routes for S
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-}
 
 /// How one connection is served.
 #[derive(Clone)]
