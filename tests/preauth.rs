@@ -317,6 +317,22 @@ async fn a_client_that_makes_the_server_reset_stream_after_stream_is_sent_away()
             }
         }
         assert_eq!(goaway, Some(0xb), "{path:?}: ENHANCE_YOUR_CALM");
+        if path == ServePath::Fast {
+            let sent_away = proxy.metric(
+                "watchproxy_http2_connections_sent_away_total",
+                "bound=\"resets\"",
+            );
+            assert!(sent_away >= 1.0, "counted: {sent_away}");
+            let goaways = proxy.metric(
+                "watchproxy_http2_goaways_total",
+                "direction=\"sent\",code=\"ENHANCE_YOUR_CALM\"",
+            );
+            let resets = proxy.metric(
+                "watchproxy_http2_resets_total",
+                "direction=\"sent\",code=\"PROTOCOL_ERROR\"",
+            );
+            assert!(goaways >= 1.0 && resets >= 1000.0, "{goaways} {resets}");
+        }
     })
     .await;
 }
