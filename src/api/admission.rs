@@ -78,6 +78,8 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
             let (mut parts, body) = req.into_parts();
             let admitted = async {
                 let caller = api.identify(&parts.headers, &parts.extensions)?;
+                // The connection's span, on the service's own server.
+                tracing::Span::current().record("identity", caller.user.as_str());
                 let encoding = parts.headers.get("grpc-encoding").cloned();
                 let inflating = encoding.as_ref().and_then(|e| Inflate::named(e.as_bytes()));
                 if inflating.is_some() {

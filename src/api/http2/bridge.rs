@@ -20,7 +20,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tonic::body::Body;
 use tonic::Status;
 use tower::{Service, ServiceExt};
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::framing::grpc_timeout;
 use super::held::Held;
@@ -92,14 +92,17 @@ where
     // a streamed one (reflection, a compressed Watch) waits on its client.
     let unary = matches!(request.uri().path(), LIST_PATH | GET_PATH);
     let request = request.map(|()| Body::new(body));
-    let task = calls.spawn(answer(
+    // The call's task ends with its answer, or is aborted with its stream
+    // or its connection; it carries the connection's span.
+    let answering = answer(
         routes,
         request,
         id,
         links.parts.clone(),
         links.held.clone(),
         unary,
-    ));
+    );
+    let task = calls.spawn(answering.instrument(tracing::Span::current()));
     Call {
         body: Some(body_tx),
         task: Some(task),
