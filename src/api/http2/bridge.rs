@@ -23,7 +23,7 @@ use tower::{Service, ServiceExt};
 use tracing::{debug, Instrument};
 
 use super::framing::grpc_timeout;
-use super::held::Held;
+use super::held::{Held, HeldBytes};
 use super::protocol::frame::Reason;
 use super::protocol::hpack::write_fields;
 use super::protocol::out::Out;
@@ -34,8 +34,12 @@ use crate::api::service::{GET_PATH, LIST_PATH};
 /// What a call's task sends its connection.
 pub(super) enum Part {
     Head(http::response::Parts, bool),
-    /// Data, and how much of the connection's held bytes it counts for.
-    Data(Bytes, usize),
+    /// Data, counted in the connection's held bytes until it is sent or
+    /// dropped.
+    Data(
+        Bytes,
+        #[allow(dead_code, reason = "kept for its drop, which ends the count")] HeldBytes,
+    ),
     Trailers(HeaderMap),
     End,
     Failed,
@@ -62,7 +66,6 @@ pub(super) struct Call {
     pub queue: VecDeque<Part>,
     /// Named in the connection's starved streams.
     pub starved: bool,
-    held: Arc<Held>,
     /// An answer the connection wrote itself, which ends once the request
     /// has: until then the stream is open both ways, as the client expects.
     answered: bool,
@@ -109,7 +112,6 @@ where
         window,
         queue: VecDeque::new(),
         starved: false,
-        held: links.held.clone(),
         answered: false,
     }
 }
@@ -146,10 +148,8 @@ async fn answer<S>(
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if data.is_empty() => {}
                 Ok(data) => {
-                    held.take(data.len());
-                    let n = data.len();
-                    if parts.send((id, Part::Data(data, n))).is_err() {
-                        held.release(n);
+                    let counted = held.hold(data.len());
+                    if parts.send((id, Part::Data(data, counted))).is_err() {
                         return;
                     }
                 }
@@ -184,7 +184,10 @@ impl Call {
         let (head, ()) = head.into_parts();
         let queue = [
             Part::Head(head, false),
-            Part::Data(Bytes::from_static(body.as_bytes()), 0),
+            Part::Data(
+                Bytes::from_static(body.as_bytes()),
+                Arc::new(Held::default()).hold(0),
+            ),
         ];
         Call {
             body: None,
@@ -192,7 +195,6 @@ impl Call {
             window,
             queue: queue.into(),
             starved: false,
-            held: Arc::default(),
             answered: true,
         }
     }
@@ -218,7 +220,7 @@ impl Call {
                     out.headers(id, &block, *end);
                     *end
                 }
-                Part::Data(data, held) => {
+                Part::Data(data, _) => {
                     let room = (self.window.room())
                         .min(out.window.room())
                         .min(out.max_frame as i64);
@@ -232,7 +234,6 @@ impl Call {
                     if !data.is_empty() {
                         continue;
                     }
-                    self.held.release(std::mem::take(held));
                     false
                 }
                 Part::Trailers(trailers) => {
@@ -256,17 +257,6 @@ impl Call {
                 return out.closed.push(id);
             }
             self.queue.pop_front();
-        }
-    }
-}
-
-impl Drop for Call {
-    /// What was held for the client and never sent is let go.
-    fn drop(&mut self) {
-        for part in &mut self.queue {
-            if let Part::Data(_, held) = part {
-                self.held.release(std::mem::take(held));
-            }
         }
     }
 }

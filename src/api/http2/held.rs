@@ -2,6 +2,7 @@
 //! not read them, and the bound on it.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
@@ -32,12 +33,18 @@ impl Held {
         }
     }
 
-    pub(super) fn take(&self, n: usize) {
+    /// Counts `n` bytes held until the guard it returns is dropped: when
+    /// they are sent, or dropped unsent with their stream or connection.
+    pub(super) fn hold(self: &Arc<Self>, n: usize) -> HeldBytes {
         self.bytes.fetch_add(n, Ordering::AcqRel);
         self.all.inc_by(n as u64);
+        HeldBytes {
+            held: self.clone(),
+            n,
+        }
     }
 
-    pub(super) fn release(&self, n: usize) {
+    fn release(&self, n: usize) {
         if n > 0 {
             self.bytes.fetch_sub(n, Ordering::AcqRel);
             self.all.dec_by(n as u64);
@@ -56,5 +63,17 @@ impl Held {
             }
             sent.await;
         }
+    }
+}
+
+/// Bytes of an answer the connection holds, counted until dropped.
+pub(super) struct HeldBytes {
+    held: Arc<Held>,
+    n: usize,
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        self.held.release(self.n);
     }
 }
