@@ -7,7 +7,6 @@
 //! stream.
 
 use std::convert::Infallible;
-use std::io::Read;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -21,6 +20,7 @@ use tonic::Status;
 use tower::{Service, ServiceExt};
 
 use super::auth::Caller;
+use super::compression::Codec;
 use super::error::ApiError;
 use super::service::Routes;
 use super::Api;
@@ -81,7 +81,7 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
                 // The connection's span, on the service's own server.
                 tracing::Span::current().record("identity", caller.user.as_str());
                 let encoding = parts.headers.get("grpc-encoding").cloned();
-                let inflating = encoding.as_ref().and_then(|e| Inflate::named(e.as_bytes()));
+                let inflating = encoding.as_ref().and_then(|e| Codec::named(e.as_bytes()));
                 if inflating.is_some() {
                     // Handed on inflated.
                     parts.headers.remove("grpc-encoding");
@@ -116,31 +116,13 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
     }
 }
 
-/// The encodings a request is inflated from here; another is handed on as
-/// it came, for the codec to refuse.
-#[derive(Debug, Clone, Copy)]
-enum Inflate {
-    Gzip,
-    Zstd,
-}
-
-impl Inflate {
-    fn named(name: &[u8]) -> Option<Inflate> {
-        match name {
-            b"gzip" => Some(Inflate::Gzip),
-            b"zstd" => Some(Inflate::Zstd),
-            _ => None,
-        }
-    }
-}
-
 /// Reads a request's body whole, at most `max` bytes of message plus its
 /// prefix. A message compressed in `inflating` is handed on inflated, and
 /// refused as soon as it would pass `max`, rather than inflated whole and
 /// decoded.
 async fn read_body(
     mut body: Body,
-    inflating: Option<Inflate>,
+    inflating: Option<Codec>,
     max: usize,
 ) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
@@ -150,17 +132,7 @@ async fn read_body(
             continue;
         };
         buf.extend_from_slice(&data);
-        if buf.len() >= PREFIX {
-            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-            if len > max {
-                return Err(ApiError::RequestTooLarge { len, max });
-            }
-        }
-        if buf.len() > PREFIX + max {
-            return Err(ApiError::MalformedRequest(
-                "the request holds more than one message".into(),
-            ));
-        }
+        check_partial(&buf, max)?;
     }
     let Some(inflating) = inflating.filter(|_| buf.len() >= PREFIX && buf[0] != 0) else {
         // Nothing, or a plain message: the codec reads it as it is.
@@ -170,7 +142,10 @@ async fn read_body(
     let packed = buf
         .get(PREFIX..PREFIX + len)
         .ok_or_else(|| ApiError::MalformedRequest("the request ended before its message".into()))?;
-    let message = inflate(packed, inflating, max)?;
+    let message = inflating
+        .decompress(packed, max)
+        .map_err(|e| ApiError::MalformedRequest(format!("decompressing the request: {e}")))?
+        .ok_or(ApiError::RequestTooLarge { len: max + 1, max })?;
     let mut out = BytesMut::with_capacity(PREFIX + message.len());
     out.put_u8(0);
     out.put_u32(message.len() as u32);
@@ -178,25 +153,23 @@ async fn read_body(
     Ok(out.freeze())
 }
 
-/// A compressed message inflated, refused once it passes `max` bytes.
-fn inflate(packed: &[u8], inflating: Inflate, max: usize) -> Result<Vec<u8>, ApiError> {
-    let mut message = Vec::new();
-    let limit = max as u64 + 1;
-    let read = match inflating {
-        Inflate::Gzip => flate2::read::GzDecoder::new(packed)
-            .take(limit)
-            .read_to_end(&mut message),
-        Inflate::Zstd => zstd::stream::read::Decoder::new(packed)
-            .and_then(|d| d.take(limit).read_to_end(&mut message)),
-    };
-    read.map_err(|e| ApiError::MalformedRequest(format!("decompressing the request: {e}")))?;
-    if message.len() > max {
-        return Err(ApiError::RequestTooLarge {
-            len: message.len(),
-            max,
-        });
+/// What a request's body holds so far, checked against the bound as it
+/// arrives: a message declared larger than `max`, or bytes past one
+/// message, are refused before the rest is read. The service's own server
+/// checks a Watch's request with it as its DATA frames arrive.
+pub(crate) fn check_partial(buf: &[u8], max: usize) -> Result<(), ApiError> {
+    if buf.len() >= PREFIX {
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if len > max {
+            return Err(ApiError::RequestTooLarge { len, max });
+        }
     }
-    Ok(message)
+    if buf.len() > PREFIX + max {
+        return Err(ApiError::MalformedRequest(
+            "the request holds more than one message".into(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -210,18 +183,23 @@ mod tests {
         gz.finish().unwrap()
     }
 
-    #[test]
-    fn a_message_is_inflated_within_its_bound_and_refused_past_it() {
+    #[tokio::test]
+    async fn a_message_is_inflated_within_its_bound_and_refused_past_it() {
         let packed = gzip(&[7; 1000]);
-        assert_eq!(inflate(&packed, Inflate::Gzip, 1000).unwrap(), [7; 1000]);
-        let refused = inflate(&packed, Inflate::Gzip, 999).unwrap_err();
+        let inflated = Codec::Gzip.decompress(&packed, 1000).unwrap();
+        assert_eq!(inflated.unwrap(), [7; 1000]);
+        let mut framed = vec![1];
+        framed.extend_from_slice(&(packed.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&packed);
+        let body = Body::new(http_body_util::Full::new(Bytes::from(framed)));
+        let refused = read_body(body, Some(Codec::Gzip), 999).await.unwrap_err();
         assert!(matches!(
             refused,
             ApiError::RequestTooLarge { max: 999, .. }
         ));
         let zstd = zstd::encode_all(&[1u8; 64][..], 1).unwrap();
-        assert_eq!(inflate(&zstd, Inflate::Zstd, 64).unwrap(), [1; 64]);
-        assert!(Inflate::named(b"br").is_none());
+        assert_eq!(Codec::Zstd.decompress(&zstd, 64).unwrap().unwrap(), [1; 64]);
+        assert!(Codec::named(b"br").is_none());
     }
 
     #[tokio::test]

@@ -46,6 +46,31 @@ impl Codec {
             .find(|c| accepted.contains(&c.name()))
     }
 
+    /// The codec a `grpc-encoding` value names.
+    pub fn named(name: &[u8]) -> Option<Codec> {
+        [Codec::Zstd, Codec::Gzip]
+            .into_iter()
+            .find(|c| c.name().as_bytes() == name)
+    }
+
+    /// `packed` decompressed, read no further than `max` bytes: `None`
+    /// once it would pass them, so a small message cannot inflate to
+    /// gigabytes before it is refused.
+    pub fn decompress(self, packed: &[u8], max: usize) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let mut message = Vec::new();
+        let limit = max as u64 + 1;
+        match self {
+            Codec::Gzip => flate2::read::GzDecoder::new(packed)
+                .take(limit)
+                .read_to_end(&mut message)?,
+            Codec::Zstd => zstd::stream::read::Decoder::new(packed)?
+                .take(limit)
+                .read_to_end(&mut message)?,
+        };
+        Ok((message.len() <= max).then_some(message))
+    }
+
     /// `message` compressed; none when that would not make it smaller.
     pub fn compress(self, message: &[u8]) -> Option<Bytes> {
         if message.len() < MIN_BYTES {

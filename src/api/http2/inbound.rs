@@ -16,10 +16,9 @@ use super::protocol::frame::{
 };
 use super::protocol::hpack::MAX_HEADER_BLOCK;
 use super::protocol::state::{Closed, ConnState, Continuing};
-use super::stream::request_limit;
 use super::table::State;
 use super::Routes;
-use crate::api::error::ApiError;
+use crate::api::admission::check_partial;
 
 /// Reads of the socket in one pass; then the others get their turn.
 const READS: usize = 4;
@@ -217,17 +216,9 @@ impl<S: Routes> Driver<S> {
                 body.extend_from_slice(&data);
                 // Held until the request is whole.
                 now = len - data_len;
-                let max = self.settings.max_request_bytes;
-                let declared = (body.len() >= 5)
-                    .then(|| u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize);
-                if let Some(declared) = declared.filter(|&d| d > max) {
-                    refusal = Some(ApiError::RequestTooLarge { len: declared, max });
-                } else if body.len() > request_limit(max) {
-                    refusal = Some(ApiError::MalformedRequest(
-                        "the request holds more than one message".into(),
-                    ));
-                } else {
-                    whole = end;
+                match check_partial(body, self.settings.max_request_bytes) {
+                    Ok(()) => whole = end,
+                    Err(refused) => refusal = Some(refused),
                 }
             }
             // A watch has read its request: more is not wanted.

@@ -248,8 +248,3 @@ pub(super) fn write_refusal(out: &mut Out, id: u32, status: Status) {
     write_fields(Some(head.status), &head.headers, &mut block);
     out.headers(id, &block, true);
 }
-
-/// The bytes a watch's request may hold: its message and the prefix.
-pub(super) fn request_limit(max_request_bytes: usize) -> usize {
-    max_request_bytes + 5
-}
