@@ -58,8 +58,7 @@ impl<S: Routes> Driver<S> {
             return Err(Reason::PROTOCOL_ERROR.on(id));
         }
         if !self.h2.conn.accepts_streams() {
-            self.out.reset(id, Reason::REFUSED_STREAM);
-            self.h2.closed.insert(id, Closed::ResetHere);
+            self.reset_here(id, Reason::REFUSED_STREAM);
             return Ok(());
         }
         if self.streams.len() >= self.settings.max_concurrent_streams as usize {
@@ -71,11 +70,7 @@ impl<S: Routes> Driver<S> {
                 let status = Status::resource_exhausted(format!(
                     "the request's headers are larger than {MAX_HEADER_LIST} bytes"
                 ));
-                write_refusal(&mut self.out, id, status);
-                if !end {
-                    self.out.reset(id, Reason::NO_ERROR);
-                    self.h2.closed.insert(id, Closed::ResetHere);
-                }
+                self.refuse_new(id, status, end);
                 Ok(())
             }
             Err(_) => Err(Reason::PROTOCOL_ERROR.on(id)),
@@ -139,11 +134,7 @@ impl<S: Routes> Driver<S> {
                     extensions.insert(Identified(caller))
                 }
                 Err(refused) => {
-                    write_refusal(&mut self.out, id, refused.into());
-                    if !end {
-                        self.out.reset(id, Reason::NO_ERROR);
-                        self.h2.closed.insert(id, Closed::ResetHere);
-                    }
+                    self.refuse_new(id, refused.into(), end);
                     return Ok(());
                 }
             };
@@ -242,6 +233,15 @@ impl<S: Routes> Driver<S> {
         let held = reading.body.len() as u32;
         let _ = reading.whole.send(reading.body);
         self.give_back_connection(held);
+    }
+
+    /// Answers a stream that is not kept with `status` alone; a request
+    /// still to come is not wanted.
+    fn refuse_new(&mut self, id: u32, status: Status, end: bool) {
+        write_refusal(&mut self.out, id, status);
+        if !end {
+            self.reset_here(id, Reason::NO_ERROR);
+        }
     }
 
     /// Answers stream `id` with `status` alone.

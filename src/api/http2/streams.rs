@@ -56,6 +56,13 @@ impl<S: Routes> Driver<S> {
         }
     }
 
+    /// Resets a stream that is not kept, and remembers it did: what the
+    /// client sent before it saw the reset is dropped.
+    pub(super) fn reset_here(&mut self, id: u32, reason: Reason) {
+        self.out.reset(id, reason);
+        self.h2.closed.insert(id, Closed::ResetHere);
+    }
+
     /// Answers a stream error: RST_STREAM, and the stream ends. Counted
     /// with the client's resets: a client that makes the server reset
     /// stream after stream (MadeYouReset, CVE-2025-8671) is sent away.
