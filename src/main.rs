@@ -316,24 +316,57 @@ async fn list(q: Query, limit: i64) -> anyhow::Result<()> {
     }
 }
 
-async fn watch(q: Query, resource_version: String) -> anyhow::Result<()> {
+/// Prints the watch's events; after a status that says where to resume
+/// (a replica going away, a connection's age), watches again from there.
+async fn watch(q: Query, mut resource_version: String) -> anyhow::Result<()> {
     let mut client = connect(&q.server).await?;
-    let mut stream = client
-        .watch(WatchRequest {
-            resource: q.resource,
-            namespace: q.namespace,
-            label_selector: q.selector,
-            field_selector: q.field_selector,
-            resource_version,
+    loop {
+        let request = WatchRequest {
+            resource: q.resource.clone(),
+            namespace: q.namespace.clone(),
+            label_selector: q.selector.clone(),
+            field_selector: q.field_selector.clone(),
+            resource_version: resource_version.clone(),
             allow_bookmarks: true,
             ..Default::default()
-        })
-        .await?
-        .into_inner();
-    while let Some(event) = stream.message().await? {
+        };
+        let ended = match client.watch(request).await {
+            Ok(stream) => follow(stream.into_inner(), &mut resource_version).await,
+            Err(status) => status,
+        };
+        let named = ended
+            .metadata()
+            .get("watchproxy-resume-resource-version")
+            .and_then(|v| v.to_str().ok());
+        match (ended.code(), named) {
+            (tonic::Code::Ok, _) => return Ok(()),
+            (tonic::Code::Unavailable, Some(named)) => resource_version = named.to_owned(),
+            (tonic::Code::Unavailable, None) if !resource_version.is_empty() => {}
+            _ => return Err(ended.into()),
+        }
+        eprintln!("# {}; resuming from {resource_version}", ended.message());
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// Prints a watch stream's events, keeping in `resume` the version to
+/// resume from after the last one; the status it ended with.
+async fn follow(
+    mut stream: tonic::Streaming<pb::WatchEvent>,
+    resume: &mut String,
+) -> tonic::Status {
+    loop {
+        let event = match stream.message().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return tonic::Status::ok("the watch ended"),
+            Err(status) => return status,
+        };
         let kind = pb::EventType::try_from(event.r#type).map_or("UNKNOWN", |t| t.as_str_name());
         let object = event.object.unwrap_or_default();
-        println!("{kind} {}", describe(&object));
+        let mark = if event.resync { " resync" } else { "" };
+        println!("{kind} {}{mark}", describe(&object));
+        if !event.resume_resource_version.is_empty() {
+            *resume = event.resume_resource_version;
+        }
     }
-    Ok(())
 }

@@ -111,8 +111,40 @@ async fn the_cache_recovers_when_etcd_restarts_and_watchers_see_no_gap() {
     );
 }
 
+/// (type, namespace/name, value, version, resume version, resync) of an
+/// event.
+type Shown = (EventType, String, String, u64, u64, bool);
+
+fn shown(e: &pb::WatchEvent) -> Shown {
+    let (kind, name, rv) = summary(e);
+    let o = e.object.clone().unwrap_or_default();
+    let name = if kind == Bookmark {
+        String::new()
+    } else {
+        name
+    };
+    let resume = e.resume_resource_version.parse().unwrap_or(0);
+    let value = String::from_utf8(o.value.to_vec()).unwrap();
+    (kind, name, value, rv, resume, e.resync)
+}
+
+/// The next `n` events of `stream`, bookmarks that close nothing left out.
+async fn take_shown(stream: &mut tonic::Streaming<pb::WatchEvent>, n: usize) -> Vec<Shown> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let e = next_event(stream)
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        if e.r#type != Bookmark as i32 || e.resync {
+            got.push(shown(&e));
+        }
+    }
+    got
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_difference() {
+async fn a_compaction_while_cut_off_resyncs_open_watches_with_each_objects_own_version() {
     let etcd = Etcd::start().await;
     let forwarder = Forwarder::start(&etcd.client_url).await;
     let mut ec = etcd.client().await;
@@ -122,12 +154,14 @@ async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_differenc
     let proxy = Proxy::start(&forwarder.url).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
-    let watch = |rv: &str| pb::WatchRequest {
-        allow_bookmarks: true,
+    let watch = |rv: &str, allow_bookmarks: bool| pb::WatchRequest {
+        allow_bookmarks,
         ..watch_req("pods", rv)
     };
-    let mut stream = open_watch(&mut client, watch("")).await;
-    assert_eq!(take_events(&mut stream, 3).await.len(), 3);
+    let mut marked = open_watch(&mut client, watch("", true)).await;
+    let mut plain = open_watch(&mut client, watch("", false)).await;
+    assert_eq!(take_events(&mut marked, 3).await.len(), 3);
+    assert_eq!(take_events(&mut plain, 3).await.len(), 3);
     let before = list_version(&mut client, "pods", "0").await;
 
     forwarder.cut();
@@ -140,35 +174,53 @@ async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_differenc
     ec.compact(compact_at as i64, None).await.unwrap();
     forwarder.restore();
 
-    // The difference, every event marked and shown at the version the
-    // lost history starts from, then a marked bookmark at the list's.
-    let mut got = Vec::new();
-    while got.len() < 4 {
-        let e = next_event(&mut stream)
-            .await
-            .unwrap()
-            .expect("the stream goes on");
-        let bookmark = e.r#type == pb::EventType::Bookmark as i32;
-        if bookmark && !e.resync {
-            continue;
+    // What etcd holds at the list's version, each key with its own mod
+    // revision; the deleted key is shown at the list's version.
+    let at_last = |name: &str| {
+        let mut ec = ec.clone();
+        let key = format!("/registry/pods/ns/{name}");
+        async move {
+            let got = ec
+                .get(
+                    key,
+                    Some(etcd_client::GetOptions::new().with_revision(last as i64)),
+                )
+                .await
+                .unwrap();
+            let kv = &got.kvs()[0];
+            (kv.value_str().unwrap().to_owned(), kv.mod_revision() as u64)
         }
-        let (kind, name, rv) = summary(&e);
-        got.push((
-            kind,
-            if bookmark { String::new() } else { name },
-            rv,
-            e.resync,
-        ));
-    }
+    };
+    let (change, change_rev) = at_last("change").await;
+    let (new, new_rev) = at_last("new").await;
+    let gone = pod_json("gone", "ns", &[], "");
+    let expected: Vec<Shown> = vec![
+        (
+            Modified,
+            "ns/change".into(),
+            change,
+            change_rev,
+            before,
+            true,
+        ),
+        (Deleted, "ns/gone".into(), gone, last, before, true),
+        (Added, "ns/new".into(), new, new_rev, before, true),
+        (Bookmark, String::new(), String::new(), last, last, true),
+    ];
     assert_eq!(
-        got,
-        [
-            (Modified, "ns/change".into(), before, true),
-            (Deleted, "ns/gone".into(), before, true),
-            (Added, "ns/new".into(), before, true),
-            (Bookmark, String::new(), last, true),
-        ],
-        "a resync, marked, from {before} to {last}"
+        take_shown(&mut marked, 4).await,
+        expected,
+        "a resync, marked, from {before} to {last}, each object at its own version"
+    );
+    // Without bookmarks: the same events, and no closing bookmark; the
+    // first event after them is not marked.
+    let after_it = put_pod(&mut ec, "ns", "later", &[], "").await;
+    let mut without = take_shown(&mut plain, 4).await;
+    assert_eq!(without[..3], expected[..3]);
+    let later = without.pop().unwrap();
+    assert_eq!(
+        (later.0, later.1.as_str(), later.3, later.4, later.5),
+        (Added, "ns/later", after_it, after_it, false)
     );
     assert_eq!(
         proxy.metric("watchproxy_relists_total", "resource=\"pods\""),
@@ -177,21 +229,10 @@ async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_differenc
     // A client that saw the state before the outage resumes through the
     // same resync from the window; one inside the lost history is refused;
     // one from the bookmark resumes after it.
-    let mut resumed = open_watch(&mut client, watch(&before.to_string())).await;
-    let again: Vec<_> = take_events(&mut resumed, 3)
-        .await
-        .iter()
-        .map(|e| (summary(e), e.resync))
-        .collect();
-    assert_eq!(
-        again,
-        got[..3]
-            .iter()
-            .map(|(k, n, r, m)| ((*k, n.clone(), *r), *m))
-            .collect::<Vec<_>>()
-    );
+    let mut resumed = open_watch(&mut client, watch(&before.to_string(), true)).await;
+    assert_eq!(take_shown(&mut resumed, 4).await, expected);
     let inside = client
-        .watch(watch(&(before + 1).to_string()))
+        .watch(watch(&(before + 1).to_string(), true))
         .await
         .map(|r| r.into_inner());
     let refused = match inside {
@@ -199,17 +240,16 @@ async fn a_compaction_while_cut_off_resyncs_open_watches_with_a_marked_differenc
         Ok(mut s) => s.message().await.expect_err("refused"),
     };
     assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
-    let after_it = put_pod(&mut ec, "ns", "later", &[], "").await;
-    let mut from_end = open_watch(&mut client, watch(&last.to_string())).await;
+    let mut from_end = open_watch(&mut client, watch(&last.to_string(), true)).await;
     let e = take_events(&mut from_end, 1).await;
     assert_eq!(summary(&e[0]), (Added, "ns/later".into(), after_it));
+    assert_eq!(e[0].resume_resource_version, after_it.to_string());
     assert!(!e[0].resync);
-    let names: Vec<String> = list_items(&mut client, "pods")
-        .await
-        .into_iter()
-        .map(|o| o.name)
-        .collect();
+    let items = list_items(&mut client, "pods").await;
+    let names: Vec<&str> = items.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["change", "keep", "later", "new"]);
+    let change = items.iter().find(|o| o.name == "change").unwrap();
+    assert_eq!(change.resource_version, change_rev.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

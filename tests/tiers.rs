@@ -350,16 +350,17 @@ async fn a_resync_on_the_core_reaches_the_edges_watchers_as_a_marked_difference(
     let before = list_version(&mut client, "pods", "0").await;
 
     forwarder.cut();
-    put_pod(&mut ec, "ns", "change", &[("v", "2")], "").await;
+    let changed = put_pod(&mut ec, "ns", "change", &[("v", "2")], "").await;
     delete_key(&mut ec, "/registry/pods/ns/gone").await;
-    put_pod(&mut ec, "ns", "new", &[], "").await;
+    let new = put_pod(&mut ec, "ns", "new", &[], "").await;
     let compact_at = put_pod(&mut ec, "ns", "short-lived", &[], "").await;
     let last = delete_key(&mut ec, "/registry/pods/ns/short-lived").await;
     ec.compact(compact_at as i64, None).await.unwrap();
     forwarder.restore();
 
-    // The edge lists its core again and sends the difference, marked, at
-    // the version its own lost history starts from.
+    // The edge lists its core again and sends the difference, marked,
+    // resuming from the version its own lost history starts from, each
+    // object at its own version (a deletion at the list's).
     let mut got = Vec::new();
     let mut end = 0;
     for _ in 0..100 {
@@ -375,6 +376,7 @@ async fn a_resync_on_the_core_reaches_the_edges_watchers_as_a_marked_difference(
             (true, true) => end = summary(&e).2,
             (false, resync) => {
                 assert!(resync, "{e:?} is part of the resync");
+                assert_eq!(e.resume_resource_version, before.to_string());
                 got.push(summary(&e));
             }
         }
@@ -382,9 +384,9 @@ async fn a_resync_on_the_core_reaches_the_edges_watchers_as_a_marked_difference(
     assert_eq!(
         got,
         [
-            (Modified, "ns/change".into(), before),
-            (Deleted, "ns/gone".into(), before),
-            (Added, "ns/new".into(), before),
+            (Modified, "ns/change".into(), changed),
+            (Deleted, "ns/gone".into(), end),
+            (Added, "ns/new".into(), new),
         ]
     );
     assert!(
@@ -428,5 +430,82 @@ async fn a_client_resumes_on_a_new_edge_with_a_version_from_before_it_started() 
     // Its consistent reads are still confirmed without reading the core.
     list_version(&mut client, "pods", "").await;
     let fallbacks = "watchproxy_consistent_read_fallbacks_total";
+    assert_eq!(edge.metric(fallbacks, "resource=\"pods\""), 0.0);
+}
+
+/// A consistent List of `pods` on `client` within 10 s: the edge must
+/// prove its own cache fresh, as its `freshness_wait` is longer.
+async fn consistent_pods(
+    client: &mut pb::watch_proxy_client::WatchProxyClient<tonic::transport::Channel>,
+) -> Result<usize, tonic::Status> {
+    let mut request = tonic::Request::new(pb::ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    });
+    request.set_timeout(Duration::from_secs(10));
+    Ok(client.list(request).await?.into_inner().items.len())
+}
+
+/// An edge whose freshness waits outlast a client's deadline.
+fn patient_edge(core: std::net::SocketAddr) -> Config {
+    let mut config = edge_without_etcd(core);
+    config.watch.freshness_wait = Duration::from_secs(30);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_confirms_reads_of_an_idle_resource_after_a_first_start_and_a_restart() {
+    // No progress notifications from etcd: nothing but the proofs moves an
+    // idle resource's reads.
+    let etcd = Etcd::start_with_default_progress().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "idle", &[], "").await;
+    ec.put("/registry/minions/n1", "{}", None).await.unwrap();
+    let core = Proxy::start(&forwarder.url).await;
+    wait_ready(&mut core.client().await, "pods").await;
+    ec.put("/registry/minions/n1", "{\"v\":2}", None)
+        .await
+        .unwrap();
+
+    // A first start after the data exists.
+    let mut edge = Proxy::start_config(patient_edge(core.addr)).await;
+    let mut client = edge.client().await;
+    wait_ready(&mut client, "pods").await;
+    for _ in 0..3 {
+        assert_eq!(consistent_pods(&mut client).await.unwrap(), 1);
+    }
+    let fallbacks = "watchproxy_consistent_read_fallbacks_total";
+    assert_eq!(edge.metric(fallbacks, "resource=\"pods\""), 0.0);
+    edge.stop().await;
+
+    // The core relists with an empty difference (its history was
+    // compacted while it was cut off, with nothing changed under the
+    // prefix), then an edge starts again.
+    forwarder.cut();
+    for i in 0..3 {
+        ec.put("/registry/minions/n1", format!("{{\"v\":{i}}}"), None)
+            .await
+            .unwrap();
+    }
+    let head = ec
+        .get("/", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    ec.compact(head, None).await.unwrap();
+    forwarder.restore();
+    wait_until("the core relists pods", || {
+        core.metric("watchproxy_relists_total", "resource=\"pods\"") >= 1.0
+    })
+    .await;
+    let edge = Proxy::start_config(patient_edge(core.addr)).await;
+    let mut client = edge.client().await;
+    wait_ready(&mut client, "pods").await;
+    for _ in 0..3 {
+        assert_eq!(consistent_pods(&mut client).await.unwrap(), 1);
+    }
     assert_eq!(edge.metric(fallbacks, "resource=\"pods\""), 0.0);
 }

@@ -21,6 +21,8 @@ pub struct Change {
 pub struct History {
     pub start: u64,
     pub initial: BTreeMap<String, Vec<u8>>,
+    /// The mod revision of each key in `initial`.
+    pub initial_versions: BTreeMap<String, u64>,
     pub changes: Vec<Change>,
 }
 
@@ -42,6 +44,16 @@ impl History {
             apply(&mut state, c);
         }
         state
+    }
+
+    /// The mod revision of `key` at `revision` (at least `start`); none
+    /// when it is not there.
+    pub fn version_at(&self, key: &str, revision: u64) -> Option<u64> {
+        let upto = self.changes.partition_point(|c| c.revision <= revision);
+        match self.changes[..upto].iter().rev().find(|c| c.key == key) {
+            Some(c) => c.value.as_ref().map(|_| c.revision),
+            None => self.initial_versions.get(key).copied(),
+        }
     }
 
     /// The changes after `revision`, in order.
@@ -70,19 +82,17 @@ pub async fn record(
         .await
         .context("reading the prefix from etcd")?;
     let start = listed.header().context("a header")?.revision() as u64;
-    let initial = listed
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.value().to_vec(),
-            )
-        })
+    let key = |kv: &etcd_client::KeyValue| String::from_utf8_lossy(kv.key()).into_owned();
+    let initial = (listed.kvs().iter())
+        .map(|kv| (key(kv), kv.value().to_vec()))
+        .collect();
+    let initial_versions = (listed.kvs().iter())
+        .map(|kv| (key(kv), kv.mod_revision() as u64))
         .collect();
     let (tx, rx) = watch::channel(History {
         start,
         initial,
+        initial_versions,
         changes: Vec::new(),
     });
     let mut client = client.clone();

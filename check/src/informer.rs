@@ -20,9 +20,13 @@ pub enum Received {
     Event {
         kind: Kind,
         key: String,
+        /// The object's version.
         revision: u64,
         value: Vec<u8>,
         resync: bool,
+        /// Where a client resumes from after it: the object's version, or
+        /// in a resync the version its lost history starts from.
+        resume: u64,
     },
     Bookmark {
         revision: u64,
@@ -313,14 +317,15 @@ async fn follow(
         };
         let o = event.object.unwrap_or_default();
         let revision = o.resource_version.parse().unwrap_or(0);
+        let resume = event.resume_resource_version.parse().unwrap_or(revision);
         let kind = match pb::EventType::try_from(event.r#type) {
             Ok(pb::EventType::Added) => Kind::Added,
             Ok(pb::EventType::Modified) => Kind::Modified,
             Ok(pb::EventType::Deleted) => Kind::Deleted,
             _ => {
                 let mut t = shared.lock().await;
-                t.version = revision;
-                t.complete = revision;
+                t.version = resume;
+                t.complete = resume;
                 // Initial events count as a list once they are all in.
                 if event.initial_events_end {
                     t.relists += 1;
@@ -346,10 +351,10 @@ async fn follow(
             .segments
             .last()
             .is_some_and(|s| matches!(s.start, Start::Initial) && !initial_done(s));
-        if !initial && revision > t.version {
+        if !initial && resume > t.version {
             t.complete = t.version;
         }
-        t.version = revision;
+        t.version = resume;
         if let Some(s) = t.segments.last_mut() {
             s.received.push(Received::Event {
                 kind,
@@ -357,6 +362,7 @@ async fn follow(
                 revision,
                 value: o.value.to_vec(),
                 resync: event.resync,
+                resume,
             });
         }
     }

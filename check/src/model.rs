@@ -186,6 +186,7 @@ mod tests {
         let history = History {
             start: 1,
             initial: State::new(),
+            initial_versions: Default::default(),
             changes: vec![
                 Change {
                     revision: 2,

@@ -158,8 +158,9 @@ impl Run<'_> {
     fn follow(&mut self, base: u64, received: &[Received], last: bool, head: u64) {
         let mut expected = expected_after(self.history, self.prefix, &self.t.selection, base);
         let mut i = 0;
-        // The state a resync started from, with its events applied so far.
-        let mut resync: Option<State> = None;
+        // The state a resync started from, with its events applied so far,
+        // and the versions its objects were shown at.
+        let mut resync: Option<Resync> = None;
         let mut at = base;
         for r in received {
             match r {
@@ -168,20 +169,23 @@ impl Run<'_> {
                     kind,
                     key,
                     value,
+                    revision,
                     ..
                 } => {
-                    let state = resync.get_or_insert_with(|| self.state(at));
+                    let from = self.state(at);
+                    let resync = resync.get_or_insert_with(|| Resync::from(from));
                     match kind {
-                        Kind::Deleted => state.remove(key),
-                        _ => state.insert(key.clone(), value.clone()),
+                        Kind::Deleted => resync.state.remove(key),
+                        _ => resync.state.insert(key.clone(), value.clone()),
                     };
+                    resync.shown.push((*kind, key.clone(), *revision));
                 }
                 Received::Bookmark {
                     resync: true,
                     revision,
                     ..
                 } => {
-                    self.end_resync(&mut resync, at, *revision);
+                    self.end_resync(&mut resync, at, *revision, true);
                     (expected, i, at) = (self.expected(*revision), 0, *revision);
                 }
                 Received::Bookmark { revision, .. } => {
@@ -211,7 +215,7 @@ impl Run<'_> {
                 } => {
                     if resync.is_some() {
                         let before = revision.saturating_sub(1);
-                        self.end_resync(&mut resync, at, before);
+                        self.end_resync(&mut resync, at, before, false);
                         (expected, i) = (self.expected(before), 0);
                     }
                     if !self.t.selection.scopes(self.prefix, key)
@@ -277,7 +281,7 @@ impl Run<'_> {
             if !last {
                 return;
             }
-            self.end_resync(&mut resync, at, head);
+            self.end_resync(&mut resync, at, head, false);
             (expected, i) = (self.expected(head), 0);
         }
         if last {
@@ -301,9 +305,14 @@ impl Run<'_> {
     }
 
     /// A resync's state (the client's at `from` with its events applied)
-    /// must be etcd's at the revision it ends at.
-    fn end_resync(&mut self, resync: &mut Option<State>, from: u64, revision: u64) {
-        let state = resync.take().unwrap_or_else(|| self.state(from));
+    /// must be etcd's at the revision it ends at, and each object must be
+    /// shown at its own version there; a deletion at the list's version,
+    /// which is `revision` when a bookmark named it (`listed`), else
+    /// after `from` and no later than `revision`.
+    fn end_resync(&mut self, resync: &mut Option<Resync>, from: u64, revision: u64, listed: bool) {
+        let Resync { state, shown } = resync
+            .take()
+            .unwrap_or_else(|| Resync::from(self.state(from)));
         let want = self.state(revision);
         self.v.resyncs += 1;
         if state != want {
@@ -312,6 +321,37 @@ impl Run<'_> {
                 "{}: state after the resync to {revision} differs ({d})",
                 self.here()
             ));
+        }
+        for (kind, key, version) in shown {
+            let right = match kind {
+                Kind::Deleted if listed => version == revision,
+                Kind::Deleted => version > from && version <= revision,
+                _ => Some(version) == self.history.version_at(&key, revision),
+            };
+            if !right {
+                self.v.fail(format!(
+                    "{}: {kind:?} {key} in the resync to {revision} shown at version {version}, etcd's is {:?}",
+                    self.here(),
+                    self.history.version_at(&key, revision)
+                ));
+            }
+        }
+    }
+}
+
+/// A resync as a client follows it.
+struct Resync {
+    /// The client's state when it began, with its events applied so far.
+    state: State,
+    /// Each event's type, key and the version its object was shown at.
+    shown: Vec<(Kind, String, u64)>,
+}
+
+impl From<State> for Resync {
+    fn from(state: State) -> Self {
+        Self {
+            state,
+            shown: Vec::new(),
         }
     }
 }
@@ -343,6 +383,7 @@ mod tests {
         History {
             start: 1,
             initial: State::new(),
+            initial_versions: Default::default(),
             changes: vec![
                 put(2, "/p/ns-0/a", 1),
                 put(3, "/p/ns-0/b", 1),
@@ -359,6 +400,7 @@ mod tests {
             revision,
             value: value(app, 0, revision),
             resync: false,
+            resume: revision,
         }
     }
 
@@ -482,13 +524,15 @@ mod tests {
 
     #[test]
     fn a_marked_resync_must_end_in_etcds_state() {
-        let resync = |kind, key: &str, app| Received::Event {
+        let resync_at = |kind, key: &str, app, revision| Received::Event {
             kind,
             key: key.to_owned(),
-            revision: 2,
+            revision,
             value: value(app, 0, 3),
             resync: true,
+            resume: 2,
         };
+        let resync = |kind, key: &str, app| resync_at(kind, key, app, 3);
         let end = Received::Bookmark {
             revision: 4,
             resync: true,
@@ -505,6 +549,22 @@ mod tests {
         );
         assert!(good.failures.is_empty(), "{:?}", good.failures);
         assert_eq!(good.resyncs, 1);
+        // The object at the version the lost history starts from, not its
+        // own.
+        let shown_at_start = check(
+            vec![
+                event(Kind::Added, "/p/ns-0/a", 2, 1),
+                resync_at(Kind::Added, "/p/ns-0/b", 1, 2),
+                end.clone(),
+                event(Kind::Deleted, "/p/ns-0/a", 5, 1),
+            ],
+            &[("/p/ns-0/b", 1, 3)],
+        );
+        assert!(
+            (shown_at_start.failures.iter()).any(|f| f.contains("shown at version 2")),
+            "{:?}",
+            shown_at_start.failures
+        );
         let short = check(
             vec![
                 event(Kind::Added, "/p/ns-0/a", 2, 1),

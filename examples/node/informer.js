@@ -143,13 +143,17 @@ class Informer {
       });
       call.on('data', (ev) => {
         const rv = ev.object.resource_version;
+        // Where to resume after the event: a resync's events name the
+        // version its lost history starts from, while their objects keep
+        // their own.
+        const resume = ev.resume_resource_version || rv;
         if (ev.type === 'EVENT_TYPE_BOOKMARK') {
-          this.version = this.seen = rv;
+          this.version = this.seen = resume;
           return;
         }
-        if (BigInt(rv) > BigInt(this.seen)) {
+        if (BigInt(resume) > BigInt(this.seen)) {
           this.version = this.seen;
-          this.seen = rv;
+          this.seen = resume;
         }
         if (ev.type === 'EVENT_TYPE_DELETED') this.objects.delete(ev.object.key);
         else this.objects.set(ev.object.key, rv);

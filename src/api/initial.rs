@@ -12,10 +12,10 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use super::compression::Codec;
-use super::wire::{encode_added_batch, encode_event, Packed};
+use super::wire::{encode_added_batch, encode_initial, Packed};
 use crate::cache::{Snapshot, WatchCache, WatchFrom};
 use crate::dispatch::{Dispatcher, Encoded, Inbox, Wants, Watcher};
-use crate::object::{EventType, Object, Projection, Resource, Revision, TooOld};
+use crate::object::{Object, Projection, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
 
@@ -197,9 +197,7 @@ impl InitialState {
         built.done = shown.len() < CHUNK;
         let messages: Vec<Encoded> = match self.batched {
             true => batches(&shown).map(encode_added_batch).collect(),
-            false => (shown.iter())
-                .map(|o| encode_event(EventType::Added, o, o.revision, None))
-                .collect(),
+            false => (shown.iter()).map(|o| encode_initial(o)).collect(),
         };
         let bytes: usize = messages.iter().map(Encoded::size).sum();
         self.metrics.initial_snapshot_bytes.inc_by(bytes as u64);

@@ -11,7 +11,7 @@ use super::error::ApiError;
 use super::query::{GetQuery, ListAt, ListQuery};
 use super::wire::object_pb;
 use super::{Api, Served};
-use crate::cache::{NotInWindow, Snapshot};
+use crate::cache::{Digest, NotInWindow, Snapshot};
 use crate::object::{Object, Projection, Resource, Revision};
 use crate::pb;
 use crate::selector::{Predicate, Shard};
@@ -26,6 +26,8 @@ struct Page {
     remaining: Option<usize>,
     /// The newest change in the objects (0: not known).
     changed: Revision,
+    /// The digest of the resource's objects, where they are the current ones.
+    digest: Option<Digest>,
     from_origin: bool,
     /// Where the upstream watchproxy's list goes on.
     upstream: Option<String>,
@@ -152,6 +154,7 @@ impl Api {
             more,
             remaining,
             changed: 0,
+            digest: None,
             from_origin: true,
             upstream,
         };
@@ -200,6 +203,7 @@ fn snapshot_page(
         more,
         remaining,
         changed: snapshot.changed,
+        digest: snapshot.digest,
         from_origin: false,
         upstream: None,
     };
@@ -233,6 +237,10 @@ fn page_response<'a>(
             0 => String::new(),
             n => n.to_string(),
         },
+        state_digest: (page.digest)
+            .filter(|_| page.changed != 0)
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
     }
 }
 

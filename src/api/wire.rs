@@ -99,36 +99,61 @@ fn change_encoding(view: &View) -> Cow<'_, Encoded> {
     }
 }
 
-/// Encodes a change as a `WatchEvent`. At the object's own revision (every
-/// event but DELETED, and every initial ADDED) the message is a few bytes
-/// of header followed by the object's encoding made when it was read, so
-/// no watcher encodes the object again.
+/// Encodes a change as a `WatchEvent`, with the version to resume from
+/// after it. At the object's own revision (every event but DELETED) the
+/// message is a few bytes of header followed by the object's encoding made
+/// when it was read, so no watcher encodes the object again.
 ///
-/// An event of a resync is shown at `resync_from` and marked.
+/// An event of a resync is marked and resumes from `resync_from`; its
+/// object keeps its own version, a DELETED the event's (the list's).
 pub fn encode_event(
     kind: EventType,
     o: &Object,
     revision: Revision,
     resync_from: Option<Revision>,
 ) -> Encoded {
-    use prost::encoding::{encode_key, encode_varint, WireType};
-    if let Some(from) = resync_from {
-        let mut event = event_pb(kind, o, from);
-        event.resync = true;
+    let shown = match (resync_from, kind) {
+        (Some(_), EventType::Added | EventType::Modified) => o.revision,
+        _ => revision,
+    };
+    let resume = resync_from.unwrap_or(revision);
+    encode(kind, o, shown, resync_from.is_some(), Some(resume))
+}
+
+/// An ADDED event of an initial state: the object at its own version, and
+/// no version to resume from (the state's is on the bookmark ending it).
+pub fn encode_initial(o: &Object) -> Encoded {
+    encode(EventType::Added, o, o.revision, false, None)
+}
+
+fn encode(
+    kind: EventType,
+    o: &Object,
+    shown: Revision,
+    resync: bool,
+    resume: Option<Revision>,
+) -> Encoded {
+    use prost::encoding::{encode_key, encode_varint, string, WireType};
+    if shown != o.revision || o.wire.is_empty() {
+        let mut event = event_pb(kind, o, shown);
+        event.resync = resync;
+        event.resume_resource_version = resume.map(|r| r.to_string()).unwrap_or_default();
         return Encoded {
             head: Bytes::from(event.encode_to_vec()),
             body: Bytes::new(),
         };
     }
-    if revision != o.revision || o.wire.is_empty() {
-        return Encoded {
-            head: Bytes::from(event_pb(kind, o, revision).encode_to_vec()),
-            body: Bytes::new(),
-        };
-    }
-    let mut head = Vec::with_capacity(16);
+    // Fields before the object's, which ends the message: a protobuf
+    // reader takes fields in any order.
+    let mut head = Vec::with_capacity(32);
     encode_key(1, WireType::Varint, &mut head);
     encode_varint(event_type_pb(kind) as u64, &mut head);
+    if resync {
+        prost::encoding::bool::encode(4, &true, &mut head);
+    }
+    if let Some(resume) = resume {
+        string::encode(6, &resume.to_string(), &mut head);
+    }
     encode_key(2, WireType::LengthDelimited, &mut head);
     encode_varint(o.wire.len() as u64, &mut head);
     Encoded {
@@ -177,6 +202,7 @@ pub fn encode_bookmark(revision: Revision, initial_events_end: bool, resync: boo
         initial_events_end,
         resync,
         objects: Vec::new(),
+        resume_resource_version: revision.to_string(),
     };
     Encoded {
         head: Bytes::from(bookmark.encode_to_vec()),
@@ -210,6 +236,7 @@ fn event_pb(kind: EventType, o: &Object, revision: Revision) -> pb::WatchEvent {
         initial_events_end: false,
         resync: false,
         objects: Vec::new(),
+        resume_resource_version: String::new(),
     }
 }
 
@@ -239,12 +266,35 @@ mod tests {
                 "the object's bytes are shared unless its version differs"
             );
             let decoded = pb::WatchEvent::decode(e.to_bytes()).unwrap();
-            assert_eq!(decoded, event_pb(kind, &o, revision));
-            assert_eq!(
-                decoded.object.unwrap().resource_version,
-                revision.to_string()
-            );
+            let mut whole = event_pb(kind, &o, revision);
+            whole.resume_resource_version = revision.to_string();
+            assert_eq!(decoded, whole);
         }
+        let initial = pb::WatchEvent::decode(encode_initial(&o).to_bytes()).unwrap();
+        assert_eq!(initial, event_pb(EventType::Added, &o, 42));
+    }
+
+    #[test]
+    fn a_resync_shows_objects_at_their_own_version_and_resumes_from_its_start() {
+        let r = Resource::for_tests(&[]);
+        let o = r.decode(b"/p/ns/a", br#"{"a":1}"#, 42).unwrap();
+        let (from, listed) = (30, 60);
+        for (kind, version) in [
+            (EventType::Added, 42),
+            (EventType::Modified, 42),
+            (EventType::Deleted, listed),
+        ] {
+            let e = encode_event(kind, &o, listed, Some(from));
+            assert_eq!(e.body.is_empty(), kind == EventType::Deleted);
+            let decoded = pb::WatchEvent::decode(e.to_bytes()).unwrap();
+            let mut want = event_pb(kind, &o, version);
+            want.resync = true;
+            want.resume_resource_version = from.to_string();
+            assert_eq!(decoded, want, "{kind}");
+        }
+        let end = pb::WatchEvent::decode(encode_bookmark(listed, false, true).to_bytes()).unwrap();
+        assert_eq!(end.resume_resource_version, listed.to_string());
+        assert!(end.resync);
     }
 
     #[test]

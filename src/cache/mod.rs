@@ -3,6 +3,7 @@
 //! snapshots; its one [`CacheWriter`] applies changes and hands the events
 //! to the dispatcher.
 
+mod digest;
 mod index;
 #[cfg(test)]
 mod model_tests;
@@ -25,6 +26,7 @@ use crate::dispatch::{Dispatcher, Inbox, Subscription, Trigger, Wants, Watcher, 
 use crate::object::{Event, Object, Resource, Revision, TooOld};
 use crate::selector::Predicate;
 use crate::telemetry::ResourceMetrics;
+pub use digest::Digest;
 pub use index::FieldIndexes;
 use ring::EventRing;
 pub use snapshot::Snapshot;
@@ -112,7 +114,19 @@ pub(super) struct State {
     /// came from): the objects are those of every revision from it to
     /// `valid_through`.
     changed: Revision,
+    /// The store's [`Digest`].
+    digest: Digest,
     ready: bool,
+}
+
+/// What an upstream watchproxy says of its objects, for a tier below to
+/// prove it holds the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sameness {
+    Digest(Digest),
+    /// The revision of the newest change (from a watchproxy that sends no
+    /// digest).
+    Changed(Revision),
 }
 
 /// How a watch starts.
@@ -176,6 +190,7 @@ impl WatchCache {
             revision: 0,
             valid_through: 0,
             changed: 0,
+            digest: Digest::default(),
             ready: false,
         };
         let cache = Arc::new(Self {
@@ -212,6 +227,7 @@ impl WatchCache {
             indexes: s.indexes.clone(),
             revision: s.valid_through,
             changed: s.changed,
+            digest: Some(s.digest),
         }
     }
 
@@ -232,6 +248,7 @@ impl WatchCache {
                     indexes: s.indexes.clone(),
                     revision,
                     changed: s.changed,
+                    digest: Some(s.digest),
                 });
             }
             let later = s.ring.since(revision).map_err(NotInWindow::TooOld)?;
@@ -243,6 +260,7 @@ impl WatchCache {
                 indexes: s.indexes.clone(),
                 revision,
                 changed: 0,
+                digest: None,
             };
             (snapshot, later)
         };
@@ -321,13 +339,15 @@ impl WatchCache {
         self.move_reads(until, |s| s.revision == since);
     }
 
-    /// Records an upstream watchproxy's proof that its objects, whose
-    /// newest change is at `changed`, are etcd's current ones at `until`.
-    /// This cache follows that upstream's changes, so when its own newest
-    /// change is the same it holds the same objects: its reads move to
-    /// `until` too.
-    pub fn confirm_same(&self, changed: Revision, until: Revision) {
-        self.move_reads(until, |s| s.changed == changed);
+    /// Records an upstream watchproxy's proof that its objects are etcd's
+    /// current ones at `until`: when this cache holds the same objects (the
+    /// same [`Digest`]; from an upstream that sends none, the same newest
+    /// change), its reads move to `until` too.
+    pub fn confirm_same(&self, same: Sameness, until: Revision) {
+        self.move_reads(until, |s| match same {
+            Sameness::Digest(d) => s.digest == d,
+            Sameness::Changed(changed) => s.changed == changed,
+        });
     }
 
     /// Reads move to `until` if the cache is ready and `proven` holds of
@@ -394,6 +414,7 @@ impl WatchCache {
                     indexes: s.indexes.clone(),
                     revision: s.valid_through,
                     changed: s.changed,
+                    digest: Some(s.digest),
                 };
                 (Some(snapshot), s.valid_through)
             }

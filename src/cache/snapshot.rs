@@ -4,7 +4,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::{FieldIndexes, Store};
+use super::{Digest, FieldIndexes, Store};
 use crate::object::{Object, Resource, Revision};
 use crate::selector::Predicate;
 
@@ -18,6 +18,9 @@ pub struct Snapshot {
     /// `revision` (their objects are the same); 0 where not known (a past
     /// state). A tier below confirms its own freshness with it.
     pub changed: Revision,
+    /// The objects' [`Digest`], where they are the current ones; none for
+    /// a past state.
+    pub digest: Option<Digest>,
 }
 
 impl Snapshot {

@@ -39,13 +39,13 @@ fn shown(cache: &WatchCache, w: &mut Watcher) -> Vec<(EventType, String, Revisio
 }
 
 /// What a watcher has to show now, resync ends included: each event as
-/// its type, key, revision and the version it is shown at.
+/// its type, key, revision and the version a client resumes from after it.
 fn shown_all(cache: &WatchCache, w: &mut Watcher) -> Vec<String> {
     let mut out = Vec::new();
     while let Some(next) = w.next(cache).now_or_never() {
         out.push(match next {
             Next::Event(v) => format!(
-                "{:?} {}@{} shown {}",
+                "{:?} {}@{} resumes {}",
                 v.kind,
                 v.object.key(),
                 v.revision,
@@ -104,9 +104,9 @@ fn relisted(mode: OnHistoryLost) -> (Arc<WatchCache>, CacheWriter, Watcher) {
 fn a_relist_sends_the_difference_as_a_marked_resync() {
     let (cache, _w, mut live) = relisted(OnHistoryLost::Resync);
     let resync = [
-        "Modified /p/a/change@20 shown 10",
-        "Deleted /p/a/gone@20 shown 10",
-        "Added /p/a/new@20 shown 10",
+        "Modified /p/a/change@20 resumes 10",
+        "Deleted /p/a/gone@20 resumes 10",
+        "Added /p/a/new@20 resumes 10",
         "resync end 20",
     ];
     assert_eq!(shown_all(&cache, &mut live), resync);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{FieldIndexes, OverBudget, Progress, State, Store, Stored, WatchCache};
+use super::{Digest, FieldIndexes, OverBudget, Progress, State, Store, Stored, WatchCache};
 use crate::config::OnHistoryLost;
 use crate::object::{Event, Object, Revision};
 
@@ -51,8 +51,9 @@ impl CacheWriter {
     /// Installs a full list taken at `revision`. The first list makes the
     /// cache ready. A later one comes when etcd's history since the cache's
     /// revision is gone (compacted during an outage): by default the
-    /// difference becomes a resync, events at `revision` shown at the old
-    /// revision and marked, closed by a marked bookmark, so watchers go on
+    /// difference becomes a resync, events at `revision` that resume from
+    /// the old revision and are marked, closed by a marked bookmark, so
+    /// watchers go on
     /// with the right state and know the history in between is lost;
     /// with [`OnHistoryLost::End`], the window restarts at `revision` and
     /// every watch ends with OUT_OF_RANGE.
@@ -75,9 +76,11 @@ impl CacheWriter {
     ) -> Result<(), OverBudget> {
         let bytes = self.within_budget(&objects)?;
         let (new, indexes) = build(objects, &self.cache.resource.indexed_positions());
+        let digest = Digest::of(new.iter().map(|o| &*o.0));
         let mut s = self.cache.state.lock();
         s.bytes = bytes;
         s.over_budget = None;
+        s.digest = digest;
         if !s.ready {
             s.indexes = indexes;
             s.store = new;
@@ -156,9 +159,11 @@ impl CacheWriter {
     ) -> Result<(), OverBudget> {
         let bytes = self.within_budget(&objects)?;
         let (store, indexes) = build(objects, &self.cache.resource.indexed_positions());
+        let digest = Digest::of(store.iter().map(|o| &*o.0));
         let mut s = self.cache.state.lock();
         debug_assert!(!s.ready, "history comes with the first list only");
         s.bytes = bytes;
+        s.digest = digest;
         s.over_budget = None;
         s.indexes = indexes;
         s.store = store;
@@ -201,6 +206,12 @@ impl CacheWriter {
             s.bytes += event.object().map_or(0, |o| o.cost());
             s.bytes -= event.prev().map_or(0, |o| o.cost());
             s.indexes.update(event.prev(), event.object());
+            if let Some(p) = event.prev() {
+                s.digest.remove(p);
+            }
+            if let Some(o) = event.object() {
+                s.digest.add(o);
+            }
             match event.object() {
                 Some(o) => s.store.insert(Stored(o.clone())),
                 None => s.store.remove(c.key.as_bytes()),
@@ -258,6 +269,7 @@ impl CacheWriter {
         let end = s.revision + 1;
         s.store = Store::new();
         s.indexes = FieldIndexes::new(&self.cache.resource.indexed_positions());
+        s.digest = Digest::default();
         s.bytes = 0;
         s.ring.reset(end);
         s.ready = false;

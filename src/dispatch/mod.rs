@@ -30,7 +30,8 @@ pub use watcher::{Next, Watcher};
 /// Turns a change as a watcher sees it into the bytes sent on the wire.
 /// Given by the API layer, so dispatch knows nothing of the wire format.
 /// Its arguments: the type, the object, the event's revision and, in a
-/// resync, the revision the event is shown at.
+/// resync, the revision its lost history starts from (where a client
+/// resumes from after the event).
 pub type Encode =
     Arc<dyn Fn(EventType, &Object, Revision, Option<Revision>) -> Encoded + Send + Sync>;
 

@@ -35,8 +35,9 @@ pub struct Event {
     pub revision: Revision,
     change: Change,
     /// On an event of a resync (a difference from a list, not history):
-    /// the version the lost history starts from, which the event is shown
-    /// at.
+    /// the version the lost history starts from, where a client resumes
+    /// from after the event, so that a resume is exact (the whole resync
+    /// again).
     pub resync_from: Option<Revision>,
 }
 
@@ -98,11 +99,6 @@ impl Event {
             resync_from: Some(from),
             ..self
         }
-    }
-
-    /// The version a client is shown for this event.
-    pub fn shown_revision(&self) -> Revision {
-        self.resync_from.unwrap_or(self.revision)
     }
 
     pub fn kind(&self) -> EventType {

@@ -126,9 +126,9 @@ impl Origin {
                 Ok(now)
             }
             Origin::Tier(tier) => {
-                let (now, changed) = tier.current().await?;
-                if let Some(changed) = changed {
-                    cache.confirm_same(changed, now);
+                let (now, same) = tier.current().await?;
+                if let Some(same) = same {
+                    cache.confirm_same(same, now);
                 }
                 Ok(now)
             }

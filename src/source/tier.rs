@@ -15,7 +15,7 @@ use tonic_types::StatusExt;
 use super::history::History;
 use super::upstream::{Listed, Notice, Upstream};
 use super::EtcdError;
-use crate::cache::Change;
+use crate::cache::{Change, Digest, Sameness};
 use crate::config::ClientTls;
 use crate::object::{Object, Resource, Revision};
 use crate::pb::watch_proxy_client::WatchProxyClient;
@@ -161,9 +161,10 @@ pub(super) fn failed(status: Status) -> EtcdError {
 
 impl Tier {
     /// The upstream's answer to a consistent read (never older than etcd's
-    /// revision when it started), and the newest change in its objects.
-    /// It looks up one key, so the upstream cuts no page of its objects.
-    pub(super) async fn current(&self) -> Result<(Revision, Option<Revision>), EtcdError> {
+    /// revision when it started), and what it says of its objects for this
+    /// tier to prove it holds the same. It looks up one key, so the
+    /// upstream cuts no page of its objects.
+    pub(super) async fn current(&self) -> Result<(Revision, Option<Sameness>), EtcdError> {
         const PROBE: &str = "watchproxy-freshness-probe";
         let namespace = match self.resource.namespaced {
             true => PROBE,
@@ -177,7 +178,11 @@ impl Tier {
             ..Default::default()
         }))
         .await?;
-        Ok((revision_of(&page.resource_version)?, changed_of(&page)))
+        let same = match Digest::parse(&page.state_digest) {
+            Some(digest) => Some(Sameness::Digest(digest)),
+            None => changed_of(&page).map(Sameness::Changed),
+        };
+        Ok((revision_of(&page.resource_version)?, same))
     }
 
     /// Every object of the upstream's resource, exactly `at` a version or
@@ -269,13 +274,12 @@ impl Upstream for Tier {
         &mut self,
         depth: u64,
     ) -> Result<(Listed, Result<History, EtcdError>), EtcdError> {
-        let (now, changed) = self.current().await?;
+        let (now, _) = self.current().await?;
         let from = (self.window_start(now.saturating_sub(depth).max(1)).await?).min(now);
         let mut listed = self.list_at(Some(from)).await?;
-        // The upstream's objects are those of every version from its
-        // newest change to `now`, so they are the objects at `from` too
-        // when that change is no later.
-        listed.changed = changed.map_or(from, |c| c.min(from));
+        // A list at a past version has no newest change: the objects are
+        // known to be the upstream's at `from` only.
+        listed.changed = from;
         let history = History {
             events: Vec::new(),
             oldest: from,

@@ -266,7 +266,9 @@ class Informer:
                 if ev.resync:
                     self._notify("relist", rv, True)
             elif ev.type in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED, pb.EVENT_TYPE_DELETED):
-                cursor.event(int(rv))
+                # A resync's events resume from where its lost history
+                # starts; their objects keep their own versions.
+                cursor.event(int(ev.resume_resource_version or rv))
                 self._changed(self.store._apply(Obj(ev.object), ev.type == pb.EVENT_TYPE_DELETED))
             else:
                 log.warning("%s: skipped an event of unknown type %d", self.resource, ev.type)

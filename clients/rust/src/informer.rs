@@ -439,7 +439,13 @@ impl Reflector {
             self.backoff.reset();
             self.shared.events.fetch_add(1, Ordering::Relaxed);
             let Some(object) = event.object else { continue };
-            let version = version_of(&object.resource_version)?;
+            // Where to resume after the event: a resync's events name the
+            // version its lost history starts from, while their objects
+            // keep their own. A server that does not say: the object's.
+            let version = match event.resume_resource_version.as_str() {
+                "" => version_of(&object.resource_version)?,
+                resume => version_of(resume)?,
+            };
             match EventType::try_from(event.r#type) {
                 Ok(EventType::Bookmark) => {
                     cursor.bookmark(version);
@@ -495,8 +501,8 @@ mod tests {
         assert_eq!((c.complete, c.seen), (12, 13));
         c.bookmark(15);
         assert_eq!((c.complete, c.seen), (15, 15));
-        // A resync's events carry the version its lost history starts
-        // from: no later than what the cursor has.
+        // A resync's events resume from the version its lost history
+        // starts from: no later than what the cursor has.
         c.event(15);
         assert_eq!((c.complete, c.seen), (15, 15));
     }

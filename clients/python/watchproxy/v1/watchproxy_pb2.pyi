@@ -157,15 +157,17 @@ class WatchRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., resource_version: _Optional[str] = ..., allow_bookmarks: _Optional[bool] = ..., send_initial_events: _Optional[bool] = ..., timeout_seconds: _Optional[int] = ..., fields: _Optional[_Iterable[str]] = ..., metadata_only: _Optional[bool] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ..., batch_initial_events: _Optional[bool] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("type", "object", "initial_events_end", "resync", "objects")
+    __slots__ = ("type", "object", "initial_events_end", "resync", "objects", "resume_resource_version")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     INITIAL_EVENTS_END_FIELD_NUMBER: _ClassVar[int]
     RESYNC_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     object: Object
     initial_events_end: bool
     resync: bool
     objects: _containers.RepeatedCompositeFieldContainer[Object]
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[Object, _Mapping]] = ..., initial_events_end: _Optional[bool] = ..., resync: _Optional[bool] = ..., objects: _Optional[_Iterable[_Union[Object, _Mapping]]] = ...) -> None: ...
+    resume_resource_version: str
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[Object, _Mapping]] = ..., initial_events_end: _Optional[bool] = ..., resync: _Optional[bool] = ..., objects: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resume_resource_version: _Optional[str] = ...) -> None: ...
