@@ -4,7 +4,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, GetOptions, GetResponse, SortOrder, SortTarget, WatchOptions, WatchStream,
+    Client, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchOptions, WatchStream,
 };
 
 use crate::cache::OverBudget;
@@ -151,6 +152,17 @@ impl Etcd {
         }
     }
 
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let mut kv = self.client.kv_client();
+        match self.deadline(kv.txn(txn.clone())).await {
+            Err(e) if token_expired(&e) => {
+                self.refresh_token().await?;
+                self.deadline(kv.txn(txn)).await
+            }
+            r => r,
+        }
+    }
+
     /// Takes a new auth token after etcd said the last one expired.
     async fn refresh_token(&self) -> Result<(), EtcdError> {
         self.deadline(self.client.refresh_token()).await
@@ -255,6 +267,10 @@ impl Etcd {
 
     /// As [`Etcd::unchanged_since`], up to `until` instead of the latest
     /// revision.
+    ///
+    /// One read-only transaction: the two counts and the newest mod
+    /// revision are read at one revision in one request, so a burst of
+    /// checks costs etcd one request each.
     pub async fn unchanged_between(
         &self,
         m: &ResourceMetrics,
@@ -263,37 +279,62 @@ impl Etcd {
         since: Revision,
         until: Option<Revision>,
     ) -> Result<(Revision, bool), EtcdError> {
-        let now = match until {
-            Some(u) => u,
-            None => self.current_revision(m, start, end).await?,
+        if let Some(until) = until.filter(|&u| u <= since) {
+            return Ok((until, true));
+        }
+        if since == 0 {
+            // Revision 0 reads the latest: nothing to compare with.
+            let now = match until {
+                Some(u) => u,
+                None => self.current_revision(m, start, end).await?,
+            };
+            return Ok((now, false));
+        }
+        m.etcd_request(EtcdRequest::current_revision);
+        let at = until.map_or(0, |u| u as i64);
+        let range = || GetOptions::new().with_range(end);
+        let count = |revision: i64| {
+            let options = range().with_count_only().with_revision(revision);
+            TxnOp::get(start, Some(options))
         };
-        if now <= since {
-            return Ok((now, true));
-        }
-        let counts = tokio::try_join!(
-            self.count(
-                m,
-                EtcdRequest::current_revision,
-                start,
-                end,
-                Some(since),
-                None
-            ),
-            self.count(
-                m,
-                EtcdRequest::current_revision,
-                start,
-                end,
-                Some(now),
-                None
-            ),
-            self.newest_mod_revision(m, start, end, now),
-        );
-        match counts {
-            Ok(((then, _), (at_now, _), newest)) => Ok((now, then == at_now && newest <= since)),
-            Err(EtcdError::Compacted { .. }) => Ok((now, false)),
-            Err(e) => Err(e),
-        }
+        let newest = range()
+            .with_revision(at)
+            .with_keys_only()
+            .with_sort(SortTarget::Mod, SortOrder::Descend)
+            .with_limit(1);
+        let txn = Txn::new().and_then([
+            count(since as i64),
+            count(at),
+            TxnOp::get(start, Some(newest)),
+        ]);
+        let resp = match self.txn(txn).await {
+            Ok(resp) => resp,
+            Err(EtcdError::Compacted { .. }) => {
+                let now = match until {
+                    Some(u) => u,
+                    None => self.current_revision(m, start, end).await?,
+                };
+                return Ok((now, false));
+            }
+            Err(e) => return Err(e),
+        };
+        let now = until.unwrap_or_else(|| resp.header().map_or(0, |h| h.revision() as Revision));
+        let gets: Vec<GetResponse> = (resp.op_responses().into_iter())
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        let [then, at_now, newest] = &gets[..] else {
+            return Err(EtcdError::Client(etcd_client::Error::InvalidArgs(
+                "etcd answered a transaction of three reads with another number".into(),
+            )));
+        };
+        let newest = newest
+            .kvs()
+            .first()
+            .map_or(0, |kv| kv.mod_revision() as Revision);
+        Ok((now, then.count() == at_now.count() && newest <= since))
     }
 
     /// etcd's current revision, from the header of a one-key read.
@@ -310,30 +351,6 @@ impl Etcd {
             .with_keys_only();
         let resp = self.get(start, options).await?;
         Ok(resp.header().map_or(0, |h| h.revision() as Revision))
-    }
-
-    /// The highest mod revision among the keys in `[start, end)` at
-    /// `revision` (0 if there are none). etcd sorts before it applies the
-    /// limit, unlike `min_mod_revision`, which a count ignores.
-    async fn newest_mod_revision(
-        &self,
-        m: &ResourceMetrics,
-        start: &str,
-        end: &str,
-        revision: Revision,
-    ) -> Result<Revision, EtcdError> {
-        m.etcd_request(EtcdRequest::current_revision);
-        let options = GetOptions::new()
-            .with_range(end)
-            .with_revision(revision as i64)
-            .with_keys_only()
-            .with_sort(SortTarget::Mod, SortOrder::Descend)
-            .with_limit(1);
-        let resp = self.get(start, options).await?;
-        Ok(resp
-            .kvs()
-            .first()
-            .map_or(0, |kv| kv.mod_revision() as Revision))
     }
 
     /// Opens a watch on a gRPC stream of its own.

@@ -47,6 +47,7 @@ pub struct Metrics {
     over_budget: Family<ResourceLabel, Gauge>,
     window_shed: Family<ResourceLabel, Counter>,
     consistent_read_fallbacks: Family<ResourceLabel, Counter>,
+    freshness_checks: Family<ResourceLabel, Counter>,
     cache_lag: Family<ResourceLabel, Gauge>,
     reflector_state: Family<StateLabels, Gauge>,
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
@@ -97,6 +98,7 @@ impl Default for Metrics {
             over_budget: Family::default(),
             window_shed: Family::default(),
             consistent_read_fallbacks: Family::default(),
+            freshness_checks: Family::default(),
             cache_lag: Family::default(),
             reflector_state: Family::default(),
             calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
@@ -225,6 +227,11 @@ impl Default for Metrics {
             m.consistent_read_fallbacks.clone(),
         );
         r.register(
+            "freshness_checks",
+            "Checks of etcd's revision for consistent reads, each shared by the reads that arrived before it started",
+            m.freshness_checks.clone(),
+        );
+        r.register(
             "cache_lag_revisions",
             "How far the cache's revision was behind etcd's at the last revision check",
             m.cache_lag.clone(),
@@ -299,6 +306,7 @@ impl Metrics {
             over_budget: self.over_budget.get_or_create(&l).clone(),
             window_shed: self.window_shed.get_or_create(&l).clone(),
             consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
+            freshness_checks: self.freshness_checks.get_or_create(&l).clone(),
             cache_lag: self.cache_lag.get_or_create(&l).clone(),
             reflector_state: self.reflector_state.clone(),
             watchers_ended: self.watchers_ended.clone(),
@@ -379,6 +387,7 @@ pub struct ResourceMetrics {
     pub over_budget: Gauge,
     pub window_shed: Counter,
     pub consistent_read_fallbacks: Counter,
+    pub freshness_checks: Counter,
     pub cache_lag: Gauge,
     reflector_state: Family<StateLabels, Gauge>,
     watchers_ended: Family<EndLabels, Counter>,
