@@ -96,7 +96,10 @@ async fn a_thousand_concurrent_consistent_lists_cost_etcd_at_most_fifty_requests
     for i in 0..50 {
         put_pod(&mut ec, "ns", &format!("p{i}"), &[], "").await;
     }
-    let (proxy, _client) = proxy_ready(&etcd).await;
+    let (proxy, mut client) = proxy_ready(&etcd).await;
+    // Every resource has read its history: only checks read etcd now.
+    wait_ready(&mut client, "nodes").await;
+    wait_ready(&mut client, "blobs").await;
     let written = put_pod(&mut ec, "ns", "fresh", &[], "").await;
     // etcd moves on elsewhere: each check must prove nothing changed here.
     ec.put("/elsewhere/a", "x", None).await.unwrap();

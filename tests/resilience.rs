@@ -583,3 +583,33 @@ async fn an_aged_connection_ends_its_watches_with_the_version_to_resume_from() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_outage_watches_recover_soon_after_etcd_answers_not_after_the_backoff() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "before", &[], "").await;
+    let proxy = Proxy::start(&forwarder.url).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let rv = list_version(&mut client, "pods", "0").await;
+    let mut stream = open_watch(&mut client, watch_req("pods", &rv.to_string())).await;
+
+    // Long enough for the reflector's backoff to reach several seconds
+    // (from 100 ms, doubling, jittered).
+    forwarder.cut();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    forwarder.restore();
+    let restored = std::time::Instant::now();
+    let written = put_pod(&mut ec, "ns", "after", &[], "").await;
+    assert_eq!(take_versions(&mut stream, 1).await, [written]);
+    let took = restored.elapsed();
+    println!("the watch delivered {took:?} after etcd was reachable again");
+    // Within a second of the first probe that finds etcd back, probes
+    // coming at most once a second: well before a backoff of seconds ends.
+    assert!(
+        took < Duration::from_secs(3),
+        "the watch went on {took:?} after etcd was back"
+    );
+}

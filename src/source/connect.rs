@@ -121,6 +121,7 @@ impl Etcd {
             client,
             timeout,
             page_size,
+            revival: Default::default(),
         })
     }
 }

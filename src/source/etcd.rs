@@ -1,6 +1,7 @@
 //! Every request watchproxy makes to etcd, each with a deadline and a count.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -8,6 +9,7 @@ use etcd_client::{
     WatchOptions, WatchStream,
 };
 
+use super::revival::Revival;
 use crate::cache::OverBudget;
 use crate::object::Revision;
 use crate::telemetry::{EtcdRequest, ResourceMetrics};
@@ -124,6 +126,8 @@ pub struct Etcd {
     pub(super) watcher: Client,
     pub(super) timeout: Duration,
     pub(super) page_size: i64,
+    /// Shared by the reflectors of every resource read through it.
+    pub(super) revival: Arc<Revival>,
 }
 
 impl Etcd {
@@ -282,14 +286,6 @@ impl Etcd {
         if let Some(until) = until.filter(|&u| u <= since) {
             return Ok((until, true));
         }
-        if since == 0 {
-            // Revision 0 reads the latest: nothing to compare with.
-            let now = match until {
-                Some(u) => u,
-                None => self.current_revision(m, start, end).await?,
-            };
-            return Ok((now, false));
-        }
         m.etcd_request(EtcdRequest::current_revision);
         let at = until.map_or(0, |u| u as i64);
         let range = || GetOptions::new().with_range(end);
@@ -302,11 +298,13 @@ impl Etcd {
             .with_keys_only()
             .with_sort(SortTarget::Mod, SortOrder::Descend)
             .with_limit(1);
-        let txn = Txn::new().and_then([
-            count(since as i64),
-            count(at),
-            TxnOp::get(start, Some(newest)),
-        ]);
+        // Nothing was there at revision 0 (which etcd would read as the
+        // latest): it is not asked.
+        let mut ops = vec![count(at), TxnOp::get(start, Some(newest))];
+        if since > 0 {
+            ops.push(count(since as i64));
+        }
+        let txn = Txn::new().and_then(ops);
         let resp = match self.txn(txn).await {
             Ok(resp) => resp,
             Err(EtcdError::Compacted { .. }) => {
@@ -325,20 +323,24 @@ impl Etcd {
                 _ => None,
             })
             .collect();
-        let [then, at_now, newest] = &gets[..] else {
-            return Err(EtcdError::Client(etcd_client::Error::InvalidArgs(
-                "etcd answered a transaction of three reads with another number".into(),
-            )));
+        let (at_now, newest, then) = match &gets[..] {
+            [at_now, newest] => (at_now, newest, 0),
+            [at_now, newest, then] => (at_now, newest, then.count()),
+            _ => {
+                return Err(EtcdError::Client(etcd_client::Error::InvalidArgs(
+                    "etcd answered a transaction of reads with another number".into(),
+                )))
+            }
         };
         let newest = newest
             .kvs()
             .first()
             .map_or(0, |kv| kv.mod_revision() as Revision);
-        Ok((now, then.count() == at_now.count() && newest <= since))
+        Ok((now, then == at_now.count() && newest <= since))
     }
 
     /// etcd's current revision, from the header of a one-key read.
-    async fn current_revision(
+    pub(super) async fn current_revision(
         &self,
         m: &ResourceMetrics,
         start: &str,

@@ -8,6 +8,7 @@ mod freshness;
 mod history;
 mod read;
 mod reflector;
+mod revival;
 mod tier;
 mod upstream;
 

@@ -8,6 +8,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::revival::Revival;
 use super::upstream::{EtcdUpstream, Listed, Notice, Upstream};
 use super::{classify, EtcdError, Origin, Recovery};
 use crate::cache::{CacheWriter, OverBudget};
@@ -134,7 +135,7 @@ impl<U: Upstream> Reflector<U> {
         match state {
             State::Listing => match self.list().await {
                 Ok(next) => {
-                    self.backoff.reset();
+                    self.answered();
                     next
                 }
                 Err(e) => self.recover(e, State::Listing),
@@ -151,7 +152,7 @@ impl<U: Upstream> Reflector<U> {
                 mut watch_id,
             } => match self.upstream.next(&mut watch).await {
                 Ok(notice) => {
-                    self.backoff.reset();
+                    self.answered();
                     match self.apply(notice, &mut watch_id) {
                         Ok(()) => State::Watching { watch, watch_id },
                         // The watch goes; a list is tried again later.
@@ -166,8 +167,47 @@ impl<U: Upstream> Reflector<U> {
             State::Backoff { next } => {
                 let delay = self.backoff.next_delay();
                 debug!(?delay, next = next.name(), "backing off");
-                tokio::time::sleep(delay).await;
+                self.wait_out(delay).await;
                 *next
+            }
+        }
+    }
+
+    /// The upstream answered: the backoff starts over, and after a failure
+    /// the other reflectors of the origin learn it is back.
+    fn answered(&mut self) {
+        if self.backoff.reset() {
+            if let Some(revival) = self.upstream.revival() {
+                revival.announce();
+            }
+        }
+    }
+
+    /// Waits `delay`, or less once the upstream is known to answer again:
+    /// another reflector of the origin got through, or a probe, one per
+    /// [`PROBE_EVERY`](super::revival::PROBE_EVERY) for the whole origin, did.
+    async fn wait_out(&mut self, delay: Duration) {
+        let Some(revival) = self.upstream.revival() else {
+            return tokio::time::sleep(delay).await;
+        };
+        let mut woken = revival.subscribe();
+        let until = tokio::time::Instant::now() + delay;
+        loop {
+            let probe_at = tokio::time::Instant::now() + Revival::probe_delay();
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.min(probe_at)) => {}
+                Ok(()) = woken.changed() => {
+                    tokio::time::sleep(Revival::wake_jitter()).await;
+                    return;
+                }
+            }
+            if tokio::time::Instant::now() >= until {
+                return;
+            }
+            if revival.may_probe() && self.upstream.probe().await {
+                debug!("the upstream answers again");
+                revival.announce();
+                return;
             }
         }
     }
@@ -268,8 +308,9 @@ impl Backoff {
     const MIN: Duration = Duration::from_millis(100);
     const MAX: Duration = Duration::from_secs(30);
 
-    fn reset(&mut self) {
-        self.current = Self::MIN;
+    /// Starts over; whether it was backing off.
+    fn reset(&mut self) -> bool {
+        std::mem::replace(&mut self.current, Self::MIN) > Self::MIN
     }
 
     fn next_delay(&mut self) -> Duration {

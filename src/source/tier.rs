@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tonic::metadata::MetadataValue;
@@ -13,6 +14,7 @@ use tonic::{Code, Request, Status, Streaming};
 use tonic_types::StatusExt;
 
 use super::history::History;
+use super::revival::Revival;
 use super::upstream::{Listed, Notice, Upstream};
 use super::EtcdError;
 use crate::cache::{Change, Digest, Sameness};
@@ -34,6 +36,7 @@ pub struct Tier {
     token_file: Option<Arc<PathBuf>>,
     pub(super) resource: Arc<Resource>,
     pub(super) metrics: ResourceMetrics,
+    revival: Arc<Revival>,
 }
 
 /// A watch on the upstream; `created` once the reflector was told.
@@ -66,6 +69,7 @@ impl Tier {
             token_file: token_file.map(|f| Arc::new(f.to_owned())),
             resource,
             metrics,
+            revival: Default::default(),
         })
     }
 
@@ -306,6 +310,15 @@ impl Upstream for Tier {
             stream,
             created: false,
         })
+    }
+
+    async fn probe(&mut self) -> bool {
+        let probe = tokio::time::timeout(Duration::from_secs(1), self.current());
+        matches!(probe.await, Ok(Ok(_)))
+    }
+
+    fn revival(&self) -> Option<Arc<Revival>> {
+        Some(self.revival.clone())
     }
 
     async fn next(&mut self, watch: &mut TierWatch) -> Result<Notice, EtcdError> {

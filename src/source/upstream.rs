@@ -11,6 +11,7 @@ use tracing::debug;
 
 use super::etcd::ListedKv;
 use super::history::{self, History};
+use super::revival::Revival;
 use super::{Etcd, EtcdError};
 use crate::cache::{Change, OverBudget};
 use crate::object::{Object, Resource, Revision};
@@ -63,7 +64,22 @@ pub trait Upstream: Send + 'static {
         &mut self,
         watch: &mut Self::Watch,
     ) -> impl Future<Output = Result<Notice, EtcdError>> + Send;
+
+    /// Whether the upstream answers a small request, so a reflector
+    /// backing off learns early that it can go on.
+    fn probe(&mut self) -> impl Future<Output = bool> + Send {
+        async { false }
+    }
+
+    /// Shared with the reflectors of the other resources of the same
+    /// origin; none where there are none.
+    fn revival(&self) -> Option<Arc<Revival>> {
+        None
+    }
 }
+
+/// How long a probe may take: an origin slower than this is not back.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long reading history at start may take before the reflector starts
 /// without it.
@@ -157,6 +173,16 @@ impl Upstream for EtcdUpstream {
         let stream = self.etcd.watch(self.resource.key_prefix(), options).await?;
         debug!(from = after + 1, "watch opened");
         Ok(stream)
+    }
+
+    async fn probe(&mut self) -> bool {
+        let (start, end) = (self.resource.key_prefix(), self.resource.key_range_end());
+        let read = self.etcd.current_revision(&self.metrics, &start, &end);
+        matches!(tokio::time::timeout(PROBE_TIMEOUT, read).await, Ok(Ok(_)))
+    }
+
+    fn revival(&self) -> Option<Arc<Revival>> {
+        Some(self.etcd.revival.clone())
     }
 
     async fn next(&mut self, watch: &mut WatchStream) -> Result<Notice, EtcdError> {
