@@ -26,6 +26,8 @@ mod initial_tests;
 mod list;
 pub mod query;
 mod reload;
+#[cfg(test)]
+mod resync_model_tests;
 pub mod server;
 pub mod service;
 pub mod tls;
