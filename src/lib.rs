@@ -49,7 +49,7 @@ use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
 use object::Resource;
-use source::{spawn_freshness, spawn_reflector, Etcd, Origin, Tier};
+use source::{spawn_freshness, spawn_reflector, spawn_state_check, Etcd, Origin, Tier};
 use telemetry::Metrics;
 
 /// The sockets the service serves on, bound by the caller (so tests can
@@ -135,6 +135,11 @@ pub async fn run(
         let (freshness, checker) =
             spawn_freshness(origin.clone(), cache.clone(), m.clone(), shutdown.clone());
         tasks.push(checker);
+        let every = config.watch.state_check_interval;
+        if let (Origin::Etcd(etcd), false) = (&origin, every.is_zero()) {
+            let (etcd, cache, m) = ((**etcd).clone(), cache.clone(), m.clone());
+            tasks.push(spawn_state_check(etcd, cache, m, every, shutdown.clone()));
+        }
         served.insert(
             resource.name.clone(),
             Served {

@@ -129,6 +129,15 @@ pub enum Sameness {
     Changed(Revision),
 }
 
+/// A few of a cache's keys and versions, for a check against etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub revision: Revision,
+    /// How many keys the cache holds.
+    pub count: usize,
+    pub keys: Vec<(String, Revision)>,
+}
+
 /// How a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchFrom {
@@ -327,6 +336,28 @@ impl WatchCache {
             Ok(Ok(p)) => Ok(*p),
             _ => Err(self.progress()),
         }
+    }
+
+    /// Up to `n` of its keys picked at random, each with its version, the
+    /// number of keys, and the revision they are the cache's at; none
+    /// before the first list.
+    pub fn sample(&self, n: usize) -> Option<Sample> {
+        use rand::Rng;
+        let s = self.state.lock();
+        if !s.ready {
+            return None;
+        }
+        let len = s.store.len();
+        let mut rng = rand::rng();
+        let keys = (0..n.min(len))
+            .filter_map(|_| s.store.iter().nth(rng.random_range(0..len)))
+            .map(|o| (o.key().to_owned(), o.revision))
+            .collect();
+        Some(Sample {
+            revision: s.revision,
+            count: len,
+            keys,
+        })
     }
 
     /// Records etcd's proof that its objects under the prefix at `until`

@@ -256,6 +256,12 @@ pub struct WatchConfig {
     /// Empty: never compressed.
     #[serde(default = "all_codecs")]
     pub compression: Vec<Codec>,
+    /// How often each resource's cache is compared with etcd: a few of its
+    /// keys' versions and its number of keys, at its revision, in one
+    /// request; a difference is logged and counted
+    /// (`watchproxy_state_mismatch_total`). 0 turns it off.
+    #[serde(default = "default_state_check_interval", with = "humantime_serde")]
+    pub state_check_interval: Duration,
 }
 
 /// A gRPC message encoding watch streams may be sent in.
@@ -377,6 +383,9 @@ fn default_list_page_size() -> i64 {
 fn default_request_timeout() -> Duration {
     Duration::from_secs(10)
 }
+fn default_state_check_interval() -> Duration {
+    Duration::from_secs(60)
+}
 fn default_bookmark_interval() -> Duration {
     Duration::from_secs(60)
 }
@@ -425,6 +434,7 @@ impl Default for WatchConfig {
             serve_path: ServePath::Fast,
             share_initial_state: true,
             compression: all_codecs(),
+            state_check_interval: default_state_check_interval(),
         }
     }
 }

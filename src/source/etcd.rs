@@ -156,7 +156,7 @@ impl Etcd {
         }
     }
 
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+    pub(super) async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
         let mut kv = self.client.kv_client();
         match self.deadline(kv.txn(txn.clone())).await {
             Err(e) if token_expired(&e) => {

@@ -2,6 +2,7 @@
 //! etcd watch on it (or follows another watchproxy), feeding the watch
 //! cache; freshness checks and reads at past revisions for the API.
 
+mod audit;
 mod connect;
 mod etcd;
 mod freshness;
@@ -12,6 +13,7 @@ mod revival;
 mod tier;
 mod upstream;
 
+pub use audit::spawn_state_check;
 pub use etcd::{Etcd, EtcdError};
 pub use freshness::{spawn_freshness, Freshness};
 pub use read::{ObjectsPage, PageStart};

@@ -36,6 +36,7 @@ pub enum EtcdRequest {
     progress,
     current_revision,
     exact_list_page,
+    state_check,
 }
 
 /// The state of a reflector.

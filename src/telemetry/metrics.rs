@@ -48,6 +48,7 @@ pub struct Metrics {
     window_shed: Family<ResourceLabel, Counter>,
     consistent_read_fallbacks: Family<ResourceLabel, Counter>,
     freshness_checks: Family<ResourceLabel, Counter>,
+    state_mismatch: Family<ResourceLabel, Counter>,
     cache_lag: Family<ResourceLabel, Gauge>,
     reflector_state: Family<StateLabels, Gauge>,
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
@@ -99,6 +100,7 @@ impl Default for Metrics {
             window_shed: Family::default(),
             consistent_read_fallbacks: Family::default(),
             freshness_checks: Family::default(),
+            state_mismatch: Family::default(),
             cache_lag: Family::default(),
             reflector_state: Family::default(),
             calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
@@ -232,6 +234,11 @@ impl Default for Metrics {
             m.freshness_checks.clone(),
         );
         r.register(
+            "state_mismatch",
+            "Differences found between a cache and etcd at the cache's revision by the sampled state check: a defect to report",
+            m.state_mismatch.clone(),
+        );
+        r.register(
             "cache_lag_revisions",
             "How far the cache's revision was behind etcd's at the last revision check",
             m.cache_lag.clone(),
@@ -307,6 +314,7 @@ impl Metrics {
             window_shed: self.window_shed.get_or_create(&l).clone(),
             consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
             freshness_checks: self.freshness_checks.get_or_create(&l).clone(),
+            state_mismatch: self.state_mismatch.get_or_create(&l).clone(),
             cache_lag: self.cache_lag.get_or_create(&l).clone(),
             reflector_state: self.reflector_state.clone(),
             watchers_ended: self.watchers_ended.clone(),
@@ -388,6 +396,7 @@ pub struct ResourceMetrics {
     pub window_shed: Counter,
     pub consistent_read_fallbacks: Counter,
     pub freshness_checks: Counter,
+    pub state_mismatch: Counter,
     pub cache_lag: Gauge,
     reflector_state: Family<StateLabels, Gauge>,
     watchers_ended: Family<EndLabels, Counter>,
