@@ -164,14 +164,7 @@ async fn compaction_while_cut_off_resyncs() {
     let mut ec = etcd.client().await;
     let options = options(&etcd, format!("http://{}", proxy.addr), 5);
     let heal = async {
-        let head = ec
-            .get("/", None)
-            .await
-            .unwrap()
-            .header()
-            .unwrap()
-            .revision();
-        ec.compact(head, None).await.unwrap();
+        compact_all(&mut ec).await;
         forwarder.restore();
     };
     let report = through(
@@ -366,14 +359,7 @@ async fn slow_stalling_and_vanishing_clients_under_a_compaction_storm() {
     let storm = async {
         for _ in 0..12 {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let head = ec
-                .get("/", None)
-                .await
-                .unwrap()
-                .header()
-                .unwrap()
-                .revision();
-            ec.compact(head, None).await.unwrap();
+            compact_all(&mut ec).await;
         }
     };
     let report = through(
@@ -727,4 +713,49 @@ async fn through_tiers_with_a_core_and_an_edge_restarted() {
     .await;
     drop((a, b, core));
     assert!(report.checked > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_while_cut_off_after_a_restart_through_tiers() {
+    let etcd = Etcd::start().await;
+    let forwarder = Forwarder::start(&etcd.client_url).await;
+    let core_config = || Config::from_yaml(&pods_yaml(&forwarder.url, 256)).unwrap();
+    let mut core = Proxy::start_config(core_config()).await;
+    let core_addr = core.addr;
+    let edge_yaml = format!(
+        "upstream: http://{core_addr}\n{}",
+        pods_yaml(&etcd.client_url, 256)
+    );
+    let edge = Proxy::start_config(Config::from_yaml(&edge_yaml).unwrap()).await;
+    wait_ready(&mut edge.client().await, "pods").await;
+    let urls = vec![
+        format!("http://{core_addr}"),
+        format!("http://{}", edge.addr),
+    ];
+    // The core restarts under the writes (its window refilled from etcd's
+    // history), then loses etcd while etcd compacts: the core's clients and
+    // the edge's go through a resync, each object at its own version.
+    let fault = async {
+        core.stop().await;
+        core = Proxy::start_on(core_config(), listener_at(core_addr).await).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        forwarder.cut();
+    };
+    let mut ec = etcd.client().await;
+    let heal = async {
+        compact_all(&mut ec).await;
+        forwarder.restore();
+    };
+    let report = through(
+        "a restart, then compaction while cut off, through a core and an edge",
+        replicas(&etcd, urls, 18),
+        fault,
+        heal,
+    )
+    .await;
+    drop((edge, core));
+    assert!(
+        report.resyncs > 0,
+        "the open watches went through a resync: {report}"
+    );
 }

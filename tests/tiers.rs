@@ -488,14 +488,7 @@ async fn an_edge_confirms_reads_of_an_idle_resource_after_a_first_start_and_a_re
             .await
             .unwrap();
     }
-    let head = ec
-        .get("/", None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision();
-    ec.compact(head, None).await.unwrap();
+    compact_all(&mut ec).await;
     forwarder.restore();
     wait_until("the core relists pods", || {
         core.metric("watchproxy_relists_total", "resource=\"pods\"") >= 1.0

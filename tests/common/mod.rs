@@ -178,6 +178,12 @@ pub fn pod_json(name: &str, ns: &str, labels: &[(&str, &str)], node: &str) -> St
     .to_string()
 }
 
+/// Compacts all of etcd's history up to its current revision.
+pub async fn compact_all(c: &mut Client) {
+    let head = c.get("/", None).await.unwrap().header().unwrap().revision();
+    c.compact(head, None).await.unwrap();
+}
+
 /// Puts a pod; returns the revision of the write.
 pub async fn put_pod(
     c: &mut Client,

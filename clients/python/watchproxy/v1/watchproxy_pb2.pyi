@@ -95,20 +95,22 @@ class HashRange(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count", "shard", "changed_resource_version")
+    __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count", "shard", "changed_resource_version", "state_digest")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REMAINING_ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     CHANGED_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[Object]
     resource_version: str
     continue_token: str
     remaining_item_count: int
     shard: ShardSelector
     changed_resource_version: str
-    def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ..., changed_resource_version: _Optional[str] = ...) -> None: ...
+    state_digest: str
+    def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ..., changed_resource_version: _Optional[str] = ..., state_digest: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "resource_version", "fields", "metadata_only")
