@@ -101,6 +101,18 @@ fn relisted(mode: OnHistoryLost) -> (Arc<WatchCache>, CacheWriter, Watcher) {
 }
 
 #[test]
+fn a_watch_in_the_middle_of_a_resync_resumes_from_where_it_started() {
+    let (cache, _w, mut live) = relisted(OnHistoryLost::Resync);
+    let first = live.next(&*cache).now_or_never();
+    assert!(matches!(first, Some(Next::Event(_))), "{first:?}");
+    // From inside (10, 20) a resume is refused; from 10, the whole resync
+    // comes again.
+    assert_eq!(live.complete_revision(), 10);
+    shown_all(&cache, &mut live);
+    assert_eq!(live.complete_revision(), 20);
+}
+
+#[test]
 fn a_relist_sends_the_difference_as_a_marked_resync() {
     let (cache, _w, mut live) = relisted(OnHistoryLost::Resync);
     let resync = [

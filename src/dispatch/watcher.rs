@@ -37,6 +37,8 @@ pub enum Next {
 struct Position {
     revision: Revision,
     partial: usize,
+    /// Where the resync the deliveries at `revision` belong to started.
+    resync_from: Option<Revision>,
 }
 
 impl Position {
@@ -44,16 +46,18 @@ impl Position {
         Self {
             revision,
             partial: 0,
+            resync_from: None,
         }
     }
 
-    fn delivered(&mut self, revision: Revision) {
-        if revision == self.revision && self.partial > 0 {
+    fn delivered(&mut self, view: &View) {
+        if view.revision == self.revision && self.partial > 0 {
             self.partial += 1;
         } else {
             *self = Self {
-                revision,
+                revision: view.revision,
                 partial: 1,
+                resync_from: view.resync_from,
             };
         }
     }
@@ -108,8 +112,10 @@ impl Watcher {
     /// The last revision all of whose events it was given: where a client
     /// that got everything it was given resumes without a gap.
     pub fn complete_revision(&self) -> Revision {
-        match self.at.partial {
-            0 => self.at.revision,
+        match (self.at.partial, self.at.resync_from) {
+            (0, _) => self.at.revision,
+            // Inside a resync: from where it started, it comes whole again.
+            (_, Some(from)) => from,
             _ => self.at.revision.saturating_sub(1),
         }
     }
@@ -129,7 +135,7 @@ impl Watcher {
             }
             match ready!(self.subscription.mailbox.poll_recv(cx)) {
                 Some(Delivery::Event(view)) => {
-                    self.at.delivered(view.revision);
+                    self.at.delivered(&view);
                     return Poll::Ready(Next::Event(view));
                 }
                 Some(Delivery::Bookmark(revision)) => {
@@ -152,7 +158,7 @@ impl Watcher {
         loop {
             if let Some(next) = self.replay.pop_front() {
                 match &next {
-                    Next::Event(view) => self.at.delivered(view.revision),
+                    Next::Event(view) => self.at.delivered(view),
                     Next::ResyncEnd(revision) => self.at = Position::through(*revision),
                     _ => {}
                 }
