@@ -343,18 +343,22 @@ impl WatchCache {
     /// before the first list.
     pub fn sample(&self, n: usize) -> Option<Sample> {
         use rand::Rng;
-        let s = self.state.lock();
-        if !s.ready {
-            return None;
-        }
-        let len = s.store.len();
+        // The store is persistent: a clone under the lock, walked outside it.
+        let (store, revision) = {
+            let s = self.state.lock();
+            if !s.ready {
+                return None;
+            }
+            (s.store.clone(), s.revision)
+        };
+        let len = store.len();
         let mut rng = rand::rng();
         let keys = (0..n.min(len))
-            .filter_map(|_| s.store.iter().nth(rng.random_range(0..len)))
+            .filter_map(|_| store.iter().nth(rng.random_range(0..len)))
             .map(|o| (o.key().to_owned(), o.revision))
             .collect();
         Some(Sample {
-            revision: s.revision,
+            revision,
             count: len,
             keys,
         })

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, TxnOp};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, Instrument};
@@ -76,11 +76,8 @@ pub async fn check(
         )
     }));
     metrics.etcd_request(EtcdRequest::state_check);
-    let answer = etcd.txn(Txn::new().and_then(ops)).await?;
-    let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
-        TxnOpResponse::Get(g) => Some(g),
-        _ => None,
-    });
+    let (_, answers) = etcd.reads(ops).await?;
+    let mut gets = answers.into_iter();
     let count = gets.next().map_or(0, |g| g.count()) as usize;
     let mut differences = 0;
     if count != sample.count {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Client, GetOptions, GetResponse, KvClient, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     WatchOptions, WatchStream,
 };
 
@@ -141,30 +141,60 @@ impl Etcd {
         }
     }
 
-    pub(super) async fn get(
-        &self,
-        key: &str,
-        options: GetOptions,
-    ) -> Result<GetResponse, EtcdError> {
-        let mut kv = self.client.kv_client();
-        match self.deadline(kv.get(key, Some(options.clone()))).await {
+    /// `call` on the KV client; once more with a new token after etcd
+    /// said the last one expired.
+    async fn kv<T, F>(&self, call: impl Fn(KvClient) -> F) -> Result<T, EtcdError>
+    where
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        match self.deadline(call(self.client.kv_client())).await {
             Err(e) if token_expired(&e) => {
                 self.refresh_token().await?;
-                self.deadline(kv.get(key, Some(options))).await
+                self.deadline(call(self.client.kv_client())).await
             }
             r => r,
         }
     }
 
-    pub(super) async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        let mut kv = self.client.kv_client();
-        match self.deadline(kv.txn(txn.clone())).await {
-            Err(e) if token_expired(&e) => {
-                self.refresh_token().await?;
-                self.deadline(kv.txn(txn)).await
-            }
-            r => r,
+    pub(super) async fn get(
+        &self,
+        key: &str,
+        options: GetOptions,
+    ) -> Result<GetResponse, EtcdError> {
+        self.kv(|mut kv| {
+            let options = options.clone();
+            async move { kv.get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// Reads in one read-only transaction: the revision they were read at,
+    /// and each read's answer, in order.
+    pub(super) async fn reads(
+        &self,
+        reads: Vec<TxnOp>,
+    ) -> Result<(Revision, Vec<GetResponse>), EtcdError> {
+        let asked = reads.len();
+        let txn = Txn::new().and_then(reads);
+        let resp = self
+            .kv(|mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision() as Revision);
+        let gets: Vec<GetResponse> = (resp.op_responses().into_iter())
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        if gets.len() != asked {
+            return Err(EtcdError::Client(etcd_client::Error::InvalidArgs(
+                "etcd answered a transaction of reads with another number".into(),
+            )));
         }
+        Ok((revision, gets))
     }
 
     /// Takes a new auth token after etcd said the last one expired.
@@ -304,9 +334,8 @@ impl Etcd {
         if since > 0 {
             ops.push(count(since as i64));
         }
-        let txn = Txn::new().and_then(ops);
-        let resp = match self.txn(txn).await {
-            Ok(resp) => resp,
+        let (read_at, gets) = match self.reads(ops).await {
+            Ok(read) => read,
             Err(EtcdError::Compacted { .. }) => {
                 let now = match until {
                     Some(u) => u,
@@ -316,21 +345,11 @@ impl Etcd {
             }
             Err(e) => return Err(e),
         };
-        let now = until.unwrap_or_else(|| resp.header().map_or(0, |h| h.revision() as Revision));
-        let gets: Vec<GetResponse> = (resp.op_responses().into_iter())
-            .filter_map(|r| match r {
-                TxnOpResponse::Get(g) => Some(g),
-                _ => None,
-            })
-            .collect();
+        let now = until.unwrap_or(read_at);
         let (at_now, newest, then) = match &gets[..] {
             [at_now, newest] => (at_now, newest, 0),
             [at_now, newest, then] => (at_now, newest, then.count()),
-            _ => {
-                return Err(EtcdError::Client(etcd_client::Error::InvalidArgs(
-                    "etcd answered a transaction of reads with another number".into(),
-                )))
-            }
+            _ => unreachable!("as many answers as reads"),
         };
         let newest = newest
             .kvs()
