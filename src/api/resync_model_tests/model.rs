@@ -1,50 +1,42 @@
-//! The relist path against a model of etcd: writes, cut-offs, compactions,
-//! relists with creates, modifies and deletes, restarts that refill the
-//! window from history, watchers joining at every kind of version and
-//! reading at their own pace, and an edge following the core. The oracle is
-//! etcd's history: what a watcher is sent, decoded from the wire and
-//! applied as a client applies it, versions included, is etcd's state at
-//! the version it resumes from; an edge that has read all its core sent is
-//! proven to hold the same objects.
+//! The model the relist path is proven against: etcd under one prefix,
+//! the watchproxy in front of it, its clients and an edge following it.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::FutureExt;
-use proptest::prelude::*;
-use prost::Message;
-
-use super::wire::{encode_bookmark, encode_event};
-use crate::cache::{CacheWriter, Change, Sameness, WatchCache, WatchFrom};
+use crate::api::wire::{encode_bookmark, encode_event};
+use crate::cache::{CacheWriter, Change, WatchCache, WatchFrom};
 use crate::config::{CacheConfig, ValueFormat};
 use crate::dispatch::{Dispatcher, Inbox, Next, Watcher};
 use crate::object::{Event, Object, Resource, Revision};
 use crate::pb;
 use crate::selector::Predicate;
 use crate::telemetry::Metrics;
+use futures::FutureExt;
+use proptest::prelude::*;
+use prost::Message;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Each key's value and mod revision.
-type State = BTreeMap<String, (Vec<u8>, Revision)>;
+pub(super) type State = BTreeMap<String, (Vec<u8>, Revision)>;
 
-const KEYS: usize = 5;
+pub(super) const KEYS: usize = 5;
 
-fn resource() -> Arc<Resource> {
+pub(super) fn resource() -> Arc<Resource> {
     Arc::new(Resource {
         format: ValueFormat::Raw,
         ..Resource::for_tests(&[])
     })
 }
 
-fn key(k: usize) -> String {
+pub(super) fn key(k: usize) -> String {
     format!("/p/ns/k{k}")
 }
 
 /// etcd under the prefix: every change, and how far it compacted.
-struct Etcd {
-    revision: Revision,
-    changes: Vec<(Revision, String, Option<Vec<u8>>)>,
-    compacted: Revision,
+pub(super) struct Etcd {
+    pub(super) revision: Revision,
+    pub(super) changes: Vec<(Revision, String, Option<Vec<u8>>)>,
+    pub(super) compacted: Revision,
 }
 
 /// etcd starts at revision 1.
@@ -59,7 +51,7 @@ impl Default for Etcd {
 }
 
 impl Etcd {
-    fn state_at(&self, at: Revision) -> State {
+    pub(super) fn state_at(&self, at: Revision) -> State {
         let mut state = State::new();
         for (revision, key, value) in self.changes.iter().take_while(|c| c.0 <= at) {
             match value {
@@ -71,7 +63,7 @@ impl Etcd {
     }
 
     /// Writes (or deletes) a key; none when a deletion finds nothing.
-    fn write(&mut self, k: usize, value: Option<u8>) {
+    pub(super) fn write(&mut self, k: usize, value: Option<u8>) {
         let key = key(k);
         if value.is_none() && !self.state_at(self.revision).contains_key(&key) {
             return;
@@ -81,14 +73,14 @@ impl Etcd {
         self.changes.push((self.revision, key, value));
     }
 
-    fn objects(&self, r: &Resource, at: Revision) -> Vec<Object> {
+    pub(super) fn objects(&self, r: &Resource, at: Revision) -> Vec<Object> {
         (self.state_at(at).iter())
             .map(|(k, (v, rev))| r.decode(k.as_bytes(), v, *rev).unwrap())
             .collect()
     }
 
     /// The changes after `after`, as a reflector reads them.
-    fn changes_after(&self, r: &Resource, after: Revision) -> Vec<Change> {
+    pub(super) fn changes_after(&self, r: &Resource, after: Revision) -> Vec<Change> {
         (self.changes.iter().filter(|c| c.0 > after))
             .map(|(revision, key, value)| Change {
                 revision: *revision,
@@ -101,7 +93,7 @@ impl Etcd {
     }
 
     /// The events of `(oldest, through]`, as a restart reads them.
-    fn events(&self, r: &Resource, oldest: Revision, through: Revision) -> Vec<Event> {
+    pub(super) fn events(&self, r: &Resource, oldest: Revision, through: Revision) -> Vec<Event> {
         let mut state = self.state_at(oldest);
         let decode = |k: &str, (v, rev): &(Vec<u8>, Revision)| {
             Arc::new(r.decode(k.as_bytes(), v, *rev).unwrap())
@@ -127,22 +119,22 @@ impl Etcd {
 
 /// The watchproxy in front of etcd: its cache, fed by the model's
 /// reflector.
-struct Core {
-    cache: Arc<WatchCache>,
-    writer: CacheWriter,
-    connected: bool,
+pub(super) struct Core {
+    pub(super) cache: Arc<WatchCache>,
+    pub(super) writer: CacheWriter,
+    pub(super) connected: bool,
     /// The last etcd revision it applied.
-    at: Revision,
+    pub(super) at: Revision,
     /// The ranges `(S, L)` whose history it lost (resumes inside them are
     /// refused).
-    lost: Vec<(Revision, Revision)>,
+    pub(super) lost: Vec<(Revision, Revision)>,
     /// The oldest version it can resume from.
-    oldest: Revision,
+    pub(super) oldest: Revision,
 }
 
 impl Core {
     /// Starts on etcd, with up to `depth` revisions of history.
-    fn start(r: &Arc<Resource>, etcd: &Etcd, depth: u64) -> Core {
+    pub(super) fn start(r: &Arc<Resource>, etcd: &Etcd, depth: u64) -> Core {
         let metrics = Metrics::default().resource("pods");
         let d = Dispatcher::new(4, Duration::from_secs(3600), metrics.clone());
         let (cache, mut writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
@@ -163,7 +155,7 @@ impl Core {
 
     /// Takes what etcd has, when connected: the changes since its
     /// revision, or a list when their history is compacted.
-    fn sync(&mut self, r: &Resource, etcd: &Etcd) {
+    pub(super) fn sync(&mut self, r: &Resource, etcd: &Etcd) {
         if !self.connected || self.at == etcd.revision {
             return;
         }
@@ -180,24 +172,29 @@ impl Core {
     }
 
     /// Whether a resume from `from` must be refused.
-    fn refuses(&self, from: Revision) -> bool {
+    pub(super) fn refuses(&self, from: Revision) -> bool {
         from < self.oldest || self.lost.iter().any(|&(s, l)| s < from && from < l)
     }
 }
 
 /// A client: the state it holds from what it was sent, and where it
 /// resumes from.
-struct Client {
-    watcher: Option<Watcher>,
-    state: State,
-    resume: Revision,
-    reads: Vec<usize>,
+pub(super) struct Client {
+    pub(super) watcher: Option<Watcher>,
+    pub(super) state: State,
+    pub(super) resume: Revision,
+    pub(super) reads: Vec<usize>,
 }
 
 impl Client {
     /// Watches the core from `from` (none: from its state); a refused
     /// resume lists again.
-    fn join(core: &Core, from: Option<Revision>, reads: Vec<usize>, etcd: &Etcd) -> Client {
+    pub(super) fn join(
+        core: &Core,
+        from: Option<Revision>,
+        reads: Vec<usize>,
+        etcd: &Etcd,
+    ) -> Client {
         let mut c = Client {
             watcher: None,
             state: State::new(),
@@ -211,7 +208,7 @@ impl Client {
         c
     }
 
-    fn relist(&mut self, core: &Core) {
+    pub(super) fn relist(&mut self, core: &Core) {
         let all = Predicate::new(&core.cache.resource, "", "", "", "").unwrap();
         let start = (core
             .cache
@@ -227,7 +224,7 @@ impl Client {
 
     /// Resumes from `from` with the state it holds (a new client: etcd's at
     /// `from`), or lists again where the core refuses.
-    fn resume_on(&mut self, core: &Core, from: Revision, etcd: &Etcd) {
+    pub(super) fn resume_on(&mut self, core: &Core, from: Revision, etcd: &Etcd) {
         let all = Predicate::new(&core.cache.resource, "", "", "", "").unwrap();
         match core
             .cache
@@ -253,7 +250,7 @@ impl Client {
 
     /// Reads up to `n` things the watcher has to show, each as the wire
     /// shows it, checking unmarked changes against etcd's history.
-    fn read(&mut self, core: &Core, etcd: &Etcd, n: usize) -> Result<(), TestCaseError> {
+    pub(super) fn read(&mut self, core: &Core, etcd: &Etcd, n: usize) -> Result<(), TestCaseError> {
         for _ in 0..n {
             let Some(watcher) = &mut self.watcher else {
                 return Ok(());
@@ -304,16 +301,16 @@ impl Client {
 
 /// Another watchproxy following the core, as a tier does: changes applied,
 /// a resync's events passed over and the core listed again at its end.
-struct Edge {
-    cache: Arc<WatchCache>,
-    writer: CacheWriter,
-    feed: Option<Watcher>,
+pub(super) struct Edge {
+    pub(super) cache: Arc<WatchCache>,
+    pub(super) writer: CacheWriter,
+    pub(super) feed: Option<Watcher>,
 }
 
 impl Edge {
     /// Starts as a tier does: lists the core at a version up to `depth`
     /// back, as far as its window reaches, then follows it from there.
-    fn start(r: &Arc<Resource>, core: &Core, depth: u64) -> Edge {
+    pub(super) fn start(r: &Arc<Resource>, core: &Core, depth: u64) -> Edge {
         let metrics = Metrics::default().resource("edge");
         let d = Dispatcher::new(4, Duration::from_secs(3600), metrics.clone());
         let (cache, writer) = WatchCache::new(r.clone(), &CacheConfig::default(), d, metrics);
@@ -336,7 +333,7 @@ impl Edge {
         edge
     }
 
-    fn relist(&mut self, core: &Core) {
+    pub(super) fn relist(&mut self, core: &Core) {
         let snapshot = core.cache.snapshot();
         let objects = snapshot.store.iter().map(|o| (*o.0).clone()).collect();
         (self.writer)
@@ -346,7 +343,7 @@ impl Edge {
     }
 
     /// Watches the core after `after`, or lists it again where it refuses.
-    fn follow(&mut self, core: &Core, after: Revision) {
+    pub(super) fn follow(&mut self, core: &Core, after: Revision) {
         let all = Predicate::new(&core.cache.resource, "", "", "", "").unwrap();
         match core
             .cache
@@ -357,7 +354,7 @@ impl Edge {
         }
     }
 
-    fn read(&mut self, core: &Core, n: usize) {
+    pub(super) fn read(&mut self, core: &Core, n: usize) {
         for _ in 0..n {
             let Some(feed) = &mut self.feed else { return };
             let Some(next) = feed.next(&core.cache).now_or_never() else {
@@ -379,104 +376,5 @@ impl Edge {
                 Next::Closed => self.feed = None,
             }
         }
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Write(usize, Option<u8>),
-    /// A write under another prefix: etcd's revision moves, the
-    /// resource's objects do not.
-    Elsewhere,
-    Cut,
-    Compact,
-    Reconnect,
-    Restart(u64),
-    EdgeRestart(u64),
-    Join(Option<u64>),
-    Read(usize),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        8 => (0..KEYS, prop::option::weighted(0.7, 0..4u8)).prop_map(|(k, v)| Op::Write(k, v)),
-        2 => Just(Op::Elsewhere),
-        1 => Just(Op::Cut),
-        1 => Just(Op::Compact),
-        2 => Just(Op::Reconnect),
-        1 => (0..12u64).prop_map(Op::Restart),
-        1 => (0..12u64).prop_map(Op::EdgeRestart),
-        2 => prop::option::of(0..12u64).prop_map(Op::Join),
-        3 => (0..4usize).prop_map(Op::Read),
-    ]
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
-
-    #[test]
-    fn every_client_ends_in_etcds_state_with_etcds_versions(
-        seed in prop::collection::vec((0..KEYS, 0..4u8), 0..6),
-        ops in prop::collection::vec(op(), 1..60),
-        reads in prop::collection::vec(0..3usize, 64),
-    ) {
-        let r = resource();
-        let mut etcd = Etcd::default();
-        for (k, v) in seed {
-            etcd.write(k, Some(v));
-        }
-        let mut core = Core::start(&r, &etcd, 4);
-        let mut edge = Edge::start(&r, &core, 0);
-        let mut clients: Vec<Client> = Vec::new();
-        for (i, op) in ops.into_iter().enumerate() {
-            match op {
-                Op::Write(k, v) => etcd.write(k, v),
-                Op::Elsewhere => etcd.revision += 1,
-                Op::EdgeRestart(depth) => edge = Edge::start(&r, &core, depth),
-                Op::Cut => core.connected = false,
-                Op::Compact => etcd.compacted = etcd.revision,
-                Op::Reconnect => core.connected = true,
-                Op::Restart(depth) => {
-                    core = Core::start(&r, &etcd, depth);
-                    for c in &mut clients {
-                        let from = c.resume;
-                        c.resume_on(&core, from, &etcd);
-                    }
-                    let after = edge.cache.progress().revision;
-                    edge.follow(&core, after);
-                }
-                Op::Join(back) => {
-                    let from = back.map(|b| core.cache.progress().revision.saturating_sub(b).max(1));
-                    clients.push(Client::join(&core, from, reads.clone(), &etcd));
-                }
-                Op::Read(n) => {
-                    for c in &mut clients {
-                        let n = n.min(c.reads[i % c.reads.len()] + 1);
-                        c.read(&core, &etcd, n)?;
-                    }
-                    edge.read(&core, n);
-                }
-            }
-            core.sync(&r, &etcd);
-        }
-        core.connected = true;
-        core.sync(&r, &etcd);
-        let now = etcd.revision;
-        for c in &mut clients {
-            c.read(&core, &etcd, usize::MAX)?;
-            prop_assert_eq!(&c.state, &etcd.state_at(now), "a client's state, versions included");
-        }
-        // The edge, once it has read all its core sent, holds the same
-        // objects, and the core's word proves it.
-        edge.read(&core, usize::MAX);
-        let snapshot = core.cache.snapshot();
-        let same = Sameness::Digest(snapshot.digest.expect("the current state's"));
-        let until = now + 1;
-        edge.cache.confirm_same(same, until);
-        prop_assert_eq!(edge.cache.progress().valid_through, until, "the edge is proven the same");
-        let held: State = (edge.cache.snapshot().store.iter())
-            .map(|o| (o.key().to_owned(), (o.value().to_vec(), o.revision)))
-            .collect();
-        prop_assert_eq!(held, etcd.state_at(now));
     }
 }
