@@ -100,7 +100,6 @@ pub async fn run(
     let mut served = HashMap::new();
     let mut tasks = Vec::new();
     let mut dispatchers = Vec::new();
-    tasks.extend(auth.spawn_reload(shutdown.clone()));
     for ((rc, resource), upstream) in config.resources.iter().zip(&resources).zip(upstreams) {
         let resource = Arc::new(resource.clone());
         let m = metrics.resource(&resource.name);
@@ -202,6 +201,13 @@ pub async fn run(
     .with_auth(auth)
     .with_user_limits(api::user_limits::UserLimits::new(&config.limits))
     .with_watch_compression(&config.watch.compression);
+    // Expiries, and the token and key files, end the watches they must.
+    tasks.push(api.authority().spawn_guard(shutdown.clone()));
+    tasks.extend(api::reconfigure::spawn_config_reload(
+        config.clone(),
+        api.clone(),
+        shutdown.clone(),
+    ));
     info!(
         addr = %listeners.grpc.local_addr()?,
         resources = config.resources.len(),

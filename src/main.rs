@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use watchproxy::config::{Config, ServePath};
+use watchproxy::config::{Config, ConfigSource, Overrides, ServePath};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, ListRequest, WatchRequest};
 use watchproxy::{run, telemetry, Listeners};
@@ -137,15 +137,16 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             serve_path,
         } => {
             let _traces = telemetry::init(matches!(log_format, LogFormat::Json))?;
-            let mut config = Config::from_file(&config)?;
-            config.listen = listen.unwrap_or(config.listen);
-            config.metrics_listen = metrics_listen.or(config.metrics_listen);
-            if let Some(e) = etcd_endpoints {
-                config.etcd.endpoints = e;
-            }
-            config.watch.serve_path = serve_path.unwrap_or(config.watch.serve_path);
-            config.validate()?;
-            serve(config).await
+            let source = ConfigSource {
+                path: config,
+                overrides: Overrides {
+                    listen,
+                    metrics_listen,
+                    etcd_endpoints,
+                    serve_path,
+                },
+            };
+            serve(source.load()?).await
         }
         Command::DemoLoad {
             etcd_endpoints,

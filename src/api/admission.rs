@@ -19,7 +19,7 @@ use tonic::body::Body;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 
-use super::auth::Caller;
+use super::auth::Identity;
 use super::compression::Codec;
 use super::error::ApiError;
 use super::service::Routes;
@@ -28,9 +28,9 @@ use super::Api;
 /// A request's gRPC message prefix: a compressed flag and a length.
 const PREFIX: usize = 5;
 
-/// The caller a request was identified as, before its body was read.
+/// Who a request was identified as, before its body was read.
 #[derive(Debug, Clone)]
-pub struct Identified(pub Caller);
+pub struct Identified(pub Identity);
 
 /// The bounds a call's request is held to.
 #[derive(Clone)]
@@ -79,7 +79,7 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
             let admitted = async {
                 let caller = api.identify(&parts.headers, &parts.extensions)?;
                 // The connection's span, on the service's own server.
-                tracing::Span::current().record("identity", caller.user.as_str());
+                tracing::Span::current().record("identity", caller.caller.user.as_str());
                 let encoding = parts.headers.get("grpc-encoding").cloned();
                 let inflating = encoding.as_ref().and_then(|e| Codec::named(e.as_bytes()));
                 if inflating.is_some() {

@@ -9,6 +9,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use super::auth::Lapse;
 use crate::object::{BadVersion, Revision};
 use crate::selector::SelectorError;
 use crate::source::EtcdError;
@@ -44,7 +45,10 @@ pub const REASONS: &[(&str, Code)] = &[
     ("OVERLOADED", Code::ResourceExhausted),
     ("REQUEST_TOO_LARGE", Code::ResourceExhausted),
     ("UNAUTHENTICATED", Code::Unauthenticated),
+    ("CREDENTIAL_EXPIRED", Code::Unauthenticated),
+    ("CREDENTIAL_REVOKED", Code::Unauthenticated),
     ("PERMISSION_DENIED", Code::PermissionDenied),
+    ("ACCESS_CHANGED", Code::PermissionDenied),
     ("DEADLINE_EXCEEDED", Code::DeadlineExceeded),
     ("UNKNOWN_METHOD", Code::Unimplemented),
     ("MALFORMED_REQUEST", Code::Internal),
@@ -126,6 +130,24 @@ pub enum ApiError {
     /// The reason never holds a credential.
     #[error("authentication required: {reason}")]
     Unauthenticated { reason: &'static str },
+    /// A credential that expired or was revoked: at a call's start, or
+    /// ending an open watch, which names where to resume.
+    #[error("{detail}; {}", match .last {
+        Some(r) => format!("watch again with a fresh credential from resource version {r}"),
+        None => "call again with a fresh credential".to_owned(),
+    })]
+    CredentialEnded {
+        lapse: Lapse,
+        detail: &'static str,
+        last: Option<Revision>,
+    },
+    /// The rules in use changed and no longer allow an open watch as it
+    /// was opened, or force other selectors on it.
+    #[error("the authorization rules changed and no longer allow this watch as it was opened; {}", match .last {
+        Some(r) => format!("a watch the rules allow may resume from resource version {r}"),
+        None => "watch again as the rules allow".to_owned(),
+    })]
+    AccessChanged { last: Option<Revision> },
     #[error("{user} may not {verb} {resource}{}", match (.too_wide, .namespace.as_str()) {
         (true, _) => " across namespaces; name a namespace you may read".to_owned(),
         (false, "") => String::new(),
@@ -178,8 +200,12 @@ impl ApiError {
             | ApiError::ConnectionAged { .. } => Code::Unavailable,
             ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => Code::DeadlineExceeded,
             ApiError::UnknownMethod { .. } => Code::Unimplemented,
-            ApiError::Unauthenticated { .. } => Code::Unauthenticated,
-            ApiError::PermissionDenied { .. } => Code::PermissionDenied,
+            ApiError::Unauthenticated { .. } | ApiError::CredentialEnded { .. } => {
+                Code::Unauthenticated
+            }
+            ApiError::PermissionDenied { .. } | ApiError::AccessChanged { .. } => {
+                Code::PermissionDenied
+            }
             ApiError::MalformedRequest(_) => Code::Internal,
             ApiError::RequestAborted(_) => Code::Cancelled,
         }
@@ -211,7 +237,16 @@ impl ApiError {
             ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => "DEADLINE_EXCEEDED",
             ApiError::UnknownMethod { .. } => "UNKNOWN_METHOD",
             ApiError::Unauthenticated { .. } => "UNAUTHENTICATED",
+            ApiError::CredentialEnded {
+                lapse: Lapse::Expired,
+                ..
+            } => "CREDENTIAL_EXPIRED",
+            ApiError::CredentialEnded {
+                lapse: Lapse::Revoked,
+                ..
+            } => "CREDENTIAL_REVOKED",
             ApiError::PermissionDenied { .. } => "PERMISSION_DENIED",
+            ApiError::AccessChanged { .. } => "ACCESS_CHANGED",
             ApiError::RequestTooLarge { .. } => "REQUEST_TOO_LARGE",
             ApiError::MalformedRequest(_) => "MALFORMED_REQUEST",
             ApiError::RequestAborted(_) => "REQUEST_ABORTED",
@@ -277,7 +312,9 @@ impl From<ApiError> for Status {
             } => (None, Some(*current), Some(*oldest)),
             ApiError::TooLarge { current, .. } => (None, Some(*current), None),
             ApiError::ShuttingDown { last } => (*last, None, None),
-            ApiError::ConnectionAged { last } => (*last, None, None),
+            ApiError::ConnectionAged { last }
+            | ApiError::CredentialEnded { last, .. }
+            | ApiError::AccessChanged { last } => (*last, None, None),
             _ => (None, None, None),
         };
         let mut info = HashMap::new();
@@ -434,6 +471,20 @@ mod tests {
                 Some(Duration::ZERO),
             ),
             (
+                ApiError::CredentialEnded {
+                    lapse: Lapse::Revoked,
+                    detail: "the credential was revoked",
+                    last: Some(7),
+                },
+                "CREDENTIAL_REVOKED",
+                None,
+            ),
+            (
+                ApiError::AccessChanged { last: Some(7) },
+                "ACCESS_CHANGED",
+                None,
+            ),
+            (
                 ApiError::TooManyWatchers {
                     scope: "in all".into(),
                 },
@@ -459,7 +510,9 @@ mod tests {
                     assert_eq!(info.metadata["current_resource_version"], "9");
                     assert_eq!(info.metadata["oldest_resource_version"], "5");
                 }
-                "SHUTTING_DOWN" => assert_eq!(info.metadata["resume_resource_version"], "7"),
+                "SHUTTING_DOWN" | "CREDENTIAL_REVOKED" | "ACCESS_CHANGED" => {
+                    assert_eq!(info.metadata["resume_resource_version"], "7")
+                }
                 "BAD_SELECTOR" | "BAD_REQUEST" => assert!(details.bad_request().is_some()),
                 _ => {}
             }
@@ -518,6 +571,16 @@ mod tests {
             ApiError::Overloaded { reason: "r".into() },
             ApiError::RequestTooLarge { len: 2, max: 1 },
             ApiError::Unauthenticated { reason: "r" },
+            ApiError::CredentialEnded {
+                lapse: Lapse::Expired,
+                detail: "d",
+                last: None,
+            },
+            ApiError::CredentialEnded {
+                lapse: Lapse::Revoked,
+                detail: "d",
+                last: Some(1),
+            },
             ApiError::PermissionDenied {
                 user: "u".into(),
                 verb: "list",
@@ -525,6 +588,7 @@ mod tests {
                 namespace: String::new(),
                 too_wide: false,
             },
+            ApiError::AccessChanged { last: Some(1) },
             ApiError::DeadlineExceeded,
             ApiError::UnknownMethod { path: "/x".into() },
             ApiError::MalformedRequest("m".into()),

@@ -25,6 +25,7 @@ mod initial;
 mod initial_tests;
 mod list;
 pub mod query;
+pub mod reconfigure;
 mod reload;
 #[cfg(test)]
 mod resync_model_tests;
@@ -51,7 +52,7 @@ use crate::pb;
 use crate::source::{Freshness, Origin};
 use crate::telemetry::{Metrics, ResourceMetrics};
 use admission::Identified;
-use auth::{Auth, Caller, PeerCerts, Scope};
+use auth::{Auth, Authority, Grant, Identity, Judged, PeerCerts, Scope};
 use call::CallInfo;
 use error::ApiError;
 pub use initial::InitialStates;
@@ -81,8 +82,8 @@ pub struct Api {
     /// One permit per open watch of any resource.
     watch_slots: Arc<Semaphore>,
     metrics: Metrics,
-    /// Who may read what.
-    auth: Arc<Auth>,
+    /// Who may read what, for new calls and open watches.
+    auth: Arc<Authority>,
     user_limits: Arc<UserLimits>,
     shutdown: CancellationToken,
     /// What Watch responses may be compressed in, by preference.
@@ -110,7 +111,7 @@ impl Api {
             resources: Arc::new(resources),
             freshness_wait,
             watch_slots: Arc::new(Semaphore::new(max_watchers)),
-            auth: Arc::new(Auth::open(metrics.clone())),
+            auth: Arc::new(Authority::new(Auth::open(metrics.clone()))),
             user_limits: Arc::new(UserLimits::new(&Default::default())),
             metrics,
             shutdown,
@@ -141,23 +142,34 @@ impl Api {
 
     /// Calls authenticated and authorized by `auth`.
     pub fn with_auth(mut self, auth: Auth) -> Self {
-        self.auth = Arc::new(auth);
+        self.auth = Arc::new(Authority::new(auth));
         self
+    }
+
+    /// The authenticators and rules in use, which a new configuration
+    /// replaces.
+    pub fn authority(&self) -> &Arc<Authority> {
+        &self.auth
+    }
+
+    /// The per-user limits in use, which a new configuration changes.
+    pub fn user_limits(&self) -> &UserLimits {
+        &self.user_limits
     }
 
     /// Who calls: as admission identified it, else from the call's
     /// metadata and its connection's certificates.
     fn caller(
         &self,
+        judged: &Judged,
         metadata: &MetadataMap,
         certs: &Option<PeerCerts>,
         extensions: &http::Extensions,
-    ) -> Result<Caller, ApiError> {
-        if let Some(Identified(caller)) = extensions.get() {
-            return Ok(caller.clone());
+    ) -> Result<Identity, ApiError> {
+        if let Some(Identified(identity)) = extensions.get() {
+            return Ok(identity.clone());
         }
-        self.auth
-            .identify(metadata, certs.as_ref().map(|c| &c.0[..]))
+        (judged.auth).identify(metadata, certs.as_ref().map(|c| &c.0[..]))
     }
 
     /// Who calls, from a request's headers and extensions alone: before
@@ -166,29 +178,28 @@ impl Api {
         &self,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
-    ) -> Result<Caller, ApiError> {
+    ) -> Result<Identity, ApiError> {
         let request = Request::from_parts(
             MetadataMap::from_headers(headers.clone()),
             extensions.clone(),
             (),
         );
         let certs = peer_certs(&request);
-        self.auth
-            .identify(request.metadata(), certs.as_ref().map(|c| &c.0[..]))
+        (self.auth.current().auth).identify(request.metadata(), certs.as_ref().map(|c| &c.0[..]))
     }
 
-    /// The resource a call names, and what `caller` may see of it there.
+    /// The resource a call names, and what `identity` may see of it there.
     fn admit(
         &self,
-        caller: &Caller,
+        judged: &Judged,
+        identity: &Identity,
         verb: Verb,
         resource: &str,
         namespace: &str,
     ) -> Result<(&Served, Scope), ApiError> {
         let s = self.served(resource)?;
-        let scope = self
-            .auth
-            .authorize(caller, verb, &s.cache.resource, namespace)?;
+        let scope =
+            (judged.auth).authorize(&identity.caller, verb, &s.cache.resource, namespace)?;
         Ok((s, scope))
     }
 
@@ -216,10 +227,17 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs, &extensions)?;
-            self.user_limits.unary(&caller)?;
-            let (s, scope) = self.admit(&caller, Verb::List, &req.resource, &req.namespace)?;
-            let token_scope = self.auth.token_scope(&caller, &scope);
+            let judged = self.auth.current();
+            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
+            self.user_limits.unary(&identity.caller)?;
+            let (s, scope) = self.admit(
+                &judged,
+                &identity,
+                Verb::List,
+                &req.resource,
+                &req.namespace,
+            )?;
+            let token_scope = judged.auth.token_scope(&identity.caller, &scope);
             let query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
             self.list_page(s, query).await
         };
@@ -239,9 +257,11 @@ impl Api {
             field_selector: "",
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs, &extensions)?;
-            self.user_limits.unary(&caller)?;
-            let (s, scope) = self.admit(&caller, Verb::Get, &req.resource, &req.namespace)?;
+            let judged = self.auth.current();
+            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
+            self.user_limits.unary(&identity.caller)?;
+            let (s, scope) =
+                self.admit(&judged, &identity, Verb::Get, &req.resource, &req.namespace)?;
             let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
             self.get_object(s, query).await
         };
@@ -270,11 +290,21 @@ impl Api {
             field_selector: &req.field_selector,
         };
         let call = async {
-            let caller = self.caller(&metadata, &certs, &extensions)?;
-            let place = self.user_limits.watch(&caller)?;
-            let (s, scope) = self.admit(&caller, Verb::Watch, &req.resource, &req.namespace)?;
+            let judged = self.auth.current();
+            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
+            let place = self.user_limits.watch(&identity.caller)?;
+            let (s, scope) = self.admit(
+                &judged,
+                &identity,
+                Verb::Watch,
+                &req.resource,
+                &req.namespace,
+            )?;
             let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;
-            self.start_watch(s, query, inbox, place).await
+            let resource = s.cache.resource.clone();
+            let grant = Grant::new(identity, Verb::Watch, resource, &req.namespace, scope);
+            let held = self.auth.hold(grant, &judged);
+            self.start_watch(s, query, inbox, (place, held)).await
         };
         self.answer(&metadata, info, call).await
     }

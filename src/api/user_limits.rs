@@ -20,11 +20,28 @@ const IDLE_BUCKET: Duration = Duration::from_secs(60);
 type Watchers = Arc<Mutex<HashMap<String, usize>>>;
 
 pub struct UserLimits {
+    bounds: parking_lot::RwLock<Bounds>,
+    watchers: Watchers,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+/// The limits, as configured: a new configuration changes them in place,
+/// for new calls; the open watches and the buckets stay counted.
+#[derive(Clone, Copy)]
+struct Bounds {
     max_watchers: Option<usize>,
     rate: Option<f64>,
     burst: f64,
-    watchers: Watchers,
-    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Bounds {
+    fn of(limits: &LimitsConfig) -> Self {
+        Self {
+            max_watchers: limits.max_watchers_per_user,
+            rate: limits.unary_per_user_per_second,
+            burst: f64::from(limits.unary_burst_per_user),
+        }
+    }
 }
 
 struct Bucket {
@@ -54,17 +71,20 @@ impl Drop for WatchPlace {
 impl UserLimits {
     pub fn new(limits: &LimitsConfig) -> Self {
         Self {
-            max_watchers: limits.max_watchers_per_user,
-            rate: limits.unary_per_user_per_second,
-            burst: f64::from(limits.unary_burst_per_user),
+            bounds: parking_lot::RwLock::new(Bounds::of(limits)),
             watchers: Arc::default(),
             buckets: Mutex::default(),
         }
     }
 
+    /// New calls are held to `limits`' per-user values from now on.
+    pub fn reconfigure(&self, limits: &LimitsConfig) {
+        *self.bounds.write() = Bounds::of(limits);
+    }
+
     /// A place for one more watch of `caller`'s user.
     pub fn watch(&self, caller: &Caller) -> Result<WatchPlace, ApiError> {
-        let Some(max) = self.max_watchers else {
+        let Some(max) = self.bounds.read().max_watchers else {
             return Ok(WatchPlace { watchers: None });
         };
         let mut w = self.watchers.lock();
@@ -84,7 +104,8 @@ impl UserLimits {
 
     /// Takes one List or Get from `caller`'s user's bucket.
     pub fn unary(&self, caller: &Caller) -> Result<(), ApiError> {
-        let Some(rate) = self.rate else {
+        let Bounds { rate, burst, .. } = *self.bounds.read();
+        let Some(rate) = rate else {
             return Ok(());
         };
         let now = Instant::now();
@@ -93,10 +114,10 @@ impl UserLimits {
             buckets.retain(|_, b| now.duration_since(b.at) < IDLE_BUCKET);
         }
         let b = buckets.entry(caller.user.clone()).or_insert(Bucket {
-            tokens: self.burst,
+            tokens: burst,
             at: now,
         });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(self.burst);
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
         b.at = now;
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;

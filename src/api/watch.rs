@@ -10,6 +10,7 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
+use super::auth::{Held, Lapse, Revoke};
 use super::compression::Codec;
 use super::error::ApiError;
 use super::initial::InitialCursor;
@@ -29,7 +30,7 @@ impl Api {
         s: &Served,
         q: WatchQuery,
         inbox: Arc<Inbox>,
-        place: WatchPlace,
+        (place, grant): (WatchPlace, Held),
     ) -> Result<WatchStream, ApiError> {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown { last: None });
@@ -96,8 +97,10 @@ impl Api {
         let initial_end = (initial.as_ref())
             .filter(|_| q.send_initial_events)
             .map(|state| state.revision());
+        grant.grant().on_revoke(watcher.alarm());
         Ok(WatchStream {
             _slots: slots,
+            grant,
             cache: s.cache.clone(),
             watcher,
             initial: initial.map(InitialCursor::new),
@@ -122,6 +125,8 @@ impl Api {
 pub struct WatchStream {
     /// Held while the watch is open: its places in the watcher limits.
     _slots: (WatchPlace, OwnedSemaphorePermit, OwnedSemaphorePermit),
+    /// What it was allowed, while it still is.
+    grant: Held,
     cache: Arc<WatchCache>,
     watcher: Watcher,
     /// The initial state still to send.
@@ -171,9 +176,43 @@ impl WatchStream {
     /// events were sent; none while the initial events are unfinished.
     pub fn connection_aged(&mut self) -> Status {
         self.end.reason = Some(EndReason::connection_aged);
+        ApiError::ConnectionAged {
+            last: self.resume_from(),
+        }
+        .into()
+    }
+
+    /// Where a client that got everything sent so far resumes without a
+    /// gap: none while the initial events are unfinished.
+    fn resume_from(&self) -> Option<Revision> {
         let unfinished = self.initial.is_some() || self.initial_end.is_some();
-        let last = (!unfinished).then(|| self.watcher.complete_revision());
-        ApiError::ConnectionAged { last }.into()
+        (!unfinished).then(|| self.watcher.complete_revision())
+    }
+
+    /// Ends the watch because its grant ended.
+    fn revoked(&mut self, why: Revoke) -> Status {
+        let last = self.resume_from();
+        let (reason, error) = match why {
+            Revoke::Credential(lapse @ Lapse::Expired) => (
+                EndReason::credential_expired,
+                ApiError::CredentialEnded {
+                    lapse,
+                    detail: "the watch's credential expired",
+                    last,
+                },
+            ),
+            Revoke::Credential(lapse @ Lapse::Revoked) => (
+                EndReason::credential_revoked,
+                ApiError::CredentialEnded {
+                    lapse,
+                    detail: "the watch's credential was revoked",
+                    last,
+                },
+            ),
+            Revoke::AccessChanged => (EndReason::access_changed, ApiError::AccessChanged { last }),
+        };
+        self.end.reason = Some(reason);
+        error.into()
     }
 }
 
@@ -187,6 +226,9 @@ impl Stream for WatchStream {
         let this = self.get_mut();
         if this.end.reason.is_some() {
             return Poll::Ready(None);
+        }
+        if let Some(why) = this.grant.grant().revoked() {
+            return Poll::Ready(Some(Err(this.revoked(why))));
         }
         if let Some(initial) = &mut this.initial {
             match initial.next_message(this.codec) {

@@ -5,6 +5,7 @@
 mod bytes;
 mod key_layout;
 mod security;
+mod source;
 mod validate;
 
 use std::net::SocketAddr;
@@ -16,10 +17,11 @@ pub use key_layout::{KeyLayout, Segment};
 pub use security::{
     AuthConfig, AuthorizationConfig, ClientAuth, JwtConfig, RuleConfig, TlsConfig, Verb,
 };
+pub use source::{ConfigSource, Overrides};
 pub use validate::ConfigError;
 
 /// The whole service configuration, as read from YAML.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -66,10 +68,13 @@ pub struct Config {
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
     pub resources: Vec<ResourceConfig>,
+    /// The file it was read from, to read again when it changes.
+    #[serde(skip)]
+    pub source: Option<ConfigSource>,
 }
 
 /// Limits that protect the service from its clients.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Open watches in total; beyond, RESOURCE_EXHAUSTED.
@@ -186,7 +191,7 @@ fn default_max_connection_age_grace() -> Duration {
     Duration::from_secs(10)
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EtcdConfig {
     pub endpoints: Vec<String>,
@@ -214,7 +219,7 @@ pub struct EtcdConfig {
 }
 
 /// PEM files for TLS to etcd or to an upstream watchproxy.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTls {
     pub ca_file: Option<std::path::PathBuf>,
@@ -225,7 +230,7 @@ pub struct ClientTls {
     pub server_name: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchConfig {
     /// How often watchers that allow bookmarks get one (each with its own
@@ -302,7 +307,7 @@ pub enum ValueFormat {
     Kubernetes,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
     /// The name clients use, e.g. "pods".
@@ -345,7 +350,7 @@ impl ResourceConfig {
 }
 
 /// Bounds of the event window kept for resuming watches.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     #[serde(default = "default_min_events")]

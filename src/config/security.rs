@@ -6,7 +6,7 @@ use serde::Deserialize;
 /// The service's certificate and, for mutual TLS, the clients' CA. The
 /// files are read again when they change (rotation by cert-manager or a
 /// sidecar): new handshakes use the new pair, open connections keep theirs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM: the certificate, then any intermediates.
@@ -29,7 +29,7 @@ pub enum ClientAuth {
     Optional,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// YAML: a list of `{token, user, groups}`; read again when it changes.
@@ -50,7 +50,7 @@ pub struct AuthConfig {
     pub jwt: Option<JwtConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The signing keys (JSON Web Key Set); read again when it changes.
@@ -73,7 +73,7 @@ fn default_groups_claim() -> String {
     "groups".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthorizationConfig {
     pub rules: Vec<RuleConfig>,
@@ -81,7 +81,7 @@ pub struct AuthorizationConfig {
 
 /// One rule: these subjects may use these verbs on these resources in
 /// these namespaces, seeing only what the selectors select.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// `user:<name>`, `group:<name>`, or `*` for every caller.

@@ -34,7 +34,12 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_yaml(&text)
+        let mut config = Self::from_yaml(&text)?;
+        config.source = Some(ConfigSource {
+            path: path.to_owned(),
+            overrides: Overrides::default(),
+        });
+        Ok(config)
     }
 
     /// Parses and validates; prefixes lose a trailing '/'.

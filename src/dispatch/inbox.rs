@@ -280,6 +280,20 @@ impl Mailbox {
         self.at
     }
 
+    /// Something that makes the queue's reader look at it at once, from
+    /// outside the flow of deliveries: the queue is ended after what it
+    /// holds, for a watch that ends for a reason of its own (its grant).
+    pub fn alarm(&self) -> impl Fn() + Send + Sync + 'static {
+        let (inbox, at) = (Arc::downgrade(&self.inbox), self.at);
+        move || {
+            if let Some(inbox) = inbox.upgrade() {
+                let mut wakes = Vec::new();
+                inbox.post_end(at, &mut wakes);
+                wakes.into_iter().for_each(Waker::wake);
+            }
+        }
+    }
+
     /// Where the queue is in its inbox, unique among the inbox's open
     /// queues: how [`Inbox::collect`] names it.
     pub fn place(&self) -> Place {

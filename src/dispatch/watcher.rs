@@ -99,6 +99,12 @@ impl Watcher {
         self.subscription.mailbox.place()
     }
 
+    /// Wakes its reader at once, its queue ended (see
+    /// [`super::inbox::Mailbox::alarm`]).
+    pub fn alarm(&self) -> impl Fn() + Send + Sync + 'static {
+        self.subscription.mailbox.alarm()
+    }
+
     pub fn predicate(&self) -> &Predicate {
         &self.wants.predicate
     }

@@ -19,6 +19,12 @@ pub enum EndReason {
     shutdown,
     /// Its connection reached `limits.max_connection_age`.
     connection_aged,
+    /// Its credential expired (a JWT's `exp`, a certificate's `notAfter`).
+    credential_expired,
+    /// Its token or signing key left its file.
+    credential_revoked,
+    /// The authorization rules, read again, no longer allow it as it was.
+    access_changed,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

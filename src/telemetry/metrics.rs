@@ -16,6 +16,7 @@ use super::labels::{
     StateLabels,
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
+use super::security::SecurityMetrics;
 
 /// All metric families, registered once; [`Metrics::resource`] hands out
 /// the per-resource series.
@@ -58,6 +59,8 @@ pub struct Metrics {
     authz_denied: Family<DeniedLabels, Counter>,
     /// The HTTP/2 server's.
     pub http2: Http2Metrics,
+    /// The configuration's, and the listener's exposure.
+    pub security: SecurityMetrics,
 }
 
 fn call_histogram() -> Histogram {
@@ -105,8 +108,10 @@ impl Default for Metrics {
             reflector_state: Family::default(),
             calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
             http2: Http2Metrics::default(),
+            security: SecurityMetrics::default(),
         };
         m.http2.register(&mut r);
+        m.security.register(&mut r);
         r.register(
             "events_received",
             "Events received from etcd watches",

@@ -5,12 +5,14 @@ mod exposition;
 mod http2;
 mod labels;
 mod metrics;
+mod security;
 
 use tracing_subscriber::EnvFilter;
 
 pub use exposition::{prometheus_text, spawn_metrics_server};
 pub use http2::{Bound, Direction, Http2Metrics};
 pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, ResourceMetrics, TlsOutcome};
+pub use security::{ReloadResult, SecurityMetrics};
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default
 /// `info`), and `json` selects one JSON object per line.

@@ -1,10 +1,13 @@
 //! JSON Web Tokens verified offline against a JWKS file, in the shape of
-//! Kubernetes projected service-account tokens: issuer, audiences and
-//! expiry checked, the user and groups read from configured claims. Only
-//! asymmetric keys are accepted, so a public key can never sign.
+//! Kubernetes projected service-account tokens: issuer, audiences, expiry
+//! and not-before checked without leeway (an open watch ends at `exp`, so
+//! a call must not be admitted past it), the user and groups read from
+//! configured claims. Only asymmetric keys are accepted, so a public key
+//! can never sign.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
@@ -21,7 +24,21 @@ pub struct Jwt {
 }
 
 /// Why a token was refused; never the token or its claims.
-pub type Refusal = &'static str;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    /// Refused for its `exp` alone.
+    pub expired: bool,
+}
+
+impl From<&'static str> for Refusal {
+    fn from(reason: &'static str) -> Self {
+        Self {
+            reason,
+            expired: false,
+        }
+    }
+}
 
 impl Jwt {
     pub fn load(config: &JwtConfig) -> anyhow::Result<Self> {
@@ -55,8 +72,8 @@ impl Jwt {
         token.split('.').count() == 3
     }
 
-    /// The caller a valid token names.
-    pub fn caller(&self, token: &str) -> Result<Caller, Refusal> {
+    /// The caller a valid token names, and the token's `exp`.
+    pub fn caller(&self, token: &str) -> Result<(Caller, SystemTime), Refusal> {
         let header = decode_header(token).map_err(|_| "the JWT header cannot be read")?;
         let keys = self.keys.read().clone();
         let jwk = match &header.kid {
@@ -66,27 +83,41 @@ impl Jwt {
         }
         .ok_or("no key in the JWKS file verifies this JWT")?;
         if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
-            return Err("symmetric keys are not accepted");
+            return Err("symmetric keys are not accepted".into());
         }
         let key = DecodingKey::from_jwk(jwk).map_err(|_| "a JWKS key cannot be used")?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&self.config.audiences);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.leeway = 0;
+        validation.validate_nbf = true;
         let claims = decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
             .map_err(|e| {
                 use jsonwebtoken::errors::ErrorKind as K;
-                match e.kind() {
-                    K::ExpiredSignature => "the JWT has expired",
+                if matches!(e.kind(), K::ExpiredSignature) {
+                    return Refusal {
+                        reason: "the JWT has expired",
+                        expired: true,
+                    };
+                }
+                Refusal::from(match e.kind() {
+                    K::ImmatureSignature => "the JWT is not valid yet (its nbf is in the future)",
                     K::InvalidIssuer => "the JWT's issuer is not the configured one",
                     K::InvalidAudience => "the JWT is not for this audience",
                     K::InvalidSignature => "the JWT's signature does not verify",
                     K::InvalidAlgorithm => "the JWT's algorithm does not match its key",
                     K::MissingRequiredClaim(_) => "the JWT lacks exp, iss or aud",
                     _ => "the JWT is not valid",
-                }
+                })
             })?
             .claims;
+        let exp = claims
+            .get("exp")
+            .and_then(serde_json::Value::as_f64)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| UNIX_EPOCH + Duration::from_secs_f64(s.min(1e12)))
+            .ok_or("the JWT's exp is not a time")?;
         let user = claims
             .get(&self.config.username_claim)
             .and_then(|v| v.as_str())
@@ -100,7 +131,7 @@ impl Jwt {
                 .and_then(|a| a.iter().map(|g| g.as_str().map(str::to_owned)).collect())
                 .ok_or("the JWT's groups claim is not a list of strings")?,
         };
-        Ok(Caller { user, groups })
+        Ok((Caller { user, groups }, exp))
     }
 }
 
@@ -184,7 +215,7 @@ mod tests {
             claims(now() + 600, "watchproxy", "https://kubernetes.default.svc"),
         );
         assert!(Jwt::looks_like(&good));
-        let caller = jwt.caller(&good).unwrap();
+        let (caller, _) = jwt.caller(&good).unwrap();
         assert_eq!(caller.user, "system:serviceaccount:ns:reader");
         assert_eq!(caller.groups.len(), 2);
 
@@ -192,13 +223,15 @@ mod tests {
             &iss,
             claims(now() - 3600, "watchproxy", "https://kubernetes.default.svc"),
         );
-        assert_eq!(jwt.caller(&expired).unwrap_err(), "the JWT has expired");
+        let refusal = jwt.caller(&expired).unwrap_err();
+        assert_eq!(refusal.reason, "the JWT has expired");
+        assert!(refusal.expired);
         let other_aud = token(
             &iss,
             claims(now() + 600, "other", "https://kubernetes.default.svc"),
         );
         assert_eq!(
-            jwt.caller(&other_aud).unwrap_err(),
+            jwt.caller(&other_aud).unwrap_err().reason,
             "the JWT is not for this audience"
         );
         let other_iss = token(&iss, claims(now() + 600, "watchproxy", "https://evil"));
@@ -208,8 +241,19 @@ mod tests {
             claims(now() + 600, "watchproxy", "https://kubernetes.default.svc"),
         );
         assert_eq!(
-            jwt.caller(&forged).unwrap_err(),
+            jwt.caller(&forged).unwrap_err().reason,
             "the JWT's signature does not verify"
+        );
+        let early = token(
+            &iss,
+            serde_json::json!({
+                "sub": "u", "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"],
+                "nbf": now() + 600, "exp": now() + 1200,
+            }),
+        );
+        assert_eq!(
+            jwt.caller(&early).unwrap_err().reason,
+            "the JWT is not valid yet (its nbf is in the future)"
         );
         // A token signed with the public key as an HMAC secret.
         let mut parts: Vec<&str> = good.split('.').collect();

@@ -2,8 +2,12 @@
 //! certificate (user: subject CN, groups: subject O values, as Kubernetes
 //! names them), else by a bearer token, else is anonymous where that is
 //! allowed. The authorization rules then say whether the call is allowed
-//! and through which selectors.
+//! and through which selectors. An open watch keeps its grant
+//! ([`grants`]): it ends when its credential expires or is revoked, or
+//! when the rules, read again, no longer give it what it was given.
 
+mod credential;
+mod grants;
 mod jwt;
 #[cfg(test)]
 mod model_tests;
@@ -11,6 +15,7 @@ mod rules;
 mod tokens;
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use rustls_pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +27,8 @@ use super::reload::spawn_reloader;
 use crate::config::{Config, Verb};
 use crate::object::Resource;
 use crate::telemetry::Metrics;
+pub use credential::{Credential, Identity, Lapse, Secret};
+pub use grants::{Authority, Grant, Held, Judged, Revoke};
 use jwt::Jwt;
 pub use rules::Scope;
 use rules::{Denial, Rules};
@@ -101,19 +108,28 @@ impl Auth {
         })
     }
 
-    /// Reads the token and JWKS files again whenever they change, until
-    /// `shutdown`.
-    pub fn spawn_reload(&self, shutdown: CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+    /// Reads the token and JWKS files again whenever they change, then
+    /// calls `after`, until `shutdown`.
+    pub fn spawn_reload(
+        &self,
+        shutdown: CancellationToken,
+        after: Arc<dyn Fn() + Send + Sync>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some(tokens) = self.tokens.clone() {
             let paths = vec![tokens.path().to_owned()];
+            let after = after.clone();
             tasks.push(spawn_reloader(paths, shutdown.clone(), move || {
-                tokens.reload()
+                tokens.reload();
+                after();
             }));
         }
         if let Some(jwt) = self.jwt.clone() {
             let paths = vec![jwt.path().to_owned()];
-            tasks.push(spawn_reloader(paths, shutdown, move || jwt.reload()));
+            tasks.push(spawn_reloader(paths, shutdown, move || {
+                jwt.reload();
+                after();
+            }));
         }
         tasks
     }
@@ -124,16 +140,33 @@ impl Auth {
         &self,
         metadata: &MetadataMap,
         certs: Option<&[CertificateDer<'_>]>,
-    ) -> Result<Caller, ApiError> {
+    ) -> Result<Identity, ApiError> {
         // `code` labels the metric; `reason` tells the caller.
         let refuse = |code: &'static str, reason: &'static str| {
             self.metrics.auth_failure(code);
             info!(reason, "unauthenticated call");
             Err(ApiError::Unauthenticated { reason })
         };
+        let lapsed = |code: &'static str, lapse: Lapse, detail: &'static str| {
+            self.metrics.auth_failure(code);
+            info!(reason = detail, "unauthenticated call");
+            Err(ApiError::CredentialEnded {
+                lapse,
+                detail,
+                last: None,
+            })
+        };
         if let Some(cert) = certs.and_then(|c| c.first()) {
             return match subject(cert) {
-                Some(caller) => Ok(caller),
+                // Verified at the handshake; a connection outlives it.
+                Some((_, not_after)) if not_after <= SystemTime::now() => lapsed(
+                    "expired_certificate",
+                    Lapse::Expired,
+                    "the client certificate has expired",
+                ),
+                Some((caller, not_after)) => {
+                    Ok(Identity::new(caller, Credential::Certificate { not_after }))
+                }
                 None => refuse(
                     "bad_certificate",
                     "the client certificate names no subject common name",
@@ -143,7 +176,7 @@ impl Auth {
         if let Some(header) = metadata.get("authorization") {
             if self.tokens.is_none() && self.jwt.is_none() {
                 if !self.authenticating {
-                    return Ok(Caller::anonymous());
+                    return Ok(Identity::new(Caller::anonymous(), Credential::Anonymous));
                 }
                 return refuse("tokens_not_accepted", "bearer tokens are not accepted here");
             }
@@ -155,20 +188,66 @@ impl Auth {
                 );
             };
             if let Some(caller) = self.tokens.as_ref().and_then(|t| t.caller(token)) {
-                return Ok(caller);
+                return Ok(Identity::new(caller, Credential::Token(Secret::new(token))));
             }
             if let Some(jwt) = self.jwt.as_ref().filter(|_| Jwt::looks_like(token)) {
                 return match jwt.caller(token) {
-                    Ok(caller) => Ok(caller),
-                    Err(reason) => refuse("invalid_jwt", reason),
+                    Ok((caller, exp)) => Ok(Identity::new(
+                        caller,
+                        Credential::Jwt {
+                            token: Secret::new(token),
+                            exp,
+                        },
+                    )),
+                    Err(r) if r.expired => lapsed("expired_jwt", Lapse::Expired, r.reason),
+                    Err(r) => refuse("invalid_jwt", r.reason),
                 };
             }
             return refuse("unknown_token", "unknown bearer token");
         }
         if self.anonymous {
-            return Ok(Caller::anonymous());
+            return Ok(Identity::new(Caller::anonymous(), Credential::Anonymous));
         }
         refuse("no_identity", "no client certificate or bearer token")
+    }
+
+    /// Whether `identity`'s credential still names its caller here: not
+    /// expired, its token still in the token file, its JWT still verified
+    /// by the key set, anonymous callers still served.
+    pub fn still_names(&self, identity: &Identity) -> Result<(), Revoke> {
+        let caller = &identity.caller;
+        let expired = identity
+            .credential
+            .expires()
+            .is_some_and(|t| t <= SystemTime::now());
+        if expired {
+            return Err(Revoke::Credential(Lapse::Expired));
+        }
+        let names = match &*identity.credential {
+            Credential::Anonymous => {
+                return match self.anonymous || !self.authenticating {
+                    true => Ok(()),
+                    false => Err(Revoke::AccessChanged),
+                }
+            }
+            Credential::Certificate { .. } => true,
+            Credential::Token(t) => {
+                (self.tokens.as_ref()).and_then(|tokens| tokens.caller(t.expose()))
+                    == Some(caller.clone())
+            }
+            Credential::Jwt { token, .. } => match self.jwt.as_ref() {
+                None => false,
+                Some(jwt) => match jwt.caller(token.expose()) {
+                    Ok((now, _)) => now == *caller,
+                    Err(r) if r.expired => return Err(Revoke::Credential(Lapse::Expired)),
+                    Err(_) => false,
+                },
+            },
+        };
+        match names {
+            true => Ok(()),
+            false => Err(Revoke::Credential(Lapse::Revoked)),
+        }
     }
 
     /// Whether `caller` may `verb` `resource` in `namespace` ("" for every
@@ -203,6 +282,22 @@ impl Auth {
                     too_wide: denial == Denial::TooWide,
                 }
             })
+    }
+
+    /// What `caller` may see when it `verb`s `resource` in `namespace`,
+    /// if anything: [`Auth::authorize`] without its log and count, for
+    /// judging open watches again.
+    fn scope_of(
+        &self,
+        caller: &Caller,
+        verb: Verb,
+        resource: &Resource,
+        namespace: &str,
+    ) -> Option<Scope> {
+        match &self.rules {
+            None => Some(Scope::unrestricted()),
+            Some(rules) => rules.authorize(caller, verb, resource, namespace).ok(),
+        }
     }
 
     /// What a continue token is bound to: the caller and what it may see.
@@ -247,15 +342,18 @@ impl Fnv {
     }
 }
 
-/// The caller a client certificate names: user = subject CN, groups =
-/// subject O values.
-fn subject(cert: &CertificateDer<'_>) -> Option<Caller> {
+/// The caller a client certificate names (user = subject CN, the last
+/// of several as Kubernetes takes it; groups = subject O values), and the
+/// end of its validity.
+fn subject(cert: &CertificateDer<'_>) -> Option<(Caller, SystemTime)> {
     let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
     let subject = cert.subject();
-    let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let user = subject.iter_common_name().last()?.as_str().ok()?.to_owned();
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_owned))
         .collect();
-    Some(Caller { user, groups })
+    let not_after = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0);
+    let not_after = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(not_after);
+    Some((Caller { user, groups }, not_after))
 }

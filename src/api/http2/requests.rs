@@ -130,7 +130,7 @@ impl<S: Routes> Driver<S> {
             // before a byte of its body is read.
             match self.api.identify(&head.headers, &extensions) {
                 Ok(caller) => {
-                    tracing::Span::current().record("identity", caller.user.as_str());
+                    tracing::Span::current().record("identity", caller.caller.user.as_str());
                     extensions.insert(Identified(caller))
                 }
                 Err(refused) => {

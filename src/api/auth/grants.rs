@@ -1,0 +1,306 @@
+//! Authorization for a stream's whole life. The [`Authority`] holds the
+//! authenticators and rules in use (replaced whole when the configuration
+//! changes) and the grant of every open watch: who it was given to, with
+//! which credential, and what it was allowed. A grant ends when its
+//! credential expires, when its token or key leaves its file, or when the
+//! rules in use no longer give it what it was given; its watch then ends
+//! with a status naming where to resume. Nothing of this runs per
+//! delivery: a watch reads one flag when it is polled.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+use slab::Slab;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::{Auth, Identity, Lapse, Scope};
+use crate::config::Verb;
+use crate::object::Resource;
+
+/// How often deadlines are looked at: an expired credential's watches end
+/// within this (and one poll) of its expiry.
+const EXPIRY_TICK: Duration = Duration::from_millis(500);
+
+/// Why a grant ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoke {
+    Credential(Lapse),
+    /// The rules in use no longer allow the watch, or force other selectors
+    /// on it.
+    AccessChanged,
+}
+
+/// What an open watch was allowed, and whether it still is.
+pub struct Grant {
+    identity: Identity,
+    verb: Verb,
+    resource: Arc<Resource>,
+    namespace: String,
+    scope: Scope,
+    revoked: OnceLock<Revoke>,
+    /// Wakes the watch, so that it sees the end at once.
+    alarm: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Grant {
+    pub fn new(
+        identity: Identity,
+        verb: Verb,
+        resource: Arc<Resource>,
+        namespace: &str,
+        scope: Scope,
+    ) -> Self {
+        Self {
+            identity,
+            verb,
+            resource,
+            namespace: namespace.to_owned(),
+            scope,
+            revoked: OnceLock::new(),
+            alarm: OnceLock::new(),
+        }
+    }
+
+    /// Why the grant ended, once it has.
+    pub fn revoked(&self) -> Option<Revoke> {
+        self.revoked.get().copied()
+    }
+
+    /// `alarm` is called when the grant ends (at once if it has).
+    pub fn on_revoke(&self, alarm: impl Fn() + Send + Sync + 'static) {
+        if self.alarm.set(Box::new(alarm)).is_ok() && self.revoked.get().is_some() {
+            self.ring();
+        }
+    }
+
+    fn revoke(&self, why: Revoke) {
+        if self.revoked.set(why).is_ok() {
+            info!(
+                user = %self.identity.caller.user,
+                resource = %self.resource.name,
+                namespace = %self.namespace,
+                reason = ?why,
+                "ending a watch: its grant ended"
+            );
+            self.ring();
+        }
+    }
+
+    fn ring(&self) {
+        if let Some(alarm) = self.alarm.get() {
+            alarm();
+        }
+    }
+
+    /// Why `auth` would not give this grant now.
+    fn judge(&self, auth: &Auth) -> Option<Revoke> {
+        if let Err(why) = auth.still_names(&self.identity) {
+            return Some(why);
+        }
+        let scope = auth.scope_of(
+            &self.identity.caller,
+            self.verb,
+            &self.resource,
+            &self.namespace,
+        );
+        (scope.as_ref() != Some(&self.scope)).then_some(Revoke::AccessChanged)
+    }
+}
+
+/// The authenticators and rules in use, and the open grants they judge.
+pub struct Authority {
+    current: RwLock<Current>,
+    open: Mutex<Open>,
+    /// The authenticators were replaced: their files are watched anew.
+    replaced: Notify,
+}
+
+#[derive(Clone)]
+struct Current {
+    auth: Arc<Auth>,
+    /// Counts replacements, so that a grant judged under an older
+    /// authority is judged again.
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Open {
+    grants: Slab<Arc<Grant>>,
+    /// (expiry, slab key) of the grants whose credential expires.
+    deadlines: BTreeSet<(SystemTime, usize)>,
+}
+
+/// The authenticators and rules a call was judged by.
+pub struct Judged {
+    pub auth: Arc<Auth>,
+    generation: u64,
+}
+
+/// An open watch's grant, held while it is open.
+pub struct Held {
+    authority: Arc<Authority>,
+    key: usize,
+    expires: Option<SystemTime>,
+    grant: Arc<Grant>,
+}
+
+impl Held {
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.authority.open.lock();
+        open.grants.remove(self.key);
+        if let Some(at) = self.expires {
+            open.deadlines.remove(&(at, self.key));
+        }
+    }
+}
+
+impl Authority {
+    pub fn new(auth: Auth) -> Self {
+        Self {
+            current: RwLock::new(Current {
+                auth: Arc::new(auth),
+                generation: 0,
+            }),
+            open: Mutex::default(),
+            replaced: Notify::new(),
+        }
+    }
+
+    /// The authenticators and rules in use.
+    pub fn current(&self) -> Judged {
+        let c = self.current.read().clone();
+        Judged {
+            auth: c.auth,
+            generation: c.generation,
+        }
+    }
+
+    /// Keeps `grant` while the returned guard lives; `judged` is what
+    /// allowed it, so a replacement since is caught.
+    pub fn hold(self: &Arc<Self>, grant: Grant, judged: &Judged) -> Held {
+        let expires = grant.identity.credential.expires();
+        let grant = Arc::new(grant);
+        let key = {
+            let mut open = self.open.lock();
+            let key = open.grants.insert(grant.clone());
+            if let Some(at) = expires {
+                open.deadlines.insert((at, key));
+            }
+            key
+        };
+        let now = self.current();
+        if now.generation != judged.generation {
+            if let Some(why) = grant.judge(&now.auth) {
+                grant.revoke(why);
+            }
+        }
+        Held {
+            authority: self.clone(),
+            key,
+            expires,
+            grant,
+        }
+    }
+
+    /// Puts `auth` in use for new calls, and ends each open watch it would
+    /// not give what it was given.
+    pub fn replace(&self, auth: Auth) {
+        {
+            let mut current = self.current.write();
+            current.auth = Arc::new(auth);
+            current.generation += 1;
+        }
+        self.replaced.notify_one();
+        self.rejudge();
+    }
+
+    /// Judges every open grant by the authority in use.
+    fn rejudge(&self) {
+        let auth = self.current().auth;
+        let grants: Vec<Arc<Grant>> = (self.open.lock().grants.iter())
+            .map(|(_, g)| g.clone())
+            .collect();
+        for grant in grants.iter().filter(|g| g.revoked().is_none()) {
+            if let Some(why) = grant.judge(&auth) {
+                grant.revoke(why);
+            }
+        }
+    }
+
+    /// Ends the grants whose credential has expired by `now`.
+    fn expire(&self, now: SystemTime) {
+        let due: Vec<Arc<Grant>> = {
+            let open = &mut *self.open.lock();
+            let mut due = Vec::new();
+            while let Some(&(at, key)) = open.deadlines.first() {
+                if at > now {
+                    break;
+                }
+                open.deadlines.pop_first();
+                due.extend(open.grants.get(key).cloned());
+            }
+            due
+        };
+        for grant in due {
+            grant.revoke(Revoke::Credential(Lapse::Expired));
+        }
+    }
+
+    /// Ends expired grants as their time comes, and reads the token and
+    /// JWKS files of the authenticators in use again when they change
+    /// (judging every grant again after), until `shutdown`.
+    pub fn spawn_guard(
+        self: &Arc<Self>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let authority = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(EXPIRY_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let files = shutdown.child_token();
+                let rejudge = rejudge(&Arc::downgrade(&authority));
+                let watching = authority
+                    .current()
+                    .auth
+                    .spawn_reload(files.clone(), rejudge);
+                let replaced = async { authority.replaced.notified().await };
+                tokio::pin!(replaced);
+                let stop = loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break true,
+                        _ = &mut replaced => break false,
+                        _ = tick.tick() => authority.expire(SystemTime::now()),
+                    }
+                };
+                files.cancel();
+                for task in watching {
+                    let _ = task.await;
+                }
+                if stop {
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// Judges every grant again, while the authority lives.
+fn rejudge(authority: &Weak<Authority>) -> Arc<dyn Fn() + Send + Sync> {
+    let authority = authority.clone();
+    Arc::new(move || {
+        if let Some(a) = authority.upgrade() {
+            a.rejudge();
+        }
+    })
+}
