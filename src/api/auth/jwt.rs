@@ -118,6 +118,14 @@ impl Jwt {
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| UNIX_EPOCH + Duration::from_secs_f64(s.min(1e12)))
             .ok_or("the JWT's exp is not a time")?;
+        // RFC 7519: valid only before `exp`; the library's check lets the
+        // second of `exp` itself pass, and an open watch ends at it.
+        if exp <= SystemTime::now() {
+            return Err(Refusal {
+                reason: "the JWT has expired",
+                expired: true,
+            });
+        }
         let user = claims
             .get(&self.config.username_claim)
             .and_then(|v| v.as_str())

@@ -1,0 +1,326 @@
+//! Authorization for a stream's whole life, end to end on both serve
+//! paths: a watch whose JWT or client certificate expires ends with
+//! CREDENTIAL_EXPIRED, one whose token or signing key leaves its file with
+//! CREDENTIAL_REVOKED, one a narrowed rule no longer allows with
+//! ACCESS_CHANGED; each names the version from which a fresh credential
+//! resumes with no gap and no repeat. The configuration file is read again
+//! on a change and on SIGHUP; one that does not validate is refused whole.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use common::*;
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+use watchproxy::config::{Config, ServePath};
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
+use watchproxy::pb::{self, WatchEvent};
+
+/// Written by rename, as Kubernetes updates mounted files.
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The pods configuration on `path`, with `extra` (auth and rules) after
+/// it.
+fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
+    let serve = match path {
+        ServePath::Fast => "fast",
+        ServePath::Tonic => "tonic",
+    };
+    pods_yaml(&etcd.client_url, 64).replace(
+        "  watcher_queue: 64",
+        &format!("  watcher_queue: 64\n  serve_path: {serve}"),
+    ) + extra
+}
+
+/// Started from a file, so that it reads the file again.
+async fn start_from(file: &Path) -> Proxy {
+    Proxy::start_config(Config::from_file(file).unwrap()).await
+}
+
+fn as_caller<T>(token: &str, message: T) -> Request<T> {
+    let mut req = Request::new(message);
+    let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+    req.metadata_mut().insert("authorization", value);
+    req
+}
+
+fn watch_from(namespace: &str, rv: u64) -> pb::WatchRequest {
+    pb::WatchRequest {
+        namespace: namespace.into(),
+        ..watch_req("pods", &rv.to_string())
+    }
+}
+
+async fn list_as(
+    client: &mut WatchProxyClient<Channel>,
+    token: &str,
+) -> Result<u64, tonic::Status> {
+    let req = pb::ListRequest {
+        resource: "pods".into(),
+        namespace: "ns".into(),
+        ..Default::default()
+    };
+    let r = client.list(as_caller(token, req)).await?.into_inner();
+    Ok(r.resource_version.parse().unwrap())
+}
+
+/// The version of a List as `token`, once the cache is ready.
+async fn ready_version(client: &mut WatchProxyClient<Channel>, token: &str) -> u64 {
+    for _ in 0..200 {
+        if let Ok(v) = list_as(client, token).await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("pods did not become ready");
+}
+
+/// The reason and resume version an ended watch's status names.
+fn reason_and_resume(status: &tonic::Status) -> (String, Option<u64>) {
+    let info = tonic_types::StatusExt::get_error_details(status)
+        .error_info()
+        .cloned()
+        .expect("an ErrorInfo");
+    let resume = (info.metadata.get("resume_resource_version")).map(|v| v.parse().unwrap());
+    if let Some(r) = resume {
+        assert_eq!(resume_version(status), r, "metadata and ErrorInfo agree");
+    }
+    (info.reason, resume)
+}
+
+/// Reads `stream` until it ends with an error within `within`: the error,
+/// when it came, and the (name, version) of each event before it.
+async fn read_until_end(
+    stream: &mut tonic::Streaming<WatchEvent>,
+    within: Duration,
+) -> (tonic::Status, SystemTime, Vec<(String, u64)>) {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("the watch did not end within {within:?}; saw {seen:?}"));
+        match next {
+            Ok(Some(e)) => {
+                let o = e.object.as_ref().unwrap();
+                seen.push((o.name.clone(), summary(&e).2));
+            }
+            Ok(None) => panic!("the watch ended with OK"),
+            Err(status) => return (status, SystemTime::now(), seen),
+        }
+    }
+}
+
+/// Reads `stream` until it shows version `last`.
+async fn read_through(stream: &mut tonic::Streaming<WatchEvent>, last: u64) -> Vec<(String, u64)> {
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|(_, v)| *v < last) {
+        let e = next_event(stream)
+            .await
+            .unwrap()
+            .expect("the watch goes on");
+        let o = e.object.as_ref().unwrap();
+        seen.push((o.name.clone(), summary(&e).2));
+    }
+    seen
+}
+
+/// Puts a pod in `ns` every 100 ms for `for_`, returning (name, revision)
+/// of each.
+fn write_for(
+    etcd: &Etcd,
+    ns: &'static str,
+    for_: Duration,
+) -> tokio::task::JoinHandle<Vec<(String, u64)>> {
+    let url = etcd.client_url.clone();
+    tokio::spawn(async move {
+        let mut c = etcd_client::Client::connect([url], None).await.unwrap();
+        let started = Instant::now();
+        let mut written = Vec::new();
+        let mut i = 0;
+        while started.elapsed() < for_ {
+            let name = format!("w{i}");
+            written.push((name.clone(), put_pod(&mut c, ns, &name, &[], "").await));
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        written
+    })
+}
+
+/// An ES256 issuer: its key and its JWKS document.
+struct Issuer {
+    key: EncodingKey,
+    jwks: String,
+}
+
+fn issuer(kid: &str) -> Issuer {
+    let pair = rcgen::KeyPair::generate().unwrap();
+    let raw = pair.public_key_raw();
+    Issuer {
+        key: EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap(),
+        jwks: format!(
+            r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"{kid}","x":"{}","y":"{}"}}]}}"#,
+            URL_SAFE_NO_PAD.encode(&raw[1..33]),
+            URL_SAFE_NO_PAD.encode(&raw[33..65])
+        ),
+    }
+}
+
+impl Issuer {
+    fn sign(&self, kid: &str, claims: serde_json::Value) -> String {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(kid.into());
+        encode(&header, &claims, &self.key).unwrap()
+    }
+
+    fn token(&self, kid: &str, exp: u64) -> String {
+        self.sign(
+            kid,
+            serde_json::json!({
+                "sub": "system:serviceaccount:ns:reader",
+                "groups": ["system:serviceaccounts:ns"],
+                "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"], "exp": exp,
+            }),
+        )
+    }
+}
+
+const JWT_AUTH: &str = r#"
+auth:
+  allow_plaintext_tokens: true
+  jwt: {jwks_file: JWKS, issuer: "https://kubernetes.default.svc", audiences: [watchproxy]}
+authorization:
+  rules:
+    - {subjects: ["group:system:serviceaccounts:ns"], resources: [pods], namespaces: [ns], verbs: [list, watch]}
+"#;
+
+/// A JWT's `exp` ends its watch within 2 s with CREDENTIAL_EXPIRED; a fresh
+/// JWT resumes from the version named, and the two watches together show
+/// every write once. A JWT whose key leaves the JWKS file ends its watch
+/// with CREDENTIAL_REVOKED within 5 s; one not valid yet is refused.
+async fn jwt_expiry_and_revocation(path: ServePath) {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = issuer("k1");
+    let jwks = write(dir.path(), "jwks.json", &k1.jwks);
+    let file = write(
+        dir.path(),
+        "config.yaml",
+        &config_text(
+            &etcd,
+            path,
+            &JWT_AUTH.replace("JWKS", &jwks.display().to_string()),
+        ),
+    );
+    let proxy = start_from(&file).await;
+    let mut client = proxy.client().await;
+    let fresh = k1.token("k1", now() + 600);
+    let from = ready_version(&mut client, &fresh).await;
+
+    // nbf in the future: refused.
+    let early = k1.sign(
+        "k1",
+        serde_json::json!({
+            "sub": "u", "groups": ["system:serviceaccounts:ns"],
+            "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"],
+            "nbf": now() + 600, "exp": now() + 1200,
+        }),
+    );
+    let err = list_as(&mut client, &early).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    assert!(err.message().contains("nbf"), "{err:?}");
+
+    // Expiry, with writes going on across it.
+    let exp = now() + 3;
+    let short = k1.token("k1", exp);
+    let mut stream = client
+        .watch(as_caller(&short, watch_from("ns", from)))
+        .await
+        .unwrap()
+        .into_inner();
+    let writer = write_for(&etcd, "ns", Duration::from_secs(5));
+    let (status, at, mut seen) = read_until_end(&mut stream, Duration::from_secs(10)).await;
+    let late = at.duration_since(UNIX_EPOCH + Duration::from_secs(exp));
+    let late = late.expect("not before exp");
+    assert!(late <= Duration::from_secs(2), "ended {late:?} after exp");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let (reason, resume) = reason_and_resume(&status);
+    assert_eq!(reason, "CREDENTIAL_EXPIRED");
+    let resume = resume.expect("a resume version");
+    // Refused on a new call as well.
+    let err = list_as(&mut client, &short).await.unwrap_err();
+    assert_eq!(reason_and_resume(&err).0, "CREDENTIAL_EXPIRED");
+
+    let written = writer.await.unwrap();
+    let mut resumed = client
+        .watch(as_caller(&fresh, watch_from("ns", resume)))
+        .await
+        .unwrap()
+        .into_inner();
+    seen.retain(|(_, v)| *v <= resume);
+    seen.extend(read_through(&mut resumed, written.last().unwrap().1).await);
+    assert_eq!(seen, written, "no gap, no repeat across the end");
+
+    // The key leaves the JWKS file: the watch ends within 5 s.
+    let k2 = issuer("k2");
+    let mut stream = client
+        .watch(as_caller(&fresh, watch_from("ns", resume)))
+        .await
+        .unwrap()
+        .into_inner();
+    write(dir.path(), "jwks.json", &k2.jwks);
+    let changed = SystemTime::now();
+    let (status, at, _) = read_until_end(&mut stream, Duration::from_secs(10)).await;
+    let after = at.duration_since(changed).unwrap();
+    assert!(after <= Duration::from_secs(5), "{after:?}");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let (reason, resume) = reason_and_resume(&status);
+    assert_eq!(reason, "CREDENTIAL_REVOKED");
+    assert!(resume.is_some());
+    // Every watch of a token the key signed ends: the resumed one too.
+    let (status, _, _) = read_until_end(&mut resumed, Duration::from_secs(10)).await;
+    assert_eq!(reason_and_resume(&status).0, "CREDENTIAL_REVOKED");
+    let err = list_as(&mut client, &fresh).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(list_as(&mut client, &k2.token("k2", now() + 600))
+        .await
+        .is_ok());
+    let ended = |reason: &str| {
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            &format!("reason=\"{reason}\""),
+        )
+    };
+    assert_eq!(ended("credential_expired"), 1.0);
+    assert_eq!(ended("credential_revoked"), 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_that_expires_or_loses_its_key_ends_its_watch_on_the_fast_path() {
+    jwt_expiry_and_revocation(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_that_expires_or_loses_its_key_ends_its_watch_on_the_tonic_path() {
+    jwt_expiry_and_revocation(ServePath::Tonic).await;
+}
