@@ -562,19 +562,17 @@ async fn an_aged_connection_ends_its_watches_with_the_version_to_resume_from() {
         .cloned()
         .unwrap();
     assert_eq!(info.reason, "CONNECTION_AGED");
-    // The last version all of whose events the watch was sent: a live
-    // watcher cannot tell whether more of its last revision's are coming,
-    // so that revision is named complete only once a later one or a
-    // bookmark passed it.
+    // The last version all of whose events the watch was sent: the
+    // window shows that the one event of `first` was its whole revision.
     let resume: u64 = info.metadata["resume_resource_version"].parse().unwrap();
-    assert_eq!(resume, first - 1);
+    assert_eq!(resume, first);
 
-    // A new connection resumes from it without a gap; the revision it
-    // resumes into comes again.
+    // A new connection resumes from it without a gap, and nothing comes
+    // twice.
     let second = put_pod(&mut ec, "ns", "b", &[], "").await;
     let mut fresh = proxy.client().await;
     let mut resumed = open_watch(&mut fresh, watch_req("pods", &resume.to_string())).await;
-    assert_eq!(take_versions(&mut resumed, 2).await, [first, second]);
+    assert_eq!(take_versions(&mut resumed, 1).await, [second]);
     assert_eq!(
         proxy.metric(
             "watchproxy_watchers_ended_total",

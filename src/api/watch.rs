@@ -186,7 +186,7 @@ impl WatchStream {
     /// gap: none while the initial events are unfinished.
     fn resume_from(&self) -> Option<Revision> {
         let unfinished = self.initial.is_some() || self.initial_end.is_some();
-        (!unfinished).then(|| self.watcher.complete_revision())
+        (!unfinished).then(|| self.watcher.settled_revision(&self.cache))
     }
 
     /// Ends the watch because its grant ended.

@@ -485,4 +485,15 @@ impl Window for WatchCache {
         self.metrics.replayed.inc_by(events.len() as u64);
         Ok(events)
     }
+
+    fn events_at(&self, revision: Revision) -> Option<Vec<Arc<Event>>> {
+        let s = self.state.lock();
+        // A revision is applied whole, its events together.
+        if s.revision < revision {
+            return None;
+        }
+        let mut events = s.ring.read(revision.checked_sub(1)?, 1).ok()?;
+        events.retain(|e| e.revision == revision);
+        Some(events)
+    }
 }

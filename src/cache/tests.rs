@@ -325,3 +325,36 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
     w.replace(vec![obj("/p/a/x", 21)], 21).unwrap();
     assert!(cache.progress().ready && cache.over_budget().is_none());
 }
+
+#[test]
+fn a_revision_shown_in_part_is_settled_only_once_the_rest_is_shown() {
+    let (cache, mut w) = new_cache();
+    w.replace(vec![], 5).unwrap();
+    let mut watcher = cache
+        .watch(
+            &Inbox::solo(),
+            Predicate::default(),
+            WatchFrom::State,
+            false,
+        )
+        .unwrap()
+        .watcher;
+    // One transaction, two keys.
+    w.apply(vec![
+        Change::put(obj("/p/a/x", 6)),
+        Change::put(obj("/p/a/y", 6)),
+    ])
+    .unwrap();
+    assert!(matches!(
+        watcher.next(&*cache).now_or_never(),
+        Some(Next::Event(_))
+    ));
+    assert_eq!(watcher.complete_revision(), 5);
+    assert_eq!(watcher.settled_revision(&cache), 5, "one of two shown");
+    assert!(matches!(
+        watcher.next(&*cache).now_or_never(),
+        Some(Next::Event(_))
+    ));
+    assert_eq!(watcher.complete_revision(), 5, "a live watcher cannot tell");
+    assert_eq!(watcher.settled_revision(&cache), 6, "the window can");
+}

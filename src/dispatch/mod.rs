@@ -179,6 +179,10 @@ pub trait Window {
         after: Revision,
         max: usize,
     ) -> Result<Vec<Arc<Event>>, TooOld>;
+
+    /// Every event of `revision`, once all of them are in the window;
+    /// none when the window cannot tell (the revision is not all there).
+    fn events_at(&self, revision: Revision) -> Option<Vec<Arc<Event>>>;
 }
 
 impl<W: Window + ?Sized> Window for Arc<W> {
@@ -189,6 +193,10 @@ impl<W: Window + ?Sized> Window for Arc<W> {
         max: usize,
     ) -> Result<Vec<Arc<Event>>, TooOld> {
         (**self).catch_up(subscription, after, max)
+    }
+
+    fn events_at(&self, revision: Revision) -> Option<Vec<Arc<Event>>> {
+        (**self).events_at(revision)
     }
 }
 

@@ -126,6 +126,33 @@ impl Watcher {
         }
     }
 
+    /// [`Watcher::complete_revision`], where a revision partly shown
+    /// counts as whole when the window holds all of its events and none
+    /// of the rest is for this watcher: where a watch ended by the server
+    /// resumes with nothing shown twice.
+    pub fn settled_revision(&self, window: &impl Window) -> Revision {
+        let Position {
+            revision,
+            partial,
+            resync_from: None,
+        } = self.at
+        else {
+            return self.complete_revision();
+        };
+        if partial == 0 || !self.replay.is_empty() {
+            return self.complete_revision();
+        }
+        let shown = window.events_at(revision).map(|events| {
+            (events.iter())
+                .filter(|e| transition(&self.wants.predicate, e).is_some())
+                .count()
+        });
+        match shown == Some(partial) {
+            true => revision,
+            false => self.complete_revision(),
+        }
+    }
+
     /// The next thing to show. Cancel-safe: nothing is lost when the
     /// future is dropped before it completes.
     pub async fn next(&mut self, window: &impl Window) -> Next {
