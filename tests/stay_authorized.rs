@@ -551,3 +551,102 @@ async fn the_configuration_read_again_ends_only_the_watches_it_no_longer_allows_
 {
     config_reload(ServePath::Tonic).await;
 }
+
+/// A client certificate from `ca` for user `cn`, valid until `not_after`
+/// (whole seconds since the epoch).
+fn leaf_until(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    cn: &str,
+    not_after: u64,
+) -> (String, String) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(not_after);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+async fn tls_client(
+    proxy: &Proxy,
+    ca: &str,
+    identity: &(String, String),
+) -> WatchProxyClient<Channel> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost")
+        .identity(Identity::from_pem(&identity.0, &identity.1));
+    let channel = Channel::from_shared(format!("https://{}", proxy.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    WatchProxyClient::new(channel)
+}
+
+/// A client certificate's notAfter ends its watches within 2 s with
+/// CREDENTIAL_EXPIRED, and the calls its connection makes after are
+/// refused the same way; a new certificate resumes with no gap.
+async fn certificate_expiry(path: ServePath) {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
+    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tls = format!(
+        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
+        write(dir.path(), "tls.crt", &cert).display(),
+        write(dir.path(), "tls.key", &key).display(),
+        write(dir.path(), "ca.crt", &client_ca.pem()).display(),
+    );
+    let file = write(dir.path(), "config.yaml", &config_text(&etcd, path, &tls));
+    let proxy = start_from(&file).await;
+    let not_after = now() + 4;
+    let short = leaf_until(&client_ca, "agent", not_after);
+    let mut client = tls_client(&proxy, &server_ca.pem(), &short).await;
+    wait_ready(&mut client, "pods").await;
+    let from = list_version(&mut client, "pods", "").await;
+    let mut stream = open_watch(&mut client, watch_from("", from)).await;
+    let writer = write_for(&etcd, "ns", Duration::from_secs(6));
+    let (status, at, mut seen) = read_until_end(&mut stream, Duration::from_secs(15)).await;
+    let late = (at.duration_since(UNIX_EPOCH + Duration::from_secs(not_after)))
+        .expect("not before notAfter");
+    assert!(
+        late <= Duration::from_secs(2),
+        "ended {late:?} after notAfter"
+    );
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let (reason, resume) = reason_and_resume(&status);
+    assert_eq!(reason, "CREDENTIAL_EXPIRED");
+    let resume = resume.expect("a resume version");
+    // The connection stays; what it asks for now is refused.
+    let err = (client.list(pb::ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    }))
+    .await
+    .unwrap_err();
+    assert_eq!(reason_and_resume(&err).0, "CREDENTIAL_EXPIRED", "{err:?}");
+
+    let written = writer.await.unwrap();
+    let fresh = leaf_until(&client_ca, "agent", now() + 600);
+    let mut client = tls_client(&proxy, &server_ca.pem(), &fresh).await;
+    let mut resumed = open_watch(&mut client, watch_from("", resume)).await;
+    seen.extend(read_through(&mut resumed, written.last().unwrap().1).await);
+    assert_eq!(seen, written, "no gap, no repeat across the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_that_expires_ends_its_watches_on_the_fast_path() {
+    certificate_expiry(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_that_expires_ends_its_watches_on_the_tonic_path() {
+    certificate_expiry(ServePath::Tonic).await;
+}
