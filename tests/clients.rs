@@ -307,3 +307,87 @@ async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_
     }
     running.stop().await.unwrap();
 }
+
+/// Written by rename, as Kubernetes rotates a projected token.
+fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revoked() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..6 {
+        let app = if i % 2 == 0 { "web" } else { "db" };
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("tokens.yaml");
+    replace_file(&served, "- {token: t1, user: reader}\n");
+    let presented = dir.path().join("token");
+    replace_file(&presented, "t1\n");
+    let yaml = pods_yaml(&etcd.client_url, 64)
+        + &format!(
+            "auth: {{tokens_file: {}, allow_plaintext_tokens: true}}\n",
+            served.display()
+        );
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let addr = proxy.addr.to_string();
+
+    let client = Client::builder(format!("http://{addr}"))
+        .token_file(&presented)
+        .connect_lazy()
+        .unwrap();
+    let informer = Informer::new(client, "pods")
+        .label_selector("app=web")
+        .backoff(Duration::from_millis(50), Duration::from_secs(1));
+    let running = informer.start();
+    let token = ["--token-file", presented.to_str().unwrap()];
+    let mut python = External::spawn_with(python_informer(), &addr, "app=web", "stop", &token);
+    let mut node = External::spawn_with(node_informer(), &addr, "app=web", "stop", &token);
+    tokio::time::timeout(Duration::from_secs(20), running.wait_until_synced())
+        .await
+        .expect("synced")
+        .unwrap();
+    tokio::task::block_in_place(|| {
+        python.wait_for_log("listed", 1);
+        node.wait_for_log("listed", 1);
+    });
+
+    // The token rotates: the clients' file first, then the server's.
+    replace_file(&presented, "t2\n");
+    replace_file(&served, "- {token: t2, user: reader}\n");
+    tokio::task::block_in_place(|| {
+        python.wait_for_log("CREDENTIAL_REVOKED", 1);
+        node.wait_for_log("CREDENTIAL_REVOKED", 1);
+    });
+    wait_until("the Rust informer resumed", || running.stats().resumes >= 1).await;
+    put_pod(&mut ec, "ns", "p0", &[("app", "web"), ("v", "2")], "").await;
+    put_pod(&mut ec, "ns", "p1", &[("app", "web")], "").await;
+    put_pod(&mut ec, "ns", "stop", &[("app", "web")], "").await;
+
+    let want = web_pods(&mut ec).await;
+    for informer in [python, node] {
+        let (result, seen) = tokio::task::block_in_place(|| informer.finish());
+        let got: BTreeMap<String, String> =
+            serde_json::from_value(result["objects"].clone()).unwrap();
+        assert_eq!(got, want, "{seen:#?}");
+        assert_eq!(result["lists"], 1, "resumed, not listed again: {result}");
+    }
+    let store = running.store();
+    let values = web_pod_values(&mut ec).await;
+    wait_until("the Rust informer follows etcd", || {
+        copy_of(&store) == values
+    })
+    .await;
+    assert_eq!(running.stats().lists, 1, "{:?}", running.stats());
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "reason=\"credential_revoked\""
+        ),
+        3.0
+    );
+}

@@ -6,7 +6,10 @@
 // After a disconnect it resumes from the last resource version it has every
 // event of (or the one the server names in
 // `watchproxy-resume-resource-version`); on OUT_OF_RANGE ("too old resource
-// version") it lists again. The proto is loaded at start.
+// version") it lists again. A watch the server ends for its credential
+// (CREDENTIAL_EXPIRED, CREDENTIAL_REVOKED) or a change of the rules
+// (ACCESS_CHANGED) resumes from the version the status names, with the
+// token read again from --token-file. The proto is loaded at start.
 //
 //     npm ci --prefix examples/node
 //     node examples/node/informer.js 127.0.0.1:50051 pods --selector app=web
@@ -15,6 +18,7 @@
 // once an object of that name is seen, printing the copy on stdout.
 'use strict';
 
+const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -27,16 +31,17 @@ function log(fields) {
 }
 
 function parseArgs(argv) {
-  const args = { selector: '', fieldSelector: '', until: null, positional: [] };
+  const args = { selector: '', fieldSelector: '', until: null, tokenFile: null, positional: [] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--selector') args.selector = argv[++i] ?? '';
     else if (a === '--field-selector') args.fieldSelector = argv[++i] ?? '';
     else if (a === '--until') args.until = argv[++i] ?? null;
+    else if (a === '--token-file') args.tokenFile = argv[++i] ?? null;
     else args.positional.push(a);
   }
   if (args.positional.length !== 2) {
-    process.stderr.write('usage: informer.js SERVER RESOURCE [--selector S] [--field-selector F] [--until NAME]\n');
+    process.stderr.write('usage: informer.js SERVER RESOURCE [--selector S] [--field-selector F] [--until NAME] [--token-file F]\n');
     process.exit(2);
   }
   [args.server, args.resource] = args.positional;
@@ -77,9 +82,13 @@ function reason(err) {
   return null;
 }
 
+// Ends the server gives an open watch for its credential or the rules: a
+// fresh credential resumes it from the version the status names.
+const CREDENTIAL_ENDS = new Set(['CREDENTIAL_EXPIRED', 'CREDENTIAL_REVOKED', 'ACCESS_CHANGED']);
+
 class Informer {
-  constructor(client, resource, selector, fieldSelector) {
-    Object.assign(this, { client, resource, selector, fieldSelector });
+  constructor(client, resource, selector, fieldSelector, tokenFile) {
+    Object.assign(this, { client, resource, selector, fieldSelector, tokenFile });
     this.objects = new Map(); // key -> resource version
     // `version` has every event of its revision: a watch resumes from it.
     // One revision can carry several events (a transaction), so the last
@@ -89,6 +98,13 @@ class Informer {
     this.seen = null;
     this.lists = 0;
     this.resumes = 0;
+  }
+
+  /** The call's metadata: the token, read from its file for every call. */
+  metadata() {
+    const md = new grpc.Metadata();
+    if (this.tokenFile) md.set('authorization', `Bearer ${fs.readFileSync(this.tokenFile, 'utf8').trim()}`);
+    return md;
   }
 
   /** Pages of one consistent list replace the local copy. */
@@ -107,6 +123,7 @@ class Informer {
               limit: 500,
               continue_token: token,
             },
+            this.metadata(),
             (err, r) => (err ? reject(err) : resolve(r)),
           ),
         );
@@ -140,7 +157,7 @@ class Informer {
         field_selector: this.fieldSelector,
         resource_version: this.version,
         allow_bookmarks: true,
-      });
+      }, this.metadata());
       call.on('data', (ev) => {
         const rv = ev.object.resource_version;
         // Where to resume after the event: a resync's events name the
@@ -183,11 +200,12 @@ class Informer {
           await this.relist();
           continue;
         }
-        if (err.code === grpc.status.UNAVAILABLE) {
+        const why = reason(err);
+        if (err.code === grpc.status.UNAVAILABLE || CREDENTIAL_ENDS.has(why)) {
           const named = err.metadata && err.metadata.get('watchproxy-resume-resource-version')[0];
           if (named) this.version = this.seen = String(named);
           this.resumes += 1;
-          log({ event: 'resuming', code: 'UNAVAILABLE', reason: reason(err), resource_version: this.version });
+          log({ event: 'resuming', code: grpc.status[err.code], reason: why, resource_version: this.version });
           await sleep(200);
           continue;
         }
@@ -207,7 +225,7 @@ async function main() {
   });
   const pkg = grpc.loadPackageDefinition(definition).watchproxy.v1;
   const client = new pkg.WatchProxy(args.server, grpc.credentials.createInsecure());
-  const informer = new Informer(client, args.resource, args.selector, args.fieldSelector);
+  const informer = new Informer(client, args.resource, args.selector, args.fieldSelector, args.tokenFile);
   await informer.run(args.until);
   process.stdout.write(
     JSON.stringify({

@@ -36,12 +36,13 @@ def main():
     p.add_argument("--selector", default="")
     p.add_argument("--field-selector", default="")
     p.add_argument("--until", help="exit once an object of this name is seen")
+    p.add_argument("--token-file", help="a file holding a bearer token; read again when it changes")
     args = p.parse_args()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
-    inf = Informer(Client(args.server), args.resource, label_selector=args.selector,
+    inf = Informer(Client(args.server, token_file=args.token_file), args.resource, label_selector=args.selector,
                    field_selector=args.field_selector)
     arrived = threading.Event()
     inf.add_handler(on_add=lambda obj: obj.name == args.until and arrived.set())

@@ -67,9 +67,21 @@ pub struct External {
 impl External {
     /// Mirrors `resource` with `selector` from `target` until an object
     /// named `until` appears.
-    pub fn spawn(mut informer: Command, target: &str, selector: &str, until: &str) -> External {
+    pub fn spawn(informer: Command, target: &str, selector: &str, until: &str) -> External {
+        Self::spawn_with(informer, target, selector, until, &[])
+    }
+
+    /// [`External::spawn`] with more options.
+    pub fn spawn_with(
+        mut informer: Command,
+        target: &str,
+        selector: &str,
+        until: &str,
+        options: &[&str],
+    ) -> External {
         let mut child = informer
             .args([target, "pods", "--selector", selector, "--until", until])
+            .args(options)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

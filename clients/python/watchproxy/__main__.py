@@ -59,11 +59,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
     tls = TLS(ca=args.ca, cert=args.cert, key=args.key) if (args.ca or args.cert) else None
-    token = None
-    if args.token_file:
-        with open(args.token_file) as f:
-            token = f.read().strip()
-    client = Client(args.target, tls=tls, token=token)
+    # Read again when it changes, so a watch ended for its token resumes.
+    client = Client(args.target, tls=tls, token_file=args.token_file)
     cut = dict(fields=[f for f in args.fields.split(",") if f], metadata_only=args.metadata_only)
     try:
         if args.command == "get":

@@ -5,8 +5,9 @@ token sent with every call."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -104,8 +105,18 @@ class Client:
     headless Service: every replica) or "ipv4:10.0.0.1:50051,10.0.0.2:50051".
     Calls are balanced round robin over what the target names."""
 
-    def __init__(self, target: str, tls: Union[TLS, bool, None] = None, token: Optional[str] = None,
+    def __init__(self, target: str, tls: Union[TLS, bool, None] = None,
+                 token: Union[str, Callable[[], str], None] = None, token_file: Optional[str] = None,
                  options: Sequence[Tuple[str, object]] = ()):
+        """`token`: a bearer token, or a function giving the current one;
+        `token_file`: a file holding it, read again when it changes (a
+        projected service-account token). Certificate files in `tls` are
+        read again by `renew_credentials()`, which informers call when the
+        server ends a watch for its credential."""
+        self._target, self._tls = target, tls
+        self._token = token
+        self._token_file = token_file
+        self._token_seen: Tuple[Tuple[int, int, int], str] = ((-1, -1, -1), "")
         opts = [("grpc.lb_policy_name", "round_robin"),
                 ("grpc.max_receive_message_length", -1),
                 ("grpc.keepalive_time_ms", 30000), *options]
@@ -114,15 +125,52 @@ class Client:
             # HTTP/2 servers refuse; the first address stands for them all.
             opts.append(("grpc.default_authority", target.split(":", 1)[1].split(",")[0].lstrip("/")))
         if tls:
-            creds = (tls if isinstance(tls, TLS) else TLS()).credentials()
             server_name = tls.server_name if isinstance(tls, TLS) else None
             if server_name:
                 opts.append(("grpc.ssl_target_name_override", server_name))
-            self.channel = grpc.secure_channel(target, creds, options=opts)
+        self._options = opts
+        self._connect()
+
+    def _connect(self) -> None:
+        if self._tls:
+            creds = (self._tls if isinstance(self._tls, TLS) else TLS()).credentials()
+            self.channel = grpc.secure_channel(self._target, creds, options=self._options)
         else:
-            self.channel = grpc.insecure_channel(target, options=opts)
+            self.channel = grpc.insecure_channel(self._target, options=self._options)
         self.stub = pb_grpc.WatchProxyStub(self.channel)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def renew_credentials(self) -> None:
+        """Reads certificate files again on a new connection (the token is
+        read for every call anyway)."""
+        if isinstance(self._tls, TLS) and any(isinstance(v, str) for v in (self._tls.cert, self._tls.key)):
+            # In-flight calls on the old connection finish or fail there.
+            old = self.channel
+            self._connect()
+            old.close()
+
+    @property
+    def renewable(self) -> bool:
+        """Whether a fresh credential can come: a token function or file,
+        or certificate files."""
+        tls_files = isinstance(self._tls, TLS) and any(isinstance(v, str) for v in (self._tls.cert, self._tls.key))
+        return bool(self._token_file) or callable(self._token) or tls_files
+
+    @property
+    def _metadata(self) -> Tuple[Tuple[str, str], ...]:
+        token = self._current_token()
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def _current_token(self) -> Optional[str]:
+        if self._token_file:
+            st = os.stat(self._token_file)
+            version = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if version != self._token_seen[0]:
+                with open(self._token_file) as f:
+                    self._token_seen = (version, f.read().strip())
+            return self._token_seen[1]
+        if callable(self._token):
+            return self._token()
+        return self._token
 
     def close(self) -> None:
         self.channel.close()

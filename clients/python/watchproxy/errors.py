@@ -25,6 +25,11 @@ PERMANENT = frozenset({
     grpc.StatusCode.FAILED_PRECONDITION,
 })
 
+# A watch the server ended because its credential expired or was revoked,
+# or because the rules changed: a fresh credential (or the rules as they
+# are now) resumes it from the version the status names.
+CREDENTIAL_ENDS = frozenset({"CREDENTIAL_EXPIRED", "CREDENTIAL_REVOKED", "ACCESS_CHANGED"})
+
 
 @dataclass
 class StatusError(Exception):
@@ -63,7 +68,14 @@ class StatusError(Exception):
 
     @property
     def is_permanent(self) -> bool:
-        return self.code in PERMANENT
+        return self.code in PERMANENT and not self.is_credential_end
+
+    @property
+    def is_credential_end(self) -> bool:
+        """A credential that expired or was revoked, or rules that changed
+        under an open watch: with a credential that can be renewed, renew
+        it and resume from `resume_resource_version` (a watch) or retry."""
+        return self.reason in CREDENTIAL_ENDS
 
     def to_dict(self) -> dict:
         return {

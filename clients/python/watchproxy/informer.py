@@ -225,7 +225,15 @@ class Informer:
 
     def _pause(self, what: str, err: StatusError) -> bool:
         """Waits before a retry; False when none can help."""
-        if err.is_permanent:
+        if err.is_credential_end and err.reason != "ACCESS_CHANGED":
+            if self.client.renewable:
+                self.client.renew_credentials()
+            else:
+                self.error = err
+                log.error("%s %s failed (%s %s) and the credential is fixed; informer stopped: %s",
+                          self.resource, what, err.code.name, err.reason, err.message)
+                return False
+        elif err.is_permanent:
             log.error("%s %s failed (%s %s); informer stopped: %s", self.resource, what, err.code.name,
                       err.reason, err.message)
             self.error = err
@@ -233,7 +241,7 @@ class Informer:
         wait = self._backoff.next(err.retry_delay)
         verb = "unavailable" if err.code.name == "UNAVAILABLE" else "failed"
         # A replica going away or a connection reaching its age is a planned move.
-        planned = err.reason in ("SHUTTING_DOWN", "CONNECTION_AGED")
+        planned = err.reason in ("SHUTTING_DOWN", "CONNECTION_AGED") or err.is_credential_end
         log.log(logging.INFO if planned else logging.WARNING, "%s %s %s (%s %s); retrying in %.2fs: %s",
                 self.resource, what, verb, err.code.name, err.reason, wait, err.message)
         return not self._stopping.wait(wait)

@@ -15,7 +15,7 @@ struct Args {
     /// The CA that signed the server's certificate (PEM).
     #[arg(long)]
     ca: Option<std::path::PathBuf>,
-    /// A file holding a bearer token.
+    /// A file holding a bearer token; read again when it changes.
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
     /// Print only the summary at the end, not each change.
@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
         builder = builder.tls(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)));
     }
     if let Some(file) = &args.token_file {
-        builder = builder.token(std::fs::read_to_string(file)?.trim());
+        builder = builder.token_file(file);
     }
     let mut informer = Informer::new(builder.connect_lazy()?, "pods")
         .field_selector(format!("spec.nodeName={}", args.node))

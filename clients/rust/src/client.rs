@@ -1,8 +1,14 @@
 //! A typed client over the generated stubs: one or more replicas (calls
 //! are balanced across them, and move when one goes away), TLS, and a
-//! bearer token sent with every call.
+//! bearer token sent with every call: a fixed one, or one read again from
+//! a file or a function, so that a watch the server ends for its
+//! credential resumes with a fresh one.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -20,6 +26,8 @@ type Stub = WatchProxyClient<InterceptedService<Channel, Credentials>>;
 #[derive(Clone)]
 pub struct Client {
     stub: Stub,
+    /// Its token is read again for every call.
+    renewable: bool,
 }
 
 /// How a [`Client`] connects.
@@ -27,23 +35,71 @@ pub struct Client {
 pub struct ClientBuilder {
     endpoints: Vec<String>,
     tls: Option<ClientTlsConfig>,
-    token: Option<String>,
+    token: Option<Token>,
     connect_timeout: Duration,
+}
+
+/// Where the bearer token comes from.
+#[derive(Clone)]
+enum Token {
+    Fixed(String),
+    /// Read again when the file changes (a projected service-account
+    /// token is rewritten before it expires).
+    File {
+        path: PathBuf,
+        seen: Arc<Mutex<Option<(SystemTime, MetadataValue<Ascii>)>>>,
+    },
+    Function(Arc<dyn Fn() -> String + Send + Sync>),
+}
+
+fn bearer(token: &str) -> Result<MetadataValue<Ascii>, tonic::Status> {
+    format!("Bearer {}", token.trim())
+        .parse()
+        .map_err(|_| tonic::Status::invalid_argument("the token is not valid header text"))
+}
+
+impl Token {
+    fn current(&self) -> Result<MetadataValue<Ascii>, tonic::Status> {
+        match self {
+            Token::Fixed(token) => bearer(token),
+            Token::Function(f) => bearer(&f()),
+            Token::File { path, seen } => {
+                let unreadable = |e: std::io::Error| {
+                    tonic::Status::unauthenticated(format!(
+                        "reading the token file {}: {e}",
+                        path.display()
+                    ))
+                };
+                let modified = std::fs::metadata(path)
+                    .and_then(|m| m.modified())
+                    .map_err(unreadable)?;
+                let mut seen = seen.lock();
+                match &*seen {
+                    Some((at, value)) if *at == modified => Ok(value.clone()),
+                    _ => {
+                        let value = bearer(&std::fs::read_to_string(path).map_err(unreadable)?)?;
+                        *seen = Some((modified, value.clone()));
+                        Ok(value)
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Adds `authorization: Bearer <token>` to every call.
 #[derive(Clone)]
-pub struct Credentials(Option<MetadataValue<Ascii>>);
+pub struct Credentials(Option<Token>);
 
 impl Interceptor for Credentials {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
+        if let Some(token) = &self.0 {
             request
                 .metadata_mut()
-                .insert("authorization", value.clone());
+                .insert("authorization", token.current()?);
         }
         Ok(request)
     }
@@ -66,7 +122,23 @@ impl ClientBuilder {
 
     /// A bearer token (a static token or a JWT) sent with every call.
     pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
+        self.token = Some(Token::Fixed(token.into()));
+        self
+    }
+
+    /// A bearer token read from `path`, again whenever the file changes:
+    /// a projected service-account token, rotated before it expires.
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token = Some(Token::File {
+            path: path.into(),
+            seen: Arc::default(),
+        });
+        self
+    }
+
+    /// A bearer token `token` gives for every call.
+    pub fn token_fn(mut self, token: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.token = Some(Token::Function(Arc::new(token)));
         self
     }
 
@@ -117,15 +189,15 @@ impl ClientBuilder {
     }
 
     fn client(&self, channel: Channel) -> Result<Client, Error> {
-        let credentials = match &self.token {
-            Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
+        if let Some(Token::Fixed(token)) = &self.token {
+            bearer(token).map_err(|_| {
                 Error::local(Code::InvalidArgument, "the token is not valid header text")
-            })?),
-            None => None,
-        };
-        let stub = WatchProxyClient::with_interceptor(channel, Credentials(credentials))
+            })?;
+        }
+        let renewable = matches!(self.token, Some(Token::File { .. } | Token::Function(_)));
+        let stub = WatchProxyClient::with_interceptor(channel, Credentials(self.token.clone()))
             .max_decoding_message_size(usize::MAX);
-        Ok(Client { stub })
+        Ok(Client { stub, renewable })
     }
 }
 
@@ -143,6 +215,12 @@ impl Client {
 
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
         Client::builder(endpoint).connect().await
+    }
+
+    /// Whether a call after a credential's end can carry a fresh one: its
+    /// token comes from a file or a function.
+    pub fn renewable(&self) -> bool {
+        self.renewable
     }
 
     /// One page of a List.

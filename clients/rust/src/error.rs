@@ -68,7 +68,10 @@ reasons! {
     Overloaded = "OVERLOADED",
     RequestTooLarge = "REQUEST_TOO_LARGE",
     Unauthenticated = "UNAUTHENTICATED",
+    CredentialExpired = "CREDENTIAL_EXPIRED",
+    CredentialRevoked = "CREDENTIAL_REVOKED",
     PermissionDenied = "PERMISSION_DENIED",
+    AccessChanged = "ACCESS_CHANGED",
     DeadlineExceeded = "DEADLINE_EXCEEDED",
     UnknownMethod = "UNKNOWN_METHOD",
     MalformedRequest = "MALFORMED_REQUEST",
@@ -159,14 +162,25 @@ impl Error {
     /// No retry of the same request can succeed: the request, the
     /// resource or the caller's rights must change first.
     pub fn is_permanent(&self) -> bool {
+        !self.is_credential_end()
+            && matches!(
+                self.code,
+                Code::InvalidArgument
+                    | Code::NotFound
+                    | Code::PermissionDenied
+                    | Code::Unauthenticated
+                    | Code::Unimplemented
+                    | Code::FailedPrecondition
+            )
+    }
+
+    /// A credential that expired or was revoked, or rules that changed
+    /// under an open watch: with a fresh credential (or as the rules now
+    /// allow), the watch resumes from [`Error::resume_resource_version`].
+    pub fn is_credential_end(&self) -> bool {
         matches!(
-            self.code,
-            Code::InvalidArgument
-                | Code::NotFound
-                | Code::PermissionDenied
-                | Code::Unauthenticated
-                | Code::Unimplemented
-                | Code::FailedPrecondition
+            self.reason,
+            Some(Reason::CredentialExpired | Reason::CredentialRevoked | Reason::AccessChanged)
         )
     }
 

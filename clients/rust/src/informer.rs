@@ -369,7 +369,13 @@ impl Reflector {
 
     /// Waits before a retry, or gives up on an error no retry mends.
     async fn pause(&mut self, call: &str, e: &Error) -> Result<(), Error> {
-        if e.is_permanent() {
+        // A fixed token that expired or was revoked stays so.
+        let fixed = !self.client.renewable()
+            && matches!(
+                e.reason(),
+                Some(Reason::CredentialExpired | Reason::CredentialRevoked)
+            );
+        if e.is_permanent() || fixed {
             warn!(resource = %self.query.resource, call, error = %e, "informer stopped");
             *self.shared.failed.lock() = Some(e.clone());
             return Err(e.clone());
@@ -380,7 +386,8 @@ impl Reflector {
         if matches!(
             e.reason(),
             Some(Reason::ShuttingDown | Reason::ConnectionAged)
-        ) {
+        ) || e.is_credential_end()
+        {
             info!(resource = %self.query.resource, call, error = %e, ?wait, "moving");
         } else {
             warn!(resource = %self.query.resource, call, error = %e, ?wait, "retrying");
