@@ -39,6 +39,9 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
 }
 
+/// The token file's contents as last read, and when it was written.
+type Seen = Arc<Mutex<Option<(SystemTime, MetadataValue<Ascii>)>>>;
+
 /// Where the bearer token comes from.
 #[derive(Clone)]
 enum Token {
@@ -47,7 +50,7 @@ enum Token {
     /// token is rewritten before it expires).
     File {
         path: PathBuf,
-        seen: Arc<Mutex<Option<(SystemTime, MetadataValue<Ascii>)>>>,
+        seen: Seen,
     },
     Function(Arc<dyn Fn() -> String + Send + Sync>),
 }

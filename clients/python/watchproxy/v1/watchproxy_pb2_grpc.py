@@ -78,6 +78,14 @@ class WatchProxyServicer:
         UNAVAILABLE: not ready yet, or shutting down; retry, resuming from the
         last resource version with all of its events (at shutdown, the one
         named in the `watchproxy-resume-resource-version` metadata).
+        UNAUTHENTICATED (CREDENTIAL_EXPIRED, CREDENTIAL_REVOKED): the watch's
+        credential expired (a JWT's exp, a client certificate's notAfter)
+        or was revoked (its token or signing key left its file); watch
+        again with a fresh credential from `resume_resource_version`.
+        PERMISSION_DENIED (ACCESS_CHANGED): the authorization rules, read
+        again, no longer allow the watch as it was opened (or force other
+        selectors on it); a watch the rules allow resumes from
+        `resume_resource_version`.
 
         Every non-OK status of every call carries google.rpc.Status details: an
         ErrorInfo in the domain "watchproxy.v1" whose reason is stable:
@@ -89,7 +97,8 @@ class WatchProxyServicer:
         TOO_LARGE_RESOURCE_VERSION, ETCD_UNAVAILABLE, SHUTTING_DOWN,
         CONNECTION_AGED
         RESOURCE_EXHAUSTED: LIMIT, OVERLOADED, REQUEST_TOO_LARGE
-        UNAUTHENTICATED: UNAUTHENTICATED; PERMISSION_DENIED: PERMISSION_DENIED
+        UNAUTHENTICATED: UNAUTHENTICATED, CREDENTIAL_EXPIRED, CREDENTIAL_REVOKED
+        PERMISSION_DENIED: PERMISSION_DENIED, ACCESS_CHANGED
         DEADLINE_EXCEEDED: DEADLINE_EXCEEDED; UNIMPLEMENTED: UNKNOWN_METHOD;
         INTERNAL: MALFORMED_REQUEST; CANCELLED: REQUEST_ABORTED
         with
