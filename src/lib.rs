@@ -222,6 +222,12 @@ pub async fn run(
     if let Some(tls) = &tls {
         tasks.push(tls.clone().spawn_reload(shutdown.clone()));
     }
+    tasks.extend(api::server::spawn_insecure_warning(
+        listeners.grpc.local_addr()?,
+        &config,
+        &metrics,
+        shutdown.clone(),
+    ));
     let serve = api::server::serve(
         listeners.grpc,
         tls,

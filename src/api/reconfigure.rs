@@ -115,7 +115,8 @@ fn needing_restart(in_use: &Config, read: &Config) -> Vec<&'static str> {
         ("upstream_tls", a.upstream_tls == b.upstream_tls),
         (
             "upstream_token_file",
-            a.upstream_token_file == b.upstream_token_file,
+            a.upstream_token_file == b.upstream_token_file
+                && a.allow_plaintext_upstream_token == b.allow_plaintext_upstream_token,
         ),
         ("listen", a.listen == b.listen),
         ("metrics_listen", a.metrics_listen == b.metrics_listen),

@@ -159,3 +159,69 @@ where
         }
     })
 }
+
+/// How often a listener open to all is complained about.
+const INSECURE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// A listener in plain text without identities, on an address others can
+/// reach, reads everything to anyone: said in the log every minute, and
+/// in `watchproxy_insecure_listener`, until `shutdown`.
+pub fn spawn_insecure_warning(
+    addr: std::net::SocketAddr,
+    config: &crate::config::Config,
+    metrics: &crate::telemetry::Metrics,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let identified = config.auth.tokens_file.is_some() || config.auth.jwt.is_some();
+    let insecure = config.tls.is_none() && !identified && !addr.ip().is_loopback();
+    metrics.security.insecure_listener(insecure);
+    if !insecure {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let mut every = tokio::time::interval(INSECURE_WARNING_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = every.tick() => warn!(
+                    %addr,
+                    "serving in plain text without identities on an address others can reach: anyone who reaches it reads everything; configure tls and auth, or listen on 127.0.0.1"
+                ),
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::telemetry::Metrics;
+
+    const BASE: &str = "
+etcd: {endpoints: [http://127.0.0.1:2379]}
+resources: [{name: pods, prefix: /registry/pods}]
+";
+
+    #[tokio::test]
+    async fn only_a_listener_open_to_others_without_tls_or_identities_is_called_insecure() {
+        let open = |yaml: &str, addr: &str| {
+            let metrics = Metrics::default();
+            let config = Config::from_yaml(&format!("{BASE}{yaml}")).unwrap();
+            let shutdown = CancellationToken::new();
+            let task =
+                spawn_insecure_warning(addr.parse().unwrap(), &config, &metrics, shutdown.clone());
+            shutdown.cancel();
+            let gauge = (metrics.encode().lines()).any(|l| l == "watchproxy_insecure_listener 1");
+            assert_eq!(task.is_some(), gauge, "{yaml} on {addr}");
+            gauge
+        };
+        assert!(open("", "10.0.0.7:50051"));
+        assert!(open("", "[::]:50051"));
+        assert!(!open("", "127.0.0.1:50051"));
+        assert!(!open("", "[::1]:50051"));
+        let tokens =
+            "listen: 10.0.0.7:50051\nauth: {tokens_file: /t}\ntls: {cert_file: /c, key_file: /k}\n";
+        assert!(!open(tokens, "10.0.0.7:50051"));
+    }
+}

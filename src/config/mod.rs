@@ -38,6 +38,10 @@ pub struct Config {
     /// every call, so a rotated token is used at once.
     #[serde(default)]
     pub upstream_token_file: Option<std::path::PathBuf>,
+    /// The upstream token is sent over `http://` only with this (a core on
+    /// loopback, say): over plain text anyone on the path can read it.
+    #[serde(default)]
+    pub allow_plaintext_upstream_token: bool,
     /// Address of the gRPC listener.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,

@@ -99,6 +99,16 @@ impl Config {
                 "bearer tokens travel only over TLS: add a tls section, or set auth.allow_plaintext_tokens for a listener only loopback reaches",
             ));
         }
+        if self.auth.allow_plaintext_tokens && self.tls.is_none() && !self.listen.ip().is_loopback()
+        {
+            return Err(invalid(
+                "auth.allow_plaintext_tokens",
+                format!(
+                    "bearer tokens in plain text are accepted only on a loopback listener, not on {}: add a tls section, or listen on 127.0.0.1",
+                    self.listen
+                ),
+            ));
+        }
         if let Some(authz) = &self.authorization {
             for (i, rule) in authz.rules.iter().enumerate() {
                 let field = |f: &str| format!("authorization.rules[{i}].{f}");
@@ -233,6 +243,15 @@ impl Config {
                     return Err(invalid(
                         field,
                         format!("{url:?} is not a URL such as http://core:50051"),
+                    ));
+                }
+                let plain_token = self.upstream_token_file.is_some()
+                    && url.starts_with("http://")
+                    && !self.allow_plaintext_upstream_token;
+                if plain_token {
+                    return Err(invalid(
+                        "upstream_token_file".to_owned(),
+                        format!("{url:?} is plain text: the token travels only over https://, unless allow_plaintext_upstream_token is set"),
                     ));
                 }
                 let ca = self.upstream_tls.as_ref().and_then(|t| t.ca_file.as_ref());
@@ -390,6 +409,20 @@ resources:
             (
                 GOOD.replace("resources:", "upstream: https://core:50051\nresources:"),
                 "upstream_tls.ca_file",
+            ),
+            (
+                GOOD.replace(
+                    "resources:",
+                    "upstream: http://core:50051\nupstream_token_file: /t\nresources:",
+                ),
+                "upstream_token_file",
+            ),
+            (
+                GOOD.replace(
+                    "resources:",
+                    "listen: 0.0.0.0:50051\nauth: {tokens_file: /t, allow_plaintext_tokens: true}\nresources:",
+                ),
+                "auth.allow_plaintext_tokens",
             ),
         ];
         for (yaml, field) in cases {
