@@ -238,7 +238,8 @@ impl Api {
                 &req.namespace,
             )?;
             let token_scope = judged.auth.token_scope(&identity.caller, &scope);
-            let query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
+            let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
+            query.limit = self.user_limits.page(query.limit);
             self.list_page(s, query).await
         };
         self.answer(&metadata, info, call).await

@@ -101,6 +101,7 @@ fn take_live(into: &mut Config, read: &Config) {
     into.limits.max_watchers_per_user = read.limits.max_watchers_per_user;
     into.limits.unary_per_user_per_second = read.limits.unary_per_user_per_second;
     into.limits.unary_burst_per_user = read.limits.unary_burst_per_user;
+    into.limits.max_page_size = read.limits.max_page_size;
 }
 
 /// The sections of `read` that differ from `in_use` where only a restart

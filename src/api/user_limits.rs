@@ -1,5 +1,6 @@
 //! Limits per user, so that one noisy tenant cannot take another's share:
-//! open watches, and a token bucket of List and Get calls.
+//! open watches, a token bucket of List and Get calls, and the size of a
+//! List page.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ struct Bounds {
     max_watchers: Option<usize>,
     rate: Option<f64>,
     burst: f64,
+    max_page: Option<usize>,
 }
 
 impl Bounds {
@@ -40,6 +42,7 @@ impl Bounds {
             max_watchers: limits.max_watchers_per_user,
             rate: limits.unary_per_user_per_second,
             burst: f64::from(limits.unary_burst_per_user),
+            max_page: limits.max_page_size.filter(|&n| n > 0),
         }
     }
 }
@@ -100,6 +103,12 @@ impl UserLimits {
         Ok(WatchPlace {
             watchers: Some((self.watchers.clone(), caller.user.clone())),
         })
+    }
+
+    /// The objects a List page asking for `limit` (`usize::MAX`: all) may
+    /// hold.
+    pub fn page(&self, limit: usize) -> usize {
+        self.bounds.read().max_page.map_or(limit, |max| limit.min(max))
     }
 
     /// Takes one List or Get from `caller`'s user's bucket.
@@ -178,5 +187,18 @@ mod tests {
         limits.unary(&b).unwrap();
         tokio::time::advance(Duration::from_millis(100)).await;
         limits.unary(&a).unwrap();
+    }
+
+    #[test]
+    fn a_list_page_holds_at_most_the_bound_and_a_new_bound_applies_at_once() {
+        let limits = UserLimits::new(&LimitsConfig::default());
+        assert_eq!(limits.page(usize::MAX), usize::MAX);
+        limits.reconfigure(&LimitsConfig {
+            max_page_size: Some(500),
+            ..LimitsConfig::default()
+        });
+        assert_eq!(limits.page(usize::MAX), 500, "all: pages of the bound");
+        assert_eq!(limits.page(20), 20);
+        assert_eq!(limits.page(501), 500);
     }
 }

@@ -134,6 +134,12 @@ pub struct LimitsConfig {
     /// rate applies.
     #[serde(default = "default_unary_burst_per_user")]
     pub unary_burst_per_user: u32,
+    /// The most objects one List page holds: a List asking for more (or
+    /// for all, `limit` 0) gets pages of this many, with a continue token,
+    /// so one call cannot make the server copy a whole resource at once.
+    /// None: no bound.
+    #[serde(default)]
+    pub max_page_size: Option<usize>,
 }
 
 fn default_unary_burst_per_user() -> u32 {
@@ -157,6 +163,7 @@ impl Default for LimitsConfig {
             max_watchers_per_user: None,
             unary_per_user_per_second: None,
             unary_burst_per_user: default_unary_burst_per_user(),
+            max_page_size: None,
         }
     }
 }
