@@ -144,6 +144,162 @@ fn standalone_mode_is_a_service_in_front_of_probed_non_root_pods() {
     assert!(config.etcd.tls.is_none());
 }
 
+/// A file a rendered container mounts `path` from: the Secret's name.
+fn secret_mounted_at<'a>(pod: &'a serde_yaml_ng::Value, path: &str) -> Option<&'a str> {
+    let containers = pod["containers"].as_sequence().unwrap().iter();
+    let inits = pod["initContainers"].as_sequence().into_iter().flatten();
+    let mount = containers
+        .chain(inits)
+        .flat_map(|c| c["volumeMounts"].as_sequence().unwrap())
+        .find(|m| m["mountPath"] == path)?;
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])?;
+    volume["secret"]["secretName"].as_str()
+}
+
+#[test]
+fn by_default_the_api_is_tls_with_its_own_client_ca_no_anonymous_caller_per_user_limits_and_a_network_policy(
+) {
+    let docs = documents(&render("default-values.yaml"));
+    let config = rendered_config(&docs);
+    let tls = config.tls.as_ref().expect("TLS by default");
+    assert_eq!(config.auth.anonymous, Some(false), "no anonymous read-all");
+    let client_ca = tls.client_ca_file.as_deref().unwrap().to_str().unwrap();
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let serving = secret_mounted_at(pod, "/etc/watchproxy/tls").unwrap();
+    let clients = secret_mounted_at(pod, "/etc/watchproxy/client-ca").unwrap();
+    assert_eq!(
+        (serving, clients),
+        ("r-watchproxy-tls", "r-watchproxy-client-ca")
+    );
+    assert!(
+        client_ca.starts_with("/etc/watchproxy/client-ca/"),
+        "{client_ca}"
+    );
+    let limits = &config.limits;
+    assert_eq!(limits.max_watchers_per_user, Some(1000));
+    assert_eq!(limits.unary_per_user_per_second, Some(50.0));
+    assert_eq!(limits.max_page_size, Some(5000));
+
+    // Every port it opens is in the policy.
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("a NetworkPolicy");
+    let ports: Vec<&str> = policy["spec"]["ingress"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_sequence().unwrap())
+        .map(|p| p["port"].as_str().unwrap())
+        .collect();
+    assert_eq!(ports, ["grpc", "metrics", "health"]);
+    let opened: Vec<&str> = pod["containers"][0]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(opened, ports);
+
+    // Without cert-manager, no Certificate: the Secrets are the user's.
+    assert!(!kinds(&docs).contains(&"Certificate".to_owned()));
+}
+
+#[test]
+fn with_cert_manager_the_client_ca_is_the_charts_own_not_the_serving_issuer() {
+    let (ok, out) = run(
+        Command::new(tool("helm")).args([
+            "template",
+            "r",
+            CHART,
+            "--api-versions",
+            "cert-manager.io/v1",
+        ]),
+        None,
+    );
+    assert!(ok, "{out}");
+    let docs = documents(&out);
+    let named = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    let serving = named("Certificate", "r-watchproxy");
+    assert_eq!(serving["spec"]["secretName"], "r-watchproxy-tls");
+    assert_eq!(serving["spec"]["issuerRef"]["name"], "r-watchproxy-serving");
+    let client_ca = named("Certificate", "r-watchproxy-client-ca");
+    assert_eq!(client_ca["spec"]["isCA"], true);
+    assert_eq!(client_ca["spec"]["secretName"], "r-watchproxy-client-ca");
+    let clients = named("Issuer", "r-watchproxy-clients");
+    assert_eq!(
+        clients["spec"]["ca"]["secretName"],
+        "r-watchproxy-client-ca"
+    );
+    let serving_issuer = named("Issuer", "r-watchproxy-serving");
+    assert_ne!(
+        serving_issuer["spec"]["ca"]["secretName"], clients["spec"]["ca"]["secretName"],
+        "two CAs"
+    );
+}
+
+#[test]
+fn plain_text_takes_an_explicit_value_and_the_notes_warn_of_it() {
+    // `helm install --dry-run` wants a cluster; `helm template` leaves the
+    // NOTES out. A copy of the chart renders them as a ConfigMap's data.
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("watchproxy");
+    let (ok, out) = run(
+        Command::new("cp").args(["-r", CHART, chart.to_str().unwrap()]),
+        None,
+    );
+    assert!(ok, "{out}");
+    std::fs::copy(chart.join("templates/NOTES.txt"), chart.join("notes.txt")).unwrap();
+    std::fs::write(
+        chart.join("templates/notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n{{ tpl (.Files.Get \"notes.txt\") . | indent 4 }}\n",
+    )
+    .unwrap();
+    let notes = |set: &[&str]| {
+        let mut cmd = Command::new(tool("helm"));
+        cmd.args([
+            "template",
+            "r",
+            chart.to_str().unwrap(),
+            "--show-only",
+            "templates/notes.yaml",
+        ]);
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        let (ok, out) = run(&mut cmd, None);
+        assert!(ok, "{out}");
+        out
+    };
+    let secure = notes(&[]);
+    assert!(!secure.contains("PLAIN TEXT"), "{secure}");
+    assert!(secure.contains("no anonymous caller"), "{secure}");
+    assert!(secure.contains("client certificate"), "{secure}");
+    let plain = notes(&["tls.enabled=false"]);
+    assert!(
+        plain.contains("WARNING") && plain.contains("PLAIN TEXT"),
+        "{plain}"
+    );
+    let docs = documents(&{
+        let (ok, out) = run(
+            Command::new(tool("helm")).args(["template", "r", CHART, "--set", "tls.enabled=false"]),
+            None,
+        );
+        assert!(ok, "{out}");
+        out
+    });
+    assert!(rendered_config(&docs).tls.is_none());
+}
+
 #[test]
 fn sidecar_mode_puts_watchproxy_next_to_the_app_with_etcd_client_certificates() {
     let docs = documents(&render("sidecar-values.yaml"));
@@ -154,13 +310,18 @@ fn sidecar_mode_puts_watchproxy_next_to_the_app_with_etcd_client_certificates() 
     );
     let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let pod = &deploy["spec"]["template"]["spec"];
-    let names: Vec<&str> = pod["containers"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["kubelet-like", "watchproxy"]);
+    let names = |list: &str| -> Vec<&str> {
+        pod[list]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(names("containers"), ["kubelet-like"]);
+    // A native sidecar: started before the app, stopped after it.
+    assert_eq!(names("initContainers"), ["watchproxy"]);
+    assert_eq!(pod["initContainers"][0]["restartPolicy"], "Always");
     let volumes = pod["volumes"].as_sequence().unwrap();
     assert!(volumes
         .iter()
@@ -173,6 +334,12 @@ fn sidecar_mode_puts_watchproxy_next_to_the_app_with_etcd_client_certificates() 
     );
     assert_eq!(tls.server_name.as_deref(), Some("etcd.kube-system.svc"));
     assert_eq!(config.etcd.endpoints, ["https://etcd.kube-system.svc:2379"]);
+    assert_eq!(
+        config.listen.to_string(),
+        "127.0.0.1:50051",
+        "the API on loopback only"
+    );
+    assert!(config.tls.is_none(), "loopback needs no TLS");
 }
 
 #[test]
@@ -188,7 +355,7 @@ fn secure_values_mount_the_secrets_probe_the_health_port_and_fence_the_api() {
     assert_eq!(tls.cert_file.to_str(), Some("/etc/watchproxy/tls/tls.crt"));
     assert_eq!(
         tls.client_ca_file.as_deref().and_then(|p| p.to_str()),
-        Some("/etc/watchproxy/tls/ca.crt")
+        Some("/etc/watchproxy/client-ca/ca.crt")
     );
     assert_eq!(
         config.auth.tokens_file.as_deref().and_then(|p| p.to_str()),
@@ -221,7 +388,12 @@ fn secure_values_mount_the_secrets_probe_the_health_port_and_fence_the_api() {
         .collect();
     assert_eq!(
         secrets,
-        ["watchproxy-tls", "watchproxy-tokens", "cluster-jwks"]
+        [
+            "watchproxy-tls",
+            "r-watchproxy-client-ca",
+            "watchproxy-tokens",
+            "cluster-jwks"
+        ]
     );
     let policy = docs.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
     let from = &policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];

@@ -163,9 +163,9 @@ where
 /// How often a listener open to all is complained about.
 const INSECURE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
-/// A listener in plain text without identities, on an address others can
-/// reach, reads everything to anyone: said in the log every minute, and
-/// in `watchproxy_insecure_listener`, until `shutdown`.
+/// A listener in plain text that serves anonymous callers, on an address
+/// others can reach, reads everything to anyone: said in the log every
+/// minute, and in `watchproxy_insecure_listener`, until `shutdown`.
 pub fn spawn_insecure_warning(
     addr: std::net::SocketAddr,
     config: &crate::config::Config,
@@ -173,7 +173,8 @@ pub fn spawn_insecure_warning(
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let identified = config.auth.tokens_file.is_some() || config.auth.jwt.is_some();
-    let insecure = config.tls.is_none() && !identified && !addr.ip().is_loopback();
+    let anonymous = config.auth.anonymous.unwrap_or(!identified);
+    let insecure = config.tls.is_none() && anonymous && !addr.ip().is_loopback();
     metrics.security.insecure_listener(insecure);
     if !insecure {
         return None;
@@ -223,5 +224,9 @@ resources: [{name: pods, prefix: /registry/pods}]
         let tokens =
             "listen: 10.0.0.7:50051\nauth: {tokens_file: /t}\ntls: {cert_file: /c, key_file: /k}\n";
         assert!(!open(tokens, "10.0.0.7:50051"));
+        assert!(
+            !open("auth: {anonymous: false}\n", "10.0.0.7:50051"),
+            "nobody is served"
+        );
     }
 }

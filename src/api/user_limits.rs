@@ -108,7 +108,10 @@ impl UserLimits {
     /// The objects a List page asking for `limit` (`usize::MAX`: all) may
     /// hold.
     pub fn page(&self, limit: usize) -> usize {
-        self.bounds.read().max_page.map_or(limit, |max| limit.min(max))
+        self.bounds
+            .read()
+            .max_page
+            .map_or(limit, |max| limit.min(max))
     }
 
     /// Takes one List or Get from `caller`'s user's bucket.

@@ -30,19 +30,48 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* Whether the API is served over TLS: a standalone release unless tls.enabled is false; a sidecar listens on loopback in plain text. */}}
+{{- define "watchproxy.servesTLS" -}}
+{{- if and .Values.tls.enabled (not .Values.sidecar.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* Whether cert-manager makes the certificates: as tls.certManager.enabled says, "auto" when the cluster serves cert-manager.io/v1. */}}
+{{- define "watchproxy.certManager" -}}
+{{- $want := toString .Values.tls.certManager.enabled }}
+{{- if and (include "watchproxy.servesTLS" .) (or (eq $want "true") (and (eq $want "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1"))) }}true{{ end }}
+{{- end }}
+
+{{- define "watchproxy.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "watchproxy.fullname" .)) .Values.tls.secretName }}
+{{- end }}
+
+{{- define "watchproxy.clientCASecret" -}}
+{{- default (printf "%s-client-ca" (include "watchproxy.fullname" .)) .Values.tls.clientCA.secretName }}
+{{- end }}
+
 {{/* The config.yaml watchproxy reads: the user's config plus what the chart owns. */}}
 {{- define "watchproxy.config" -}}
 {{- $config := deepCopy .Values.config }}
-{{- $_ := set $config "listen" (printf "0.0.0.0:%v" .Values.ports.grpc) }}
+{{- $api := ternary "127.0.0.1" "0.0.0.0" .Values.sidecar.enabled }}
+{{- $_ := set $config "listen" (printf "%s:%v" $api .Values.ports.grpc) }}
 {{- $_ := set $config "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
 {{- $_ := set $config "health_listen" (printf "0.0.0.0:%v" .Values.ports.health) }}
-{{- if .Values.tls.enabled }}
+{{- if include "watchproxy.servesTLS" . }}
 {{- $tls := dict "cert_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.certKey) "key_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.keyKey) }}
 {{- if .Values.tls.clientAuth }}
-{{- $_ := set $tls "client_ca_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.caKey) }}
+{{- $_ := set $tls "client_ca_file" (printf "/etc/watchproxy/client-ca/%s" .Values.tls.clientCA.key) }}
 {{- $_ := set $tls "client_auth" .Values.tls.clientAuth }}
 {{- end }}
 {{- $_ := set $config "tls" $tls }}
+{{- end }}
+{{- $auth := deepCopy (default (dict) $config.auth) }}
+{{- if and (not .Values.sidecar.enabled) (not (hasKey $auth "anonymous")) }}
+{{- $_ := set $auth "anonymous" false }}
+{{- end }}
+{{- if $auth }}
+{{- $_ := set $config "auth" $auth }}
+{{- else }}
+{{- $_ := unset $config "auth" }}
 {{- end }}
 {{- if or .Values.auth.tokensSecret.name .Values.auth.jwksSecret.name }}
 {{- $auth := deepCopy (default (dict) $config.auth) }}
@@ -81,9 +110,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The watchproxy container. Other charts run watchproxy as a sidecar by adding
-this chart as a dependency and, in their pod spec:
-  containers:
+The watchproxy container. Other charts run watchproxy as a native sidecar by
+adding this chart as a dependency with sidecar.enabled and, in their pod spec:
+  initContainers:
     {{- include "watchproxy.sidecar.containers" .Subcharts.watchproxy | nindent 4 }}
   volumes:
     {{- include "watchproxy.sidecar.volumes" .Subcharts.watchproxy | nindent 4 }}
@@ -94,6 +123,10 @@ The application then dials 127.0.0.1:<ports.grpc>.
 - name: watchproxy
   image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
   imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if .Values.sidecar.enabled }}
+  # A native sidecar: started before the application, stopped after it.
+  restartPolicy: Always
+  {{- end }}
   args: ["serve", "--config", "/etc/watchproxy/config/config.yaml", "--log-format", {{ .Values.logFormat | quote }}]
   env:
     - name: RUST_LOG
@@ -144,10 +177,15 @@ The application then dials 127.0.0.1:<ports.grpc>.
       mountPath: /etc/watchproxy/etcd-tls
       readOnly: true
     {{- end }}
-    {{- if .Values.tls.enabled }}
+    {{- if include "watchproxy.servesTLS" . }}
     - name: watchproxy-tls
       mountPath: /etc/watchproxy/tls
       readOnly: true
+    {{- if .Values.tls.clientAuth }}
+    - name: watchproxy-client-ca
+      mountPath: /etc/watchproxy/client-ca
+      readOnly: true
+    {{- end }}
     {{- end }}
     {{- if .Values.auth.tokensSecret.name }}
     - name: watchproxy-tokens
@@ -181,11 +219,20 @@ The application then dials 127.0.0.1:<ports.grpc>.
     secretName: {{ required "etcdTLS.secretName is required when etcdTLS.enabled" .Values.etcdTLS.secretName }}
     defaultMode: 0440
 {{- end }}
-{{- if .Values.tls.enabled }}
+{{- if include "watchproxy.servesTLS" . }}
 - name: watchproxy-tls
   secret:
-    secretName: {{ required "tls.secretName is required when tls.enabled" .Values.tls.secretName }}
+    secretName: {{ include "watchproxy.tlsSecret" . }}
     defaultMode: 0440
+{{- if .Values.tls.clientAuth }}
+- name: watchproxy-client-ca
+  secret:
+    secretName: {{ include "watchproxy.clientCASecret" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.tls.clientCA.key }}
+        path: {{ .Values.tls.clientCA.key }}
+{{- end }}
 {{- end }}
 {{- if .Values.auth.tokensSecret.name }}
 - name: watchproxy-tokens
