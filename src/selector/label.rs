@@ -28,6 +28,14 @@ pub struct LabelRequirement {
 }
 
 impl LabelRequirement {
+    /// What it costs to match, in terms: one, or each value of a set.
+    pub fn terms(&self) -> usize {
+        match &self.op {
+            LabelOp::In(values) | LabelOp::NotIn(values) => values.len().max(1),
+            _ => 1,
+        }
+    }
+
     /// As in Kubernetes: a missing label satisfies `!=` and `notin`; one
     /// that is not a 64-bit integer satisfies neither `>` nor `<`.
     pub fn matches(&self, labels: LabelSet<'_>) -> bool {

@@ -15,6 +15,13 @@ use field::FieldRequirement;
 use label::LabelRequirement;
 pub use shard::{Shard, ShardError, MAX_RANGES};
 
+/// The longest selector accepted, in bytes: parsing one costs a multiple
+/// of its length, before any rule has looked at the request.
+pub const MAX_SELECTOR_BYTES: usize = 4096;
+/// The most terms one selector may have (a requirement, or each value of an
+/// `in`/`notin` set): every event is matched against each of them.
+pub const MAX_SELECTOR_TERMS: usize = 100;
+
 /// A selector that cannot be parsed; the message points at the bad part.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
@@ -46,11 +53,38 @@ impl Predicate {
         label_selector: &str,
         field_selector: &str,
     ) -> Result<Self, SelectorError> {
+        let too_long = |selector: &str| {
+            (selector.len() > MAX_SELECTOR_BYTES).then(|| {
+                format!(
+                    "{} bytes, over the limit of {MAX_SELECTOR_BYTES} bytes",
+                    selector.len()
+                )
+            })
+        };
+        let too_many = |terms: usize| {
+            (terms > MAX_SELECTOR_TERMS)
+                .then(|| format!("{terms} terms, over the limit of {MAX_SELECTOR_TERMS} terms"))
+        };
+        if let Some(e) = too_long(label_selector) {
+            return Err(SelectorError::Label(e));
+        }
+        if let Some(e) = too_long(field_selector) {
+            return Err(SelectorError::Field(e));
+        }
+        let labels = label::parse(label_selector)?;
+        let terms = labels.iter().map(LabelRequirement::terms).sum();
+        if let Some(e) = too_many(terms) {
+            return Err(SelectorError::Label(e));
+        }
+        let fields = field::parse(field_selector, resource)?;
+        if let Some(e) = too_many(fields.len()) {
+            return Err(SelectorError::Field(e));
+        }
         Ok(Self {
             namespace: (resource.namespaced && !namespace.is_empty()).then(|| namespace.to_owned()),
             name: (!name.is_empty()).then(|| name.to_owned()),
-            labels: label::parse(label_selector)?,
-            fields: field::parse(field_selector, resource)?,
+            labels,
+            fields,
             any_of: Vec::new(),
             shard: None,
         })
@@ -213,6 +247,27 @@ mod tests {
         assert!(matches!(e, SelectorError::Label(_)), "{e}");
         let e = Predicate::new(&pods(), "", "", "", "spec.color=red").unwrap_err();
         assert!(matches!(e, SelectorError::Field(_)), "{e}");
+    }
+
+    #[test]
+    fn selectors_over_their_size_or_term_limit_are_refused_naming_it() {
+        let long = format!("app={}", "x".repeat(MAX_SELECTOR_BYTES));
+        let e = Predicate::new(&pods(), "", "", &long, "").unwrap_err();
+        assert!(matches!(e, SelectorError::Label(_)), "{e}");
+        assert!(e.to_string().contains("4096 bytes"), "{e}");
+        let many: Vec<String> = (0..=MAX_SELECTOR_TERMS).map(|i| format!("k{i}")).collect();
+        let e = Predicate::new(&pods(), "", "", &many.join(","), "").unwrap_err();
+        assert!(e.to_string().contains("terms"), "{e}");
+        let set = format!("app in ({})", many.join(","));
+        let e = Predicate::new(&pods(), "", "", &set, "").unwrap_err();
+        assert!(e.to_string().contains("terms"), "{e}");
+        let fields: Vec<String> = (0..=MAX_SELECTOR_TERMS)
+            .map(|i| format!("metadata.name!=n{i}"))
+            .collect();
+        let e = Predicate::new(&pods(), "", "", "", &fields.join(",")).unwrap_err();
+        assert!(matches!(e, SelectorError::Field(_)), "{e}");
+        let at_limit = many[..MAX_SELECTOR_TERMS].join(",");
+        assert!(Predicate::new(&pods(), "", "", &at_limit, "").is_ok());
     }
 
     #[test]
