@@ -81,6 +81,20 @@ pub async fn run(
         .transpose()?;
     let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
     let auth = api::auth::Auth::new(&config, &resources, metrics.clone())?;
+    let sealer = match &config.continue_token_key_file {
+        Some(path) => {
+            let key = std::fs::read(path)
+                .with_context(|| format!("reading continue_token_key_file {}", path.display()))?;
+            anyhow::ensure!(
+                key.len() >= 32,
+                "continue_token_key_file {} holds {} bytes; a key needs at least 32",
+                path.display(),
+                key.len()
+            );
+            api::Sealer::new(&key)
+        }
+        None => api::Sealer::random(),
+    };
     let upstreams: Vec<Option<&String>> = (config.resources.iter())
         .map(|rc| rc.upstream.as_ref().or(config.upstream.as_ref()))
         .collect();
@@ -199,6 +213,7 @@ pub async fn run(
         shutdown.clone(),
     )
     .with_auth(auth)
+    .with_continue_key(sealer)
     .with_user_limits(api::user_limits::UserLimits::new(&config.limits))
     .with_watch_compression(&config.watch.compression);
     // Expiries, and the token and key files, end the watches they must.

@@ -206,6 +206,27 @@ fn by_default_the_api_is_tls_with_its_own_client_ca_no_anonymous_caller_per_user
         .collect();
     assert_eq!(opened, ports);
 
+    // Replicas seal continue tokens with one key, so pages may come from
+    // any of them.
+    assert_eq!(
+        secret_mounted_at(pod, "/etc/watchproxy/continue-token"),
+        Some("r-watchproxy-continue-token-key")
+    );
+    assert_eq!(
+        config
+            .continue_token_key_file
+            .as_deref()
+            .and_then(|p| p.to_str()),
+        Some("/etc/watchproxy/continue-token/key")
+    );
+    let key = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Secret" && d["metadata"]["name"] == "r-watchproxy-continue-token-key"
+        })
+        .expect("the key's Secret");
+    assert!(key["data"]["key"].as_str().unwrap().len() >= 64);
+
     // Without cert-manager, no Certificate: the Secrets are the user's.
     assert!(!kinds(&docs).contains(&"Certificate".to_owned()));
 }
@@ -389,6 +410,7 @@ fn secure_values_mount_the_secrets_probe_the_health_port_and_fence_the_api() {
     assert_eq!(
         secrets,
         [
+            "r-watchproxy-continue-token-key",
             "watchproxy-tls",
             "r-watchproxy-client-ca",
             "watchproxy-tokens",

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use common::*;
 use etcd_client::GetOptions;
+use tonic::transport::Channel;
 use tonic::Code;
+use watchproxy::config::Config;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{GetRequest, ListRequest, ResourceVersionMatch};
 
 fn list_req(resource: &str) -> ListRequest {
@@ -363,4 +366,90 @@ async fn raw_resources_keep_bytes_and_filter_by_key_only() {
         .await
         .unwrap();
     assert_eq!(by_name.into_inner().items.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_token_this_service_did_not_seal_is_refused() {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    preload(&mut ec, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("continue.key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    let yaml =
+        pods_yaml(&etcd.client_url, 64) + &format!("continue_token_key_file: {}\n", key.display());
+    let shared = Config::from_yaml(&yaml).unwrap();
+    let (a, b) = (
+        Proxy::start_config(shared.clone()).await,
+        Proxy::start_config(shared).await,
+    );
+    let alone = Proxy::start(&etcd.client_url).await;
+    let (mut ca, mut cb, mut calone) = (a.client().await, b.client().await, alone.client().await);
+    for c in [&mut ca, &mut cb, &mut calone] {
+        wait_ready(c, "pods").await;
+    }
+    let first = |c: &mut WatchProxyClient<Channel>| {
+        let mut c = c.clone();
+        async move {
+            let req = ListRequest {
+                limit: 2,
+                ..list_req("pods")
+            };
+            c.list(req).await.unwrap().into_inner()
+        }
+    };
+    let next = |c: &mut WatchProxyClient<Channel>, token: String| {
+        let mut c = c.clone();
+        async move {
+            let req = ListRequest {
+                limit: 2,
+                continue_token: token,
+                ..list_req("pods")
+            };
+            c.list(req).await
+        }
+    };
+    let page = first(&mut ca).await;
+    // Replicas that share the key serve each other's pages.
+    assert!(next(&mut cb, page.continue_token.clone()).await.is_ok());
+    // One with a key of its own does not.
+    let err = next(&mut calone, page.continue_token.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    // A token rewritten to name an old revision: refused, not read from etcd.
+    let (payload, _) = page.continue_token.rsplit_once('.').unwrap();
+    let mut token: serde_json::Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+    token["rv"] = 1.into();
+    let forged = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).unwrap());
+    let reads = a.metric(
+        "watchproxy_etcd_requests_total",
+        "request=\"exact_list_page\"",
+    );
+    for t in [
+        forged.clone(),
+        format!(
+            "{forged}.{}",
+            page.continue_token.rsplit_once('.').unwrap().1
+        ),
+    ] {
+        let err = next(&mut ca, t).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().contains("not one this service issued"),
+            "{err:?}"
+        );
+    }
+    assert_eq!(
+        a.metric(
+            "watchproxy_etcd_requests_total",
+            "request=\"exact_list_page\""
+        ),
+        reads
+    );
 }

@@ -1,7 +1,11 @@
-//! The opaque token that carries a paged list from one page to the next.
+//! The opaque token that carries a paged list from one page to the next,
+//! sealed with an HMAC so that a token this service did not issue (one
+//! naming an old revision, to make it read etcd, or another caller's
+//! scope) is refused rather than served.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use ring::hmac;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
@@ -97,9 +101,73 @@ impl ContinueToken {
     }
 }
 
+/// Seals and opens tokens: `<payload>.<HMAC-SHA256 of it>`. Replicas that
+/// serve one list's pages share its key (`continue_token_key_file`);
+/// without one, each process has its own.
+pub struct Sealer(hmac::Key);
+
+impl Sealer {
+    pub fn new(key: &[u8]) -> Self {
+        Self(hmac::Key::new(hmac::HMAC_SHA256, key))
+    }
+
+    /// A key of this process alone.
+    pub fn random() -> Self {
+        let rng = ring::rand::SystemRandom::new();
+        Self(hmac::Key::generate(hmac::HMAC_SHA256, &rng).expect("the system's random source"))
+    }
+
+    pub fn seal(&self, token: &str) -> String {
+        if token.is_empty() {
+            return String::new();
+        }
+        let tag = hmac::sign(&self.0, token.as_bytes());
+        format!("{token}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    }
+
+    /// The token inside a sealed one, if this key sealed it.
+    pub fn open<'a>(&self, sealed: &'a str) -> Result<&'a str, ApiError> {
+        let forged = || {
+            ApiError::invalid(
+                "continue_token",
+                "invalid continue token: not one this service issued",
+            )
+        };
+        let (token, tag) = sealed.rsplit_once('.').ok_or_else(forged)?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| forged())?;
+        hmac::verify(&self.0, token.as_bytes(), &tag).map_err(|_| forged())?;
+        Ok(token)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_tokens_sealed_with_the_key_open() {
+        let (a, b) = (Sealer::new(b"key-a"), Sealer::new(b"key-b"));
+        let r = pods();
+        let token = ContinueToken::new(&r, 42, "/p/ns/a".into(), 0).encode();
+        let sealed = a.seal(&token);
+        assert_eq!(a.open(&sealed).unwrap(), token);
+        assert!(b.open(&sealed).is_err(), "another key");
+        assert!(
+            a.open(&token).is_err(),
+            "unsealed, as a forger would send it"
+        );
+        let forged = ContinueToken::new(&r, 1, "/p/ns/a".into(), 0).encode();
+        let (_, tag) = sealed.rsplit_once('.').unwrap();
+        assert!(
+            a.open(&format!("{forged}.{tag}")).is_err(),
+            "another token's seal"
+        );
+        assert!(a.open("").is_err());
+        assert_eq!(a.seal(""), "", "no next page, no token");
+        let random = Sealer::random();
+        assert_eq!(random.open(&random.seal(&token)).unwrap(), token);
+        assert!(Sealer::random().open(&random.seal(&token)).is_err());
+    }
 
     fn pods() -> Resource {
         Resource::for_tests(&[])

@@ -54,6 +54,7 @@ use crate::telemetry::{Metrics, ResourceMetrics};
 use admission::Identified;
 use auth::{Auth, Authority, Grant, Identity, Judged, PeerCerts, Scope};
 use call::CallInfo;
+pub use continue_token::Sealer;
 use error::ApiError;
 pub use initial::InitialStates;
 use query::{GetQuery, ListQuery, WatchQuery};
@@ -88,6 +89,8 @@ pub struct Api {
     shutdown: CancellationToken,
     /// What Watch responses may be compressed in, by preference.
     watch_codecs: Arc<[compression::Codec]>,
+    /// Seals the continue tokens it issues, and opens those it is sent.
+    sealer: Arc<Sealer>,
 }
 
 /// The client certificates of the call's connection: from the TLS
@@ -116,7 +119,15 @@ impl Api {
             metrics,
             shutdown,
             watch_codecs: Arc::new([]),
+            sealer: Arc::new(Sealer::random()),
         }
+    }
+
+    /// Continue tokens sealed with `sealer`'s key: replicas that share it
+    /// serve each other's pages.
+    pub fn with_continue_key(mut self, sealer: Sealer) -> Self {
+        self.sealer = Arc::new(sealer);
+        self
     }
 
     /// Watch responses compressed in the first of `codecs` a client
@@ -219,7 +230,12 @@ impl Api {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let certs = peer_certs(&request);
-        let (metadata, extensions, req) = request.into_parts();
+        let (metadata, extensions, mut req) = request.into_parts();
+        let opened = match req.continue_token.as_str() {
+            "" => Ok(String::new()),
+            sealed => self.sealer.open(sealed).map(str::to_owned),
+        };
+        req.continue_token.clear();
         let info = CallInfo {
             method: "List",
             resource: &req.resource,
@@ -238,9 +254,15 @@ impl Api {
                 &req.namespace,
             )?;
             let token_scope = judged.auth.token_scope(&identity.caller, &scope);
+            let req = pb::ListRequest {
+                continue_token: opened?,
+                ..req.clone()
+            };
             let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
             query.limit = self.user_limits.page(query.limit);
-            self.list_page(s, query).await
+            let mut page = self.list_page(s, query).await?;
+            page.continue_token = self.sealer.seal(&page.continue_token);
+            Ok(page)
         };
         self.answer(&metadata, info, call).await
     }

@@ -123,6 +123,10 @@ fn needing_restart(in_use: &Config, read: &Config) -> Vec<&'static str> {
         ("metrics_listen", a.metrics_listen == b.metrics_listen),
         ("health_listen", a.health_listen == b.health_listen),
         ("tls", a.tls == b.tls),
+        (
+            "continue_token_key_file",
+            a.continue_token_key_file == b.continue_token_key_file,
+        ),
         ("watch", a.watch == b.watch),
         ("limits", a.limits == b.limits),
         ("shutdown_grace", a.shutdown_grace == b.shutdown_grace),

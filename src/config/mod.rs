@@ -56,6 +56,12 @@ pub struct Config {
     /// so at start.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// A file holding the key continue tokens are sealed with (at least 32
+    /// bytes): replicas that serve one list's pages (behind one Service)
+    /// share it. None: a key of this process alone, so a page's token
+    /// works only on the replica that issued it.
+    #[serde(default)]
+    pub continue_token_key_file: Option<std::path::PathBuf>,
     /// Who callers are: certificates (with `tls.client_ca_file`), bearer
     /// tokens, or nobody.
     #[serde(default)]

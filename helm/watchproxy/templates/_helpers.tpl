@@ -56,6 +56,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $config "listen" (printf "%s:%v" $api .Values.ports.grpc) }}
 {{- $_ := set $config "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
 {{- $_ := set $config "health_listen" (printf "0.0.0.0:%v" .Values.ports.health) }}
+{{- if not .Values.sidecar.enabled }}
+{{- $_ := set $config "continue_token_key_file" "/etc/watchproxy/continue-token/key" }}
+{{- end }}
 {{- if include "watchproxy.servesTLS" . }}
 {{- $tls := dict "cert_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.certKey) "key_file" (printf "/etc/watchproxy/tls/%s" .Values.tls.keyKey) }}
 {{- if .Values.tls.clientAuth }}
@@ -172,6 +175,11 @@ The application then dials 127.0.0.1:<ports.grpc>.
     - name: watchproxy-config
       mountPath: /etc/watchproxy/config
       readOnly: true
+    {{- if not .Values.sidecar.enabled }}
+    - name: watchproxy-continue-token
+      mountPath: /etc/watchproxy/continue-token
+      readOnly: true
+    {{- end }}
     {{- if .Values.etcdTLS.enabled }}
     - name: watchproxy-etcd-tls
       mountPath: /etc/watchproxy/etcd-tls
@@ -213,6 +221,12 @@ The application then dials 127.0.0.1:<ports.grpc>.
 - name: watchproxy-config
   configMap:
     name: {{ include "watchproxy.fullname" . }}
+{{- if not .Values.sidecar.enabled }}
+- name: watchproxy-continue-token
+  secret:
+    secretName: {{ include "watchproxy.fullname" . }}-continue-token-key
+    defaultMode: 0440
+{{- end }}
 {{- if .Values.etcdTLS.enabled }}
 - name: watchproxy-etcd-tls
   secret:
