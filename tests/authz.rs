@@ -6,10 +6,12 @@ mod common;
 
 use common::*;
 use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
 use tonic::{Code, Request};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use watchproxy::config::Config;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, EventType};
 
 const TOKENS: &str = "
@@ -384,4 +386,80 @@ authorization:
     assert!(err.message().contains("expired"), "{err:?}");
     let err = client.list(as_caller(&good, list(""))).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_the_cache_cannot_answer_as_it_is_have_a_budget_per_user() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = with_rules(&etcd, dir.path());
+    config.limits.costly_reads_per_user_per_second = Some(0.01);
+    config.limits.costly_read_burst_per_user = 2;
+    config.validate().unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let mut client = proxy.client().await;
+    wait_until_listed(&mut client, "alice-token").await;
+    let mut revisions = Vec::new();
+    for v in 0..4 {
+        let rv = put_pod(&mut ec, "tenant-a", "p", &[("v", &v.to_string())], "").await;
+        revisions.push(rv);
+    }
+    put_pod(&mut ec, "tenant-a", "q", &[], "").await;
+    let exact = |token: &str, rv: u64| {
+        as_caller(
+            token,
+            pb::ListRequest {
+                resource_version: rv.to_string(),
+                resource_version_match: pb::ResourceVersionMatch::Exact as i32,
+                ..list("tenant-a")
+            },
+        )
+    };
+    // Each is the state at an old revision, rebuilt from the window.
+    for rv in &revisions[..2] {
+        let page = client.list(exact("alice-token", *rv)).await.unwrap();
+        assert_eq!(page.into_inner().resource_version, rv.to_string());
+    }
+    let err = client
+        .list(exact("alice-token", revisions[2]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message()
+            .contains("reads per second from etcd or of old versions"),
+        "{err:?}"
+    );
+    use tonic_types::StatusExt;
+    assert!(err.get_details_retry_info().is_some(), "retry advice");
+    // What the cache holds as it is stays open to the user, and another
+    // user has a budget of its own.
+    assert!(client
+        .list(as_caller("alice-token", list("tenant-a")))
+        .await
+        .is_ok());
+    assert!(
+        client
+            .list(exact("alice-token", revisions[0]))
+            .await
+            .is_ok(),
+        "kept: not rebuilt"
+    );
+    assert!(client.list(exact("node-token", revisions[3])).await.is_ok());
+}
+
+/// Waits until `token`'s caller lists tenant-a.
+async fn wait_until_listed(client: &mut WatchProxyClient<Channel>, token: &str) {
+    for _ in 0..100 {
+        if client
+            .list(as_caller(token, list("tenant-a")))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("pods did not become ready");
 }

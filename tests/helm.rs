@@ -184,6 +184,7 @@ fn by_default_the_api_is_tls_with_its_own_client_ca_no_anonymous_caller_per_user
     assert_eq!(limits.max_watchers_per_user, Some(1000));
     assert_eq!(limits.unary_per_user_per_second, Some(50.0));
     assert_eq!(limits.max_page_size, Some(5000));
+    assert_eq!(limits.costly_reads_per_user_per_second, Some(5.0));
 
     // Every port it opens is in the policy.
     let policy = docs

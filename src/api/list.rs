@@ -34,14 +34,16 @@ struct Page {
 }
 
 impl Api {
+    /// One page of a List by `reader` (the caller's user).
     pub(super) async fn list_page(
         &self,
         s: &Served,
         q: ListQuery,
+        reader: &str,
     ) -> Result<pb::ListResponse, ApiError> {
         let projection = q.projection.clone();
         let shard = (q.predicate.shard()).map(|shard| shard_pb(&s.cache.resource, shard));
-        let mut page = self.read_page(s, q).await?;
+        let mut page = self.read_page(s, q, reader).await?;
         page.shard = shard;
         if let Some(projection) = projection {
             page.items.iter_mut().for_each(|o| project(&projection, o));
@@ -49,11 +51,22 @@ impl Api {
         Ok(page)
     }
 
-    async fn read_page(&self, s: &Served, q: ListQuery) -> Result<pb::ListResponse, ApiError> {
+    /// `reader` is charged for what the cache cannot answer as it is: a
+    /// read from the origin, a snapshot rebuilt at an old revision.
+    async fn read_page(
+        &self,
+        s: &Served,
+        q: ListQuery,
+        reader: &str,
+    ) -> Result<pb::ListResponse, ApiError> {
         let (predicate, limit, scope) = (&q.predicate, q.limit, q.token_scope);
+        let costly = || self.user_limits.costly_read(reader);
         match q.at {
             ListAt::Continue(token) => {
                 let after = Some(token.after.as_str());
+                if token.from_origin || !s.cache.has_snapshot(token.revision) {
+                    costly()?;
+                }
                 if token.from_origin {
                     let start = PageStart {
                         after,
@@ -73,8 +86,13 @@ impl Api {
             }
             ListAt::Exact(n) => {
                 if let Source::Origin(_) = self.catch_up(s, Some(n)).await? {
+                    costly()?;
                     let start = PageStart::default();
                     return (self.origin_page(s, predicate, n, start, limit, scope)).await;
+                }
+                // Caught up to n: what is not at hand is rebuilt or read.
+                if !s.cache.has_snapshot(n) {
+                    costly()?;
                 }
                 match s.cache.snapshot_at(n) {
                     Ok(snapshot) => Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope)),
@@ -89,6 +107,7 @@ impl Api {
                     Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope))
                 }
                 Source::Origin(revision) => {
+                    costly()?;
                     let start = PageStart::default();
                     (self.origin_page(s, predicate, revision, start, limit, scope)).await
                 }
@@ -96,7 +115,12 @@ impl Api {
         }
     }
 
-    pub(super) async fn get_object(&self, s: &Served, q: GetQuery) -> Result<pb::Object, ApiError> {
+    pub(super) async fn get_object(
+        &self,
+        s: &Served,
+        q: GetQuery,
+        reader: &str,
+    ) -> Result<pb::Object, ApiError> {
         let found = match self.source_for(s, q.version).await? {
             Source::Cache(snapshot) => snapshot
                 .store
@@ -105,6 +129,7 @@ impl Api {
                 .filter(|o| q.predicate.matches(o))
                 .map(|o| object_pb(o, o.revision)),
             Source::Origin(revision) => {
+                self.user_limits.costly_read(reader)?;
                 let start = PageStart::default();
                 let page = (self.origin_page(s, &q.predicate, revision, start, 1, 0)).await?;
                 page.items.into_iter().next()

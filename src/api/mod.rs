@@ -260,7 +260,7 @@ impl Api {
             };
             let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
             query.limit = self.user_limits.page(query.limit);
-            let mut page = self.list_page(s, query).await?;
+            let mut page = self.list_page(s, query, &identity.caller.user).await?;
             page.continue_token = self.sealer.seal(&page.continue_token);
             Ok(page)
         };
@@ -286,7 +286,7 @@ impl Api {
             let (s, scope) =
                 self.admit(&judged, &identity, Verb::Get, &req.resource, &req.namespace)?;
             let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
-            self.get_object(s, query).await
+            self.get_object(s, query, &identity.caller.user).await
         };
         self.answer(&metadata, info, call).await
     }

@@ -102,6 +102,8 @@ fn take_live(into: &mut Config, read: &Config) {
     into.limits.unary_per_user_per_second = read.limits.unary_per_user_per_second;
     into.limits.unary_burst_per_user = read.limits.unary_burst_per_user;
     into.limits.max_page_size = read.limits.max_page_size;
+    into.limits.costly_reads_per_user_per_second = read.limits.costly_reads_per_user_per_second;
+    into.limits.costly_read_burst_per_user = read.limits.costly_read_burst_per_user;
 }
 
 /// The sections of `read` that differ from `in_use` where only a restart

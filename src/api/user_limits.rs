@@ -1,6 +1,6 @@
 //! Limits per user, so that one noisy tenant cannot take another's share:
-//! open watches, a token bucket of List and Get calls, and the size of a
-//! List page.
+//! open watches, a token bucket of List and Get calls, another of the
+//! reads the cache cannot answer as it is, and the size of a List page.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,8 +23,14 @@ type Watchers = Arc<Mutex<HashMap<String, usize>>>;
 pub struct UserLimits {
     bounds: parking_lot::RwLock<Bounds>,
     watchers: Watchers,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Buckets,
+    /// Of the reads that reach the origin or rebuild an old snapshot.
+    costly: Buckets,
 }
+
+/// A token bucket per user.
+#[derive(Default)]
+struct Buckets(Mutex<HashMap<String, Bucket>>);
 
 /// The limits, as configured: a new configuration changes them in place,
 /// for new calls; the open watches and the buckets stay counted.
@@ -34,6 +40,8 @@ struct Bounds {
     rate: Option<f64>,
     burst: f64,
     max_page: Option<usize>,
+    costly_rate: Option<f64>,
+    costly_burst: f64,
 }
 
 impl Bounds {
@@ -43,6 +51,8 @@ impl Bounds {
             rate: limits.unary_per_user_per_second,
             burst: f64::from(limits.unary_burst_per_user),
             max_page: limits.max_page_size.filter(|&n| n > 0),
+            costly_rate: limits.costly_reads_per_user_per_second,
+            costly_burst: f64::from(limits.costly_read_burst_per_user),
         }
     }
 }
@@ -76,7 +86,8 @@ impl UserLimits {
         Self {
             bounds: parking_lot::RwLock::new(Bounds::of(limits)),
             watchers: Arc::default(),
-            buckets: Mutex::default(),
+            buckets: Buckets::default(),
+            costly: Buckets::default(),
         }
     }
 
@@ -117,15 +128,42 @@ impl UserLimits {
     /// Takes one List or Get from `caller`'s user's bucket.
     pub fn unary(&self, caller: &Caller) -> Result<(), ApiError> {
         let Bounds { rate, burst, .. } = *self.bounds.read();
+        let what = |rate| format!("{rate} List/Get calls per second");
+        self.buckets.take(&caller.user, rate, burst, what)
+    }
+
+    /// Takes one read the cache cannot answer as it is from `user`'s
+    /// bucket of those.
+    pub fn costly_read(&self, user: &str) -> Result<(), ApiError> {
+        let Bounds {
+            costly_rate,
+            costly_burst,
+            ..
+        } = *self.bounds.read();
+        let what = |rate| format!("{rate} reads per second from etcd or of old versions");
+        self.costly.take(user, costly_rate, costly_burst, what)
+    }
+}
+
+impl Buckets {
+    /// One token from `user`'s bucket, which fills at `rate` up to `burst`;
+    /// none: no bound.
+    fn take(
+        &self,
+        user: &str,
+        rate: Option<f64>,
+        burst: f64,
+        what: impl Fn(f64) -> String,
+    ) -> Result<(), ApiError> {
         let Some(rate) = rate else {
             return Ok(());
         };
         let now = Instant::now();
-        let mut buckets = self.buckets.lock();
+        let mut buckets = self.0.lock();
         if buckets.len() > 1024 {
             buckets.retain(|_, b| now.duration_since(b.at) < IDLE_BUCKET);
         }
-        let b = buckets.entry(caller.user.clone()).or_insert(Bucket {
+        let b = buckets.entry(user.to_owned()).or_insert(Bucket {
             tokens: burst,
             at: now,
         });
@@ -136,8 +174,8 @@ impl UserLimits {
             return Ok(());
         }
         Err(ApiError::UserLimit {
-            user: caller.user.clone(),
-            what: format!("{rate} List/Get calls per second"),
+            user: user.to_owned(),
+            what: what(rate),
             retry_after: Some(Duration::from_secs_f64((1.0 - b.tokens) / rate)),
         })
     }
@@ -203,5 +241,22 @@ mod tests {
         assert_eq!(limits.page(usize::MAX), 500, "all: pages of the bound");
         assert_eq!(limits.page(20), 20);
         assert_eq!(limits.page(501), 500);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_the_cache_cannot_answer_have_their_own_bucket() {
+        let limits = UserLimits::new(&LimitsConfig {
+            costly_reads_per_user_per_second: Some(2.0),
+            costly_read_burst_per_user: 2,
+            ..LimitsConfig::default()
+        });
+        limits.costly_read("a").unwrap();
+        limits.costly_read("a").unwrap();
+        let Err(ApiError::UserLimit { retry_after, .. }) = limits.costly_read("a") else {
+            panic!("the burst is spent");
+        };
+        assert_eq!(retry_after, Some(Duration::from_millis(500)));
+        limits.costly_read("b").unwrap();
+        limits.unary(&caller("a")).unwrap();
     }
 }

@@ -284,6 +284,13 @@ impl WatchCache {
         Ok(snapshot)
     }
 
+    /// Whether the state at `revision` is at hand: the current one, or one
+    /// kept for the pages of a list; any other is rebuilt from the window.
+    pub fn has_snapshot(&self, revision: Revision) -> bool {
+        revision >= self.state.lock().revision
+            || self.past.lock().iter().any(|p| p.revision == revision)
+    }
+
     /// Keeps `snapshot` for the next pages of a list cut at its revision,
     /// for as long as that revision is in the event window.
     pub fn remember(&self, snapshot: Snapshot) {

@@ -146,6 +146,19 @@ pub struct LimitsConfig {
     /// None: no bound.
     #[serde(default)]
     pub max_page_size: Option<usize>,
+    /// List and Get calls one user may make per second, on average, that
+    /// the cache cannot answer as it is: read from etcd (or the upstream),
+    /// or rebuilt from the event window at an old revision (exact reads,
+    /// continue tokens of old lists). None: no bound.
+    #[serde(default)]
+    pub costly_reads_per_user_per_second: Option<f64>,
+    /// How many of those one user may make at once before the rate applies.
+    #[serde(default = "default_costly_read_burst_per_user")]
+    pub costly_read_burst_per_user: u32,
+}
+
+fn default_costly_read_burst_per_user() -> u32 {
+    10
 }
 
 fn default_unary_burst_per_user() -> u32 {
@@ -170,6 +183,8 @@ impl Default for LimitsConfig {
             unary_per_user_per_second: None,
             unary_burst_per_user: default_unary_burst_per_user(),
             max_page_size: None,
+            costly_reads_per_user_per_second: None,
+            costly_read_burst_per_user: default_costly_read_burst_per_user(),
         }
     }
 }
