@@ -15,7 +15,8 @@ use serde::Deserialize;
 
 pub use key_layout::{KeyLayout, Segment};
 pub use security::{
-    AuthConfig, AuthorizationConfig, ClientAuth, JwtConfig, RuleConfig, TlsConfig, Verb,
+    AuthConfig, AuthorizationConfig, CertificateUser, ClientAuth, JwtConfig, RuleConfig, TlsConfig,
+    Verb,
 };
 pub use source::{ConfigSource, Overrides};
 pub use validate::ConfigError;

@@ -48,6 +48,21 @@ pub struct AuthConfig {
     /// tokens are.
     #[serde(default)]
     pub jwt: Option<JwtConfig>,
+    /// Which name of a client certificate is the user: its first URI SAN
+    /// (a SPIFFE ID, say) or its first DNS SAN, else its subject CN (the
+    /// last, where there are several, as Kubernetes takes it); or only the
+    /// CN. Groups are the subject's O values.
+    #[serde(default)]
+    pub certificate_user: CertificateUser,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CertificateUser {
+    #[default]
+    Uri,
+    Dns,
+    Cn,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -24,7 +24,7 @@ use tracing::info;
 
 use super::error::ApiError;
 use super::reload::spawn_reloader;
-use crate::config::{Config, Verb};
+use crate::config::{CertificateUser, Config, Verb};
 use crate::object::Resource;
 use crate::telemetry::Metrics;
 pub use credential::{Credential, Identity, Lapse, Secret};
@@ -62,6 +62,8 @@ pub struct Auth {
     anonymous: bool,
     /// Whether anything authenticates callers: a client CA or tokens.
     authenticating: bool,
+    /// Which name of a client certificate is the user.
+    certificate_user: CertificateUser,
     rules: Option<Rules>,
     metrics: Metrics,
 }
@@ -74,6 +76,7 @@ impl Auth {
             jwt: None,
             anonymous: true,
             authenticating: false,
+            certificate_user: CertificateUser::default(),
             rules: None,
             metrics,
         }
@@ -103,6 +106,7 @@ impl Auth {
             jwt,
             anonymous: config.auth.anonymous.unwrap_or(!authenticating),
             authenticating,
+            certificate_user: config.auth.certificate_user,
             rules,
             metrics,
         })
@@ -157,7 +161,7 @@ impl Auth {
             })
         };
         if let Some(cert) = certs.and_then(|c| c.first()) {
-            return match subject(cert) {
+            return match subject(cert, self.certificate_user) {
                 // Verified at the handshake; a connection outlives it.
                 Some((_, not_after)) if not_after <= SystemTime::now() => lapsed(
                     "expired_certificate",
@@ -169,7 +173,7 @@ impl Auth {
                 }
                 None => refuse(
                     "bad_certificate",
-                    "the client certificate names no subject common name",
+                    "the client certificate names no user (a SAN or a subject common name)",
                 ),
             };
         }
@@ -342,13 +346,29 @@ impl Fnv {
     }
 }
 
-/// The caller a client certificate names (user = subject CN, the last
-/// of several as Kubernetes takes it; groups = subject O values), and the
-/// end of its validity.
-fn subject(cert: &CertificateDer<'_>) -> Option<(Caller, SystemTime)> {
+/// The caller a client certificate names (user: the SAN `from` says,
+/// else the subject CN, the last of several as Kubernetes takes it;
+/// groups: the subject's O values), and the end of its validity.
+fn subject(cert: &CertificateDer<'_>, from: CertificateUser) -> Option<(Caller, SystemTime)> {
+    use x509_parser::extensions::GeneralName;
     let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
     let subject = cert.subject();
-    let user = subject.iter_common_name().last()?.as_str().ok()?.to_owned();
+    let san = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .and_then(|san| {
+            san.value
+                .general_names
+                .iter()
+                .find_map(|name| match (from, name) {
+                    (CertificateUser::Uri, GeneralName::URI(uri)) => Some(uri.to_string()),
+                    (CertificateUser::Dns, GeneralName::DNSName(dns)) => Some(dns.to_string()),
+                    _ => None,
+                })
+        });
+    let cn = || Some(subject.iter_common_name().last()?.as_str().ok()?.to_owned());
+    let user = san.filter(|u| !u.is_empty()).or_else(cn)?;
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_owned))
@@ -356,4 +376,46 @@ fn subject(cert: &CertificateDer<'_>) -> Option<(Caller, SystemTime)> {
     let not_after = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0);
     let not_after = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(not_after);
     Some((Caller { user, groups }, not_after))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, DnType, KeyPair, SanType};
+
+    fn cert(cn: &str, sans: Vec<SanType>) -> CertificateDer<'static> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "team");
+        params.subject_alt_names = sans;
+        let key = KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    #[test]
+    fn a_certificate_names_its_user_by_san_first_then_cn() {
+        let both = cert(
+            "cn-user",
+            vec![
+                SanType::DnsName("host.example".try_into().unwrap()),
+                SanType::URI("spiffe://cluster/ns/a/sa/b".try_into().unwrap()),
+            ],
+        );
+        let user = |c: &CertificateDer<'_>, from| subject(c, from).unwrap().0.user;
+        assert_eq!(
+            user(&both, CertificateUser::Uri),
+            "spiffe://cluster/ns/a/sa/b"
+        );
+        assert_eq!(user(&both, CertificateUser::Dns), "host.example");
+        assert_eq!(user(&both, CertificateUser::Cn), "cn-user");
+        let plain = cert("cn-only", vec![]);
+        assert_eq!(user(&plain, CertificateUser::Uri), "cn-only");
+        assert_eq!(user(&plain, CertificateUser::Dns), "cn-only");
+        assert_eq!(
+            subject(&both, CertificateUser::Uri).unwrap().0.groups,
+            ["team"]
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Bearer tokens from a YAML file (`auth.tokens_file`): a list of
-//! `{token, user, groups}`, read again when it changes, compared in
-//! constant time.
+//! `{token, user, groups}`, read again when it changes. A presented token
+//! is compared by its SHA-256 digest with every entry's, in constant time,
+//! so neither how close a guess came nor how long a token is shows.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,9 +23,21 @@ struct Entry {
     groups: Vec<String>,
 }
 
+/// An entry as it is kept: the token only as its digest.
+struct Known {
+    digest: [u8; 32],
+    user: String,
+    groups: Vec<String>,
+}
+
 pub struct Tokens {
     path: PathBuf,
-    entries: RwLock<Arc<Vec<Entry>>>,
+    entries: RwLock<Arc<Vec<Known>>>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    d.as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
 
 impl Tokens {
@@ -54,13 +67,15 @@ impl Tokens {
         }
     }
 
-    /// The caller a token names. Every entry is compared, so the time taken
-    /// does not say how close a guess came.
+    /// The caller a token names. Every entry is compared, digest to
+    /// digest, so the time taken says neither how close a guess came nor
+    /// how long the token is.
     pub fn caller(&self, token: &str) -> Option<Caller> {
         let entries = self.entries.read().clone();
+        let presented = digest(token);
         let mut found = None;
         for e in entries.iter() {
-            if bool::from(e.token.as_bytes().ct_eq(token.as_bytes())) && found.is_none() {
+            if bool::from(e.digest.ct_eq(&presented)) && found.is_none() {
                 found = Some(Caller {
                     user: e.user.clone(),
                     groups: e.groups.clone(),
@@ -71,10 +86,17 @@ impl Tokens {
     }
 }
 
-fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
+fn read(path: &Path) -> anyhow::Result<Vec<Known>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the token file {}", path.display()))?;
-    parse(path, &text)
+    Ok(parse(path, &text)?
+        .into_iter()
+        .map(|e| Known {
+            digest: digest(&e.token),
+            user: e.user,
+            groups: e.groups,
+        })
+        .collect())
 }
 
 fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Entry>> {
