@@ -2,7 +2,7 @@
 # Installs what building and testing watchproxy needs, when it is missing:
 # protoc (for the protobuf build scripts), etcd (for the tests and the
 # demo), grpcurl (the tests call the service with it, as users do),
-# promtool (the tests lint /metrics with it), Helm and
+# promtool (the tests lint /metrics with it), cargo-deny, Helm and
 # kubernetes-validate (the tests render and validate the chart), grpcio
 # for the Python client example and @grpc/grpc-js for the Node one, which
 # the tests run. Uses
@@ -42,6 +42,12 @@ if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then
     { echo "install Node.js 18+ with npm (https://nodejs.org), for the Node client example the tests run" >&2; exit 1; }
   echo "installing the Node client example's packages ..." >&2
   npm ci --prefix examples/node --no-audit --no-fund --silent
+fi
+# cargo-deny checks advisories, licences, bans and sources (scripts/deny.sh).
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "installing cargo-deny (a few minutes) ..." >&2
+  cargo install -q cargo-deny --locked --version 0.20.2 ||
+    { echo "install cargo-deny 0.20 (cargo install cargo-deny --locked)" >&2; exit 1; }
 fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "installing kubernetes-validate ..." >&2

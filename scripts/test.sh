@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit tests and integration tests
+# The whole test suite: formatting, lints, cargo deny (advisories, licences,
+# bans, sources), unit tests and integration tests
 # against a real etcd (each test starts its own on a free loopback port),
 # and a short coverage-guided fuzzing run (scripts/fuzz.sh).
 set -euo pipefail
@@ -7,6 +8,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cargo fmt --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+./scripts/deny.sh
 cargo test --workspace --all-targets --locked
 # A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
 ./scripts/fuzz.sh 10

@@ -263,6 +263,20 @@ mod tests {
             jwt.caller(&early).unwrap_err().reason,
             "the JWT is not valid yet (its nbf is in the future)"
         );
+        // A claim of the wrong type is not a claim left out
+        // (CVE-2026-25537): refused, not skipped.
+        for claims in [
+            serde_json::json!({
+                "sub": "u", "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"],
+                "nbf": "99999999999", "exp": now() + 1200,
+            }),
+            serde_json::json!({
+                "sub": "u", "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"],
+                "exp": (now() + 1200).to_string(),
+            }),
+        ] {
+            assert!(jwt.caller(&token(&iss, claims)).is_err());
+        }
         // A token signed with the public key as an HMAC secret.
         let mut parts: Vec<&str> = good.split('.').collect();
         let hs = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","kid":"k1"}"#);
