@@ -253,11 +253,7 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
     // Expiry, with writes going on across it.
     let exp = now() + 3;
     let short = k1.token("k1", exp);
-    let mut stream = client
-        .watch(as_caller(&short, watch_from("ns", from)))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch_as(&mut client, &short, watch_from("ns", from)).await;
     let writer = write_for(&etcd, "ns", Duration::from_secs(5));
     let (status, at, mut seen) = read_until_end(&mut stream, Duration::from_secs(10)).await;
     let late = at.duration_since(UNIX_EPOCH + Duration::from_secs(exp));
@@ -272,21 +268,13 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
     assert_eq!(reason_and_resume(&err).0, "CREDENTIAL_EXPIRED");
 
     let written = writer.await.unwrap();
-    let mut resumed = client
-        .watch(as_caller(&fresh, watch_from("ns", resume)))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut resumed = watch_as(&mut client, &fresh, watch_from("ns", resume)).await;
     seen.extend(read_through(&mut resumed, written.last().unwrap().1).await);
     assert_eq!(seen, written, "no gap, no repeat across the end");
 
     // The key leaves the JWKS file: the watch ends within 5 s.
     let k2 = issuer("k2");
-    let mut stream = client
-        .watch(as_caller(&fresh, watch_from("ns", resume)))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch_as(&mut client, &fresh, watch_from("ns", resume)).await;
     write(dir.path(), "jwks.json", &k2.jwks);
     let changed = SystemTime::now();
     let (status, at, _) = read_until_end(&mut stream, Duration::from_secs(10)).await;
@@ -342,35 +330,74 @@ fn token_config(etcd: &Etcd, path: ServePath, tokens: &Path, rule: &str) -> Stri
     config_text(etcd, path, &auth)
 }
 
+/// alice and bob, each with a token of the token file and a watch of every
+/// namespace, on a proxy started from its configuration file.
+struct TwoUsers {
+    etcd: Etcd,
+    ec: etcd_client::Client,
+    dir: tempfile::TempDir,
+    tokens: PathBuf,
+    file: PathBuf,
+    proxy: Proxy,
+    client: WatchProxyClient<Channel>,
+    alice: tonic::Streaming<WatchEvent>,
+    bob: tonic::Streaming<WatchEvent>,
+}
+
+impl TwoUsers {
+    async fn start(path: ServePath) -> TwoUsers {
+        let etcd = Etcd::start().await;
+        let ec = etcd.client().await;
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = write(
+            dir.path(),
+            "tokens.yaml",
+            "- {token: alice-1, user: alice}\n- {token: bob-1, user: bob}\n",
+        );
+        let text = token_config(&etcd, path, &tokens, "");
+        let file = write(dir.path(), "config.yaml", &text);
+        let proxy = start_from(&file).await;
+        let mut client = proxy.client().await;
+        let from = ready_version(&mut client, "alice-1").await;
+        let alice = watch_as(&mut client, "alice-1", watch_from("", from)).await;
+        let bob = watch_as(&mut client, "bob-1", watch_from("", from)).await;
+        TwoUsers {
+            etcd,
+            ec,
+            dir,
+            tokens,
+            file,
+            proxy,
+            client,
+            alice,
+            bob,
+        }
+    }
+}
+
+/// A watch `token`'s caller may open.
+async fn watch_as(
+    client: &mut WatchProxyClient<Channel>,
+    token: &str,
+    req: pb::WatchRequest,
+) -> tonic::Streaming<WatchEvent> {
+    let call = client.watch(as_caller(token, req)).await;
+    call.expect("the watch is accepted").into_inner()
+}
+
 /// A token taken out of the token file ends its watches within 5 s with
 /// CREDENTIAL_REVOKED; another user's go on; a new token resumes exactly.
 async fn token_revocation(path: ServePath) {
-    let etcd = Etcd::start().await;
-    let mut ec = etcd.client().await;
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = write(
-        dir.path(),
-        "tokens.yaml",
-        "- {token: alice-1, user: alice}\n- {token: bob-1, user: bob}\n",
-    );
-    let file = write(
-        dir.path(),
-        "config.yaml",
-        &token_config(&etcd, path, &tokens, ""),
-    );
-    let proxy = start_from(&file).await;
-    let mut client = proxy.client().await;
-    let from = ready_version(&mut client, "alice-1").await;
-    let mut alice = client
-        .watch(as_caller("alice-1", watch_from("", from)))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut bob = client
-        .watch(as_caller("bob-1", watch_from("", from)))
-        .await
-        .unwrap()
-        .into_inner();
+    let TwoUsers {
+        etcd: _etcd,
+        mut ec,
+        dir,
+        proxy: _proxy,
+        mut client,
+        mut alice,
+        mut bob,
+        ..
+    } = TwoUsers::start(path).await;
     let first = put_pod(&mut ec, "ns", "a", &[], "").await;
     assert_eq!(read_through(&mut alice, first).await.len(), 1);
 
@@ -393,11 +420,7 @@ async fn token_revocation(path: ServePath) {
     assert_eq!(err.code(), Code::Unauthenticated);
 
     let second = put_pod(&mut ec, "ns", "b", &[], "").await;
-    let mut resumed = client
-        .watch(as_caller("alice-2", watch_from("", first)))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut resumed = watch_as(&mut client, "alice-2", watch_from("", first)).await;
     assert_eq!(
         read_through(&mut resumed, second).await,
         [("b".to_owned(), second)]
@@ -425,32 +448,17 @@ async fn a_token_taken_out_of_its_file_ends_its_watches_on_the_tonic_path() {
 /// is refused whole; a change outside `auth` and the rules is counted as
 /// needing a restart; SIGHUP reads the file.
 async fn config_reload(path: ServePath) {
-    let etcd = Etcd::start().await;
-    let mut ec = etcd.client().await;
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = write(
-        dir.path(),
-        "tokens.yaml",
-        "- {token: alice-1, user: alice}\n- {token: bob-1, user: bob}\n",
-    );
-    let file = write(
-        dir.path(),
-        "config.yaml",
-        &token_config(&etcd, path, &tokens, ""),
-    );
-    let proxy = start_from(&file).await;
-    let mut client = proxy.client().await;
-    let from = ready_version(&mut client, "alice-1").await;
-    let mut alice = client
-        .watch(as_caller("alice-1", watch_from("", from)))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut bob = client
-        .watch(as_caller("bob-1", watch_from("", from)))
-        .await
-        .unwrap()
-        .into_inner();
+    let TwoUsers {
+        etcd,
+        mut ec,
+        dir,
+        tokens,
+        file,
+        proxy,
+        mut client,
+        mut alice,
+        mut bob,
+    } = TwoUsers::start(path).await;
     let web = put_pod(&mut ec, "ns", "web", &[("app", "web")], "").await;
     assert_eq!(read_through(&mut alice, web).await.len(), 1);
 
@@ -475,11 +483,7 @@ async fn config_reload(path: ServePath) {
     };
     assert_eq!(reloads("applied"), 1.0);
 
-    let mut narrowed = client
-        .watch(as_caller("alice-1", watch_from("", web)))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut narrowed = watch_as(&mut client, "alice-1", watch_from("", web)).await;
     put_pod(&mut ec, "ns", "db", &[("app", "db")], "").await;
     let web2 = put_pod(&mut ec, "ns", "web2", &[("app", "web")], "").await;
     assert_eq!(

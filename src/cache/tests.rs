@@ -175,15 +175,7 @@ fn a_relist_ends_every_watch_when_asked_to() {
 fn deleting_an_unknown_key_emits_nothing_but_advances_the_revision() {
     let (cache, mut w) = new_cache();
     w.replace(vec![], 5).unwrap();
-    let mut watcher = cache
-        .watch(
-            &Inbox::solo(),
-            Predicate::default(),
-            WatchFrom::State,
-            false,
-        )
-        .unwrap()
-        .watcher;
+    let mut watcher = watching_all(&cache);
     w.apply(vec![Change {
         revision: 6,
         key: Arc::from("/p/a/x"),
@@ -326,19 +318,18 @@ fn the_budget_sheds_the_window_first_then_gives_up_the_objects() {
     assert!(cache.progress().ready && cache.over_budget().is_none());
 }
 
+/// A watcher of every object, from the cache's state.
+fn watching_all(cache: &WatchCache) -> Watcher {
+    let inbox = Inbox::solo();
+    let start = cache.watch(&inbox, Predicate::default(), WatchFrom::State, false);
+    start.unwrap().watcher
+}
+
 #[test]
 fn a_revision_shown_in_part_is_settled_only_once_the_rest_is_shown() {
     let (cache, mut w) = new_cache();
     w.replace(vec![], 5).unwrap();
-    let mut watcher = cache
-        .watch(
-            &Inbox::solo(),
-            Predicate::default(),
-            WatchFrom::State,
-            false,
-        )
-        .unwrap()
-        .watcher;
+    let mut watcher = watching_all(&cache);
     // One transaction, two keys.
     w.apply(vec![
         Change::put(obj("/p/a/x", 6)),
