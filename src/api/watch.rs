@@ -227,7 +227,7 @@ impl Stream for WatchStream {
         if this.end.reason.is_some() {
             return Poll::Ready(None);
         }
-        if let Some(why) = this.grant.grant().revoked() {
+        if let Some(why) = this.grant.revoked() {
             return Poll::Ready(Some(Err(this.revoked(why))));
         }
         if let Some(initial) = &mut this.initial {

@@ -5,9 +5,12 @@
 //! credential expires, when its token or key leaves its file, or when the
 //! rules in use no longer give it what it was given; its watch then ends
 //! with a status naming where to resume. Nothing of this runs per
-//! delivery: a watch reads one flag when it is polled.
+//! delivery: a watch reads one counter that every watch shares, and
+//! written only when a grant ends, when it is polled; its own grant only
+//! once that counter has moved.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -77,8 +80,9 @@ impl Grant {
         }
     }
 
-    fn revoke(&self, why: Revoke) {
+    fn revoke(&self, why: Revoke, ended: &Ended) {
         if self.revoked.set(why).is_ok() {
+            ended.0.fetch_add(1, Ordering::Release);
             info!(
                 user = %self.identity.caller.user,
                 resource = %self.resource.name,
@@ -111,10 +115,17 @@ impl Grant {
     }
 }
 
+/// How many grants have ended: what every open watch reads when it is
+/// polled. Alone on its cache line, which only an ending grant writes.
+#[repr(align(64))]
+#[derive(Default)]
+struct Ended(AtomicU64);
+
 /// The authenticators and rules in use, and the open grants they judge.
 pub struct Authority {
     current: RwLock<Current>,
     open: Mutex<Open>,
+    ended: Arc<Ended>,
     /// The authenticators were replaced: their files are watched anew.
     replaced: Notify,
 }
@@ -146,11 +157,25 @@ pub struct Held {
     key: usize,
     expires: Option<SystemTime>,
     grant: Arc<Grant>,
+    ended: Arc<Ended>,
+    /// `ended` when the grant was last looked at.
+    seen: u64,
 }
 
 impl Held {
     pub fn grant(&self) -> &Grant {
         &self.grant
+    }
+
+    /// Why the grant ended, once it has. While no grant has ended since
+    /// the last look, a read of the shared counter alone.
+    pub fn revoked(&mut self) -> Option<Revoke> {
+        let ended = self.ended.0.load(Ordering::Acquire);
+        if ended == self.seen {
+            return None;
+        }
+        self.seen = ended;
+        self.grant.revoked()
     }
 }
 
@@ -172,6 +197,7 @@ impl Authority {
                 generation: 0,
             }),
             open: Mutex::default(),
+            ended: Arc::default(),
             replaced: Notify::new(),
         }
     }
@@ -190,6 +216,8 @@ impl Authority {
     pub fn hold(self: &Arc<Self>, grant: Grant, judged: &Judged) -> Held {
         let expires = grant.identity.credential.expires();
         let grant = Arc::new(grant);
+        // Before the grant can end: every end after it moves the counter.
+        let seen = self.ended.0.load(Ordering::Acquire);
         let key = {
             let mut open = self.open.lock();
             let key = open.grants.insert(grant.clone());
@@ -201,7 +229,7 @@ impl Authority {
         let now = self.current();
         if now.generation != judged.generation {
             if let Some(why) = grant.judge(&now.auth) {
-                grant.revoke(why);
+                grant.revoke(why, &self.ended);
             }
         }
         Held {
@@ -209,6 +237,8 @@ impl Authority {
             key,
             expires,
             grant,
+            ended: self.ended.clone(),
+            seen,
         }
     }
 
@@ -232,7 +262,7 @@ impl Authority {
             .collect();
         for grant in grants.iter().filter(|g| g.revoked().is_none()) {
             if let Some(why) = grant.judge(&auth) {
-                grant.revoke(why);
+                grant.revoke(why, &self.ended);
             }
         }
     }
@@ -252,7 +282,7 @@ impl Authority {
             due
         };
         for grant in due {
-            grant.revoke(Revoke::Credential(Lapse::Expired));
+            grant.revoke(Revoke::Credential(Lapse::Expired), &self.ended);
         }
     }
 
