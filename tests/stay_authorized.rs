@@ -258,6 +258,7 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
     let (status, at, mut seen) = read_until_end(&mut stream, Duration::from_secs(10)).await;
     let late = at.duration_since(UNIX_EPOCH + Duration::from_secs(exp));
     let late = late.expect("not before exp");
+    eprintln!("{path:?}: the watch ended {late:?} after its JWT's exp");
     assert!(late <= Duration::from_secs(2), "ended {late:?} after exp");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let (reason, resume) = reason_and_resume(&status);
@@ -279,6 +280,7 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
     let changed = SystemTime::now();
     let (status, at, _) = read_until_end(&mut stream, Duration::from_secs(10)).await;
     let after = at.duration_since(changed).unwrap();
+    eprintln!("{path:?}: the watch ended {after:?} after its file changed");
     assert!(after <= Duration::from_secs(5), "{after:?}");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let (reason, resume) = reason_and_resume(&status);
@@ -409,6 +411,7 @@ async fn token_revocation(path: ServePath) {
     let changed = SystemTime::now();
     let (status, at, seen) = read_until_end(&mut alice, Duration::from_secs(10)).await;
     let after = at.duration_since(changed).unwrap();
+    eprintln!("{path:?}: the watch ended {after:?} after its file changed");
     assert!(after <= Duration::from_secs(5), "{after:?}");
     assert!(seen.is_empty(), "{seen:?}");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
@@ -471,6 +474,7 @@ async fn config_reload(path: ServePath) {
     let changed = SystemTime::now();
     let (status, at, _) = read_until_end(&mut alice, Duration::from_secs(10)).await;
     let after = at.duration_since(changed).unwrap();
+    eprintln!("{path:?}: the watch ended {after:?} after its file changed");
     assert!(after <= Duration::from_secs(5), "{after:?}");
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     let (reason, resume) = reason_and_resume(&status);
@@ -620,6 +624,7 @@ async fn certificate_expiry(path: ServePath) {
     let (status, at, mut seen) = read_until_end(&mut stream, Duration::from_secs(15)).await;
     let late = (at.duration_since(UNIX_EPOCH + Duration::from_secs(not_after)))
         .expect("not before notAfter");
+    eprintln!("{path:?}: the watch ended {late:?} after its certificate's notAfter");
     assert!(
         late <= Duration::from_secs(2),
         "ended {late:?} after notAfter"
