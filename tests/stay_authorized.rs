@@ -659,3 +659,58 @@ async fn a_client_certificate_that_expires_ends_its_watches_on_the_fast_path() {
 async fn a_client_certificate_that_expires_ends_its_watches_on_the_tonic_path() {
     certificate_expiry(ServePath::Tonic).await;
 }
+
+/// A per-user watch limit lowered in the configuration file ends the
+/// newest watches beyond it with ACCESS_CHANGED; the oldest and other
+/// users' go on.
+async fn lowered_watch_limit(path: ServePath) {
+    let TwoUsers {
+        etcd,
+        mut ec,
+        dir,
+        tokens,
+        proxy: _proxy,
+        mut client,
+        mut alice,
+        mut bob,
+        ..
+    } = TwoUsers::start(path).await;
+    let from = put_pod(&mut ec, "ns", "a", &[], "").await;
+    let mut newer = Vec::new();
+    for _ in 0..2 {
+        newer.push(watch_as(&mut client, "alice-1", watch_from("", from)).await);
+    }
+    let text = token_config(&etcd, path, &tokens, "").replace(
+        "  max_concurrent_unary: 4096",
+        "  max_concurrent_unary: 4096\n  max_watchers_per_user: 1",
+    );
+    write(dir.path(), "config.yaml", &text);
+    for stream in &mut newer {
+        let (status, _, _) = read_until_end(stream, Duration::from_secs(10)).await;
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+        let (reason, resume) = reason_and_resume(&status);
+        assert_eq!((reason.as_str(), resume), ("ACCESS_CHANGED", Some(from)));
+    }
+    let next = put_pod(&mut ec, "ns", "b", &[], "").await;
+    assert_eq!(
+        read_through(&mut alice, next).await.len(),
+        2,
+        "the oldest goes on"
+    );
+    assert_eq!(read_through(&mut bob, next).await.len(), 2);
+    let err = client
+        .watch(as_caller("alice-1", watch_from("", next)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_watch_limit_ends_the_newest_watches_beyond_it_on_the_fast_path() {
+    lowered_watch_limit(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_watch_limit_ends_the_newest_watches_beyond_it_on_the_tonic_path() {
+    lowered_watch_limit(ServePath::Tonic).await;
+}

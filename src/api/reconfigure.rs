@@ -87,7 +87,8 @@ impl Reloader {
             }
         };
         self.api.user_limits().reconfigure(&next.limits);
-        self.api.authority().replace(auth);
+        let max_watchers = next.limits.max_watchers_per_user;
+        self.api.authority().replace(auth, max_watchers);
         *in_use = next;
         info!("the configuration's auth, authorization and per-user limits changed; in use, open watches judged again");
         metrics.config_reload(ReloadResult::applied);

@@ -97,13 +97,13 @@ impl UserLimits {
     }
 
     /// A place for one more watch of `caller`'s user.
+    /// Counted with or without a limit, so that one set later counts the
+    /// watches already open.
     pub fn watch(&self, caller: &Caller) -> Result<WatchPlace, ApiError> {
-        let Some(max) = self.bounds.read().max_watchers else {
-            return Ok(WatchPlace { watchers: None });
-        };
+        let max = self.bounds.read().max_watchers;
         let mut w = self.watchers.lock();
         let n = w.entry(caller.user.clone()).or_default();
-        if *n >= max {
+        if let Some(max) = max.filter(|max| *n >= *max) {
             return Err(ApiError::UserLimit {
                 user: caller.user.clone(),
                 what: format!("{max} open watches"),

@@ -2,14 +2,15 @@
 //! authenticators and rules in use (replaced whole when the configuration
 //! changes) and the grant of every open watch: who it was given to, with
 //! which credential, and what it was allowed. A grant ends when its
-//! credential expires, when its token or key leaves its file, or when the
-//! rules in use no longer give it what it was given; its watch then ends
-//! with a status naming where to resume. Nothing of this runs per
-//! delivery: a watch reads one counter that every watch shares, and
-//! written only when a grant ends, when it is polled; its own grant only
-//! once that counter has moved.
+//! credential expires, when its token or key leaves its file, when the
+//! rules in use no longer give it what it was given, or when its user has
+//! more open watches than a lowered per-user limit allows (the newest
+//! end); its watch then ends with a status naming where to resume.
+//! Nothing of this runs per delivery: a watch reads one counter that
+//! every watch shares, and written only when a grant ends, when it is
+//! polled; its own grant only once that counter has moved.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
@@ -133,6 +134,9 @@ pub struct Authority {
 #[derive(Clone)]
 struct Current {
     auth: Arc<Auth>,
+    /// The most open watches one user may keep, as the configuration in
+    /// use says.
+    max_watchers_per_user: Option<usize>,
     /// Counts replacements, so that a grant judged under an older
     /// authority is judged again.
     generation: u64,
@@ -140,7 +144,9 @@ struct Current {
 
 #[derive(Default)]
 struct Open {
-    grants: Slab<Arc<Grant>>,
+    /// Each grant, with when it was given among them all.
+    grants: Slab<(u64, Arc<Grant>)>,
+    given: u64,
     /// (expiry, slab key) of the grants whose credential expires.
     deadlines: BTreeSet<(SystemTime, usize)>,
 }
@@ -194,6 +200,7 @@ impl Authority {
         Self {
             current: RwLock::new(Current {
                 auth: Arc::new(auth),
+                max_watchers_per_user: None,
                 generation: 0,
             }),
             open: Mutex::default(),
@@ -220,7 +227,9 @@ impl Authority {
         let seen = self.ended.0.load(Ordering::Acquire);
         let key = {
             let mut open = self.open.lock();
-            let key = open.grants.insert(grant.clone());
+            open.given += 1;
+            let given = open.given;
+            let key = open.grants.insert((given, grant.clone()));
             if let Some(at) = expires {
                 open.deadlines.insert((at, key));
             }
@@ -243,11 +252,13 @@ impl Authority {
     }
 
     /// Puts `auth` in use for new calls, and ends each open watch it would
-    /// not give what it was given.
-    pub fn replace(&self, auth: Auth) {
+    /// not give what it was given, and each beyond `max_watchers_per_user`
+    /// of its user (the newest).
+    pub fn replace(&self, auth: Auth, max_watchers_per_user: Option<usize>) {
         {
             let mut current = self.current.write();
             current.auth = Arc::new(auth);
+            current.max_watchers_per_user = max_watchers_per_user;
             current.generation += 1;
         }
         self.replaced.notify_one();
@@ -256,13 +267,30 @@ impl Authority {
 
     /// Judges every open grant by the authority in use.
     fn rejudge(&self) {
-        let auth = self.current().auth;
-        let grants: Vec<Arc<Grant>> = (self.open.lock().grants.iter())
+        let (auth, max) = {
+            let c = self.current.read();
+            (c.auth.clone(), c.max_watchers_per_user)
+        };
+        let mut grants: Vec<(u64, Arc<Grant>)> = (self.open.lock().grants.iter())
             .map(|(_, g)| g.clone())
             .collect();
-        for grant in grants.iter().filter(|g| g.revoked().is_none()) {
+        for (_, grant) in grants.iter().filter(|(_, g)| g.revoked().is_none()) {
             if let Some(why) = grant.judge(&auth) {
                 grant.revoke(why, &self.ended);
+            }
+        }
+        let Some(max) = max else {
+            return;
+        };
+        // Oldest first: each user keeps its first `max`.
+        grants.sort_unstable_by_key(|(given, _)| *given);
+        let mut kept: HashMap<&str, usize> = HashMap::new();
+        for (_, grant) in grants.iter().filter(|(_, g)| g.revoked().is_none()) {
+            let n = kept.entry(grant.identity.caller.user.as_str()).or_default();
+            if *n < max {
+                *n += 1;
+            } else {
+                grant.revoke(Revoke::AccessChanged, &self.ended);
             }
         }
     }
@@ -277,7 +305,7 @@ impl Authority {
                     break;
                 }
                 open.deadlines.pop_first();
-                due.extend(open.grants.get(key).cloned());
+                due.extend(open.grants.get(key).map(|(_, g)| g.clone()));
             }
             due
         };
