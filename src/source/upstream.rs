@@ -82,8 +82,10 @@ pub trait Upstream: Send + 'static {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long reading history at start may take before the reflector starts
-/// without it.
-const HISTORY_BUDGET: Duration = Duration::from_secs(10);
+/// without it (and a client resuming from before the start gets
+/// OUT_OF_RANGE). Long enough for a start under a reconnect storm: 10,000
+/// watches retrying every 200 ms on 2 cores took the read past 10 s.
+const HISTORY_BUDGET: Duration = Duration::from_secs(30);
 
 /// etcd, for one resource.
 pub struct EtcdUpstream {
