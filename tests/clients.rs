@@ -356,6 +356,12 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
         node.wait_for_log("listed", 1);
     });
 
+    // Each informer's watch is open with the old token (a watch opened
+    // after the rotation would carry the new one and never end).
+    wait_until("the three informers watch", || {
+        proxy.metric("watchproxy_watchers", "resource=\"pods\"") == 3.0
+    })
+    .await;
     // The token rotates: the clients' file first, then the server's.
     replace_file(&presented, "t2\n");
     replace_file(&served, "- {token: t2, user: reader}\n");
