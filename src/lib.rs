@@ -20,6 +20,8 @@ pub mod cache;
 pub mod config;
 /// Stage 3: fan-out to watchers through the trigger index and inboxes.
 pub mod dispatch;
+/// The generated types of etcd's own API, for its facade.
+pub mod etcdpb;
 /// The boundary types: resource, object, event, resource version.
 pub mod object;
 /// The generated `watchproxy.v1` types.
@@ -194,14 +196,19 @@ pub async fn run(
     }
     let caches = served.values().map(|s| s.cache.clone()).collect();
     tasks.push(api::health::spawn_health(health, caches, shutdown.clone()));
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        let builder = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        match config.etcd_api.enabled {
+            true => builder.register_encoded_file_descriptor_set(etcdpb::FILE_DESCRIPTOR_SET),
+            false => builder,
+        }
+    };
+    let reflection_v1 = reflection()
         .build_v1()
         .context("building the reflection service")?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_v1alpha = reflection()
         .build_v1alpha()
         .context("building the reflection service")?;
 
@@ -230,10 +237,22 @@ pub async fn run(
         serve_path = ?config.watch.serve_path,
         "serving gRPC"
     );
-    let routes = tonic::service::Routes::new(health_service)
+    let mut routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ApiService::new(api.clone(), &config.limits));
+    if config.etcd_api.enabled {
+        use api::etcd::{names, EtcdService};
+        let (a, l) = (&api, &config.limits);
+        routes = routes
+            .add_service(EtcdService::<names::Kv>::new(a.clone(), l))
+            .add_service(EtcdService::<names::Watch>::new(a.clone(), l))
+            .add_service(EtcdService::<names::Lease>::new(a.clone(), l))
+            .add_service(EtcdService::<names::Cluster>::new(a.clone(), l))
+            .add_service(EtcdService::<names::Maintenance>::new(a.clone(), l))
+            .add_service(EtcdService::<names::Auth>::new(a.clone(), l));
+        info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
+    }
     if let Some(tls) = &tls {
         tasks.push(tls.clone().spawn_reload(shutdown.clone()));
     }

@@ -450,10 +450,10 @@ async fn a_consistent_read_falls_back_to_etcd_when_the_cache_cannot_catch_up() {
     let mut pages = client.pages(&m, &start, &end);
     let mut objects = Vec::new();
     while let Some(kvs) = pages.next().await.unwrap() {
-        objects.extend(
-            kvs.iter()
-                .map(|(k, v, r)| resource.decode(k, v, *r).unwrap()),
-        );
+        objects.extend(kvs.iter().map(|kv| {
+            let revision = kv.mod_revision() as u64;
+            resource.decode(kv.key(), kv.value(), revision).unwrap()
+        }));
     }
     let listed = pages.revision().unwrap();
     let dispatcher = Dispatcher::new(64, Duration::from_secs(60), m.clone());

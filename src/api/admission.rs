@@ -4,7 +4,8 @@
 //! whole in time and within its own limit, compressed or not, and, for
 //! List and Get, a slot taken only once the request is whole. Nothing a
 //! client sends before then costs more than `limits.max_request_bytes` a
-//! stream.
+//! stream. A call whose client streams (etcd's Watch) is only identified:
+//! its handler reads its messages one at a time, each within the limit.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -47,7 +48,9 @@ pub struct Bounds {
 pub struct Admission<S> {
     inner: S,
     api: Api,
-    bounds: Bounds,
+    /// None for a call whose client streams: its messages are read by its
+    /// handler, one at a time, each within the message limit.
+    bounds: Option<Bounds>,
     slots: Option<Arc<Semaphore>>,
 }
 
@@ -56,8 +59,20 @@ impl<S> Admission<S> {
         Self {
             inner,
             api,
-            bounds,
+            bounds: Some(bounds),
             slots,
+        }
+    }
+
+    /// Admits calls whose client streams messages for as long as the call
+    /// lasts: identified before a byte of the body is read, which is then
+    /// handed on as it comes.
+    pub fn streaming(inner: S, api: Api) -> Self {
+        Self {
+            inner,
+            api,
+            bounds: None,
+            slots: None,
         }
     }
 }
@@ -76,10 +91,18 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
         let slots = self.slots.clone();
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
+            let caller = match api.identify(&parts.headers, &parts.extensions) {
+                Ok(caller) => caller,
+                Err(e) => return Ok(Status::from(e).into_http()),
+            };
+            // The connection's span, on the service's own server.
+            tracing::Span::current().record("identity", caller.caller.user.as_str());
+            parts.extensions.insert(Identified(caller));
+            let Some(bounds) = bounds else {
+                let req = http::Request::from_parts(parts, body);
+                return inner.oneshot(req).await;
+            };
             let admitted = async {
-                let caller = api.identify(&parts.headers, &parts.extensions)?;
-                // The connection's span, on the service's own server.
-                tracing::Span::current().record("identity", caller.caller.user.as_str());
                 let encoding = parts.headers.get("grpc-encoding").cloned();
                 let inflating = encoding.as_ref().and_then(|e| Codec::named(e.as_bytes()));
                 if inflating.is_some() {
@@ -101,13 +124,12 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
                             }
                         })?),
                     };
-                Ok::<_, ApiError>((caller, body, slot))
+                Ok::<_, ApiError>((body, slot))
             };
-            let (caller, body, slot) = match admitted.await {
+            let (body, slot) = match admitted.await {
                 Ok(admitted) => admitted,
                 Err(e) => return Ok(Status::from(e).into_http()),
             };
-            parts.extensions.insert(Identified(caller));
             let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(body)));
             let answer = inner.oneshot(req).await;
             drop(slot);

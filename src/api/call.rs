@@ -18,13 +18,24 @@ pub(super) struct CallInfo<'a> {
 }
 
 impl Api {
-    /// Answers a call in its span, timed and recorded by resource, method
-    /// and status code; its error becomes a status here.
+    /// [`Api::answer_with`], a failure becoming the status every call gets.
     pub(super) async fn answer<T>(
         &self,
         metadata: &MetadataMap,
         info: CallInfo<'_>,
         call: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<Response<T>, Status> {
+        self.answer_with(metadata, info, call, Status::from).await
+    }
+
+    /// Answers a call in its span, timed and recorded by resource, method
+    /// and status code; its error becomes a status here.
+    pub(super) async fn answer_with<T>(
+        &self,
+        metadata: &MetadataMap,
+        info: CallInfo<'_>,
+        call: impl std::future::Future<Output = Result<T, ApiError>>,
+        to_status: fn(ApiError) -> Status,
     ) -> Result<Response<T>, Status> {
         let span = tracing::info_span!(
             "call",
@@ -37,7 +48,7 @@ impl Api {
         );
         crate::telemetry::continue_trace(&span, metadata);
         let started = Instant::now();
-        let answer = call.instrument(span.clone()).await.map_err(Status::from);
+        let answer = call.instrument(span.clone()).await.map_err(to_status);
         let code = answer
             .as_ref()
             .map_or_else(|s| s.code(), |_| tonic::Code::Ok);

@@ -51,6 +51,8 @@ pub const REASONS: &[(&str, Code)] = &[
     ("ACCESS_CHANGED", Code::PermissionDenied),
     ("DEADLINE_EXCEEDED", Code::DeadlineExceeded),
     ("UNKNOWN_METHOD", Code::Unimplemented),
+    ("READ_ONLY", Code::Unimplemented),
+    ("OUTSIDE_SERVED_KEYS", Code::FailedPrecondition),
     ("MALFORMED_REQUEST", Code::Internal),
     ("REQUEST_ABORTED", Code::Cancelled),
 ];
@@ -127,6 +129,12 @@ pub enum ApiError {
     RequestTooSlow { after: Duration },
     #[error("no method {path}")]
     UnknownMethod { path: String },
+    /// A call of etcd's API other than its reads.
+    #[error("watchproxy serves etcd's reads (KV.Range and Watch) from its caches, not {method}: send writes and etcd's other calls to etcd itself")]
+    ReadOnly { method: String },
+    /// A key range of etcd's API that no one served resource holds.
+    #[error("the key range {range} is not within one served resource's prefix; watchproxy serves etcd's API for keys under {served}")]
+    OutsideServedKeys { range: String, served: String },
     /// The reason never holds a credential.
     #[error("authentication required: {reason}")]
     Unauthenticated { reason: &'static str },
@@ -199,7 +207,8 @@ impl ApiError {
             | ApiError::ShuttingDown { .. }
             | ApiError::ConnectionAged { .. } => Code::Unavailable,
             ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => Code::DeadlineExceeded,
-            ApiError::UnknownMethod { .. } => Code::Unimplemented,
+            ApiError::UnknownMethod { .. } | ApiError::ReadOnly { .. } => Code::Unimplemented,
+            ApiError::OutsideServedKeys { .. } => Code::FailedPrecondition,
             ApiError::Unauthenticated { .. } | ApiError::CredentialEnded { .. } => {
                 Code::Unauthenticated
             }
@@ -236,6 +245,8 @@ impl ApiError {
             ApiError::ConnectionAged { .. } => "CONNECTION_AGED",
             ApiError::DeadlineExceeded | ApiError::RequestTooSlow { .. } => "DEADLINE_EXCEEDED",
             ApiError::UnknownMethod { .. } => "UNKNOWN_METHOD",
+            ApiError::ReadOnly { .. } => "READ_ONLY",
+            ApiError::OutsideServedKeys { .. } => "OUTSIDE_SERVED_KEYS",
             ApiError::Unauthenticated { .. } => "UNAUTHENTICATED",
             ApiError::CredentialEnded {
                 lapse: Lapse::Expired,
@@ -338,6 +349,27 @@ impl From<ApiError> for Status {
             details.add_bad_request_violation(field, problem);
         }
         Status::with_error_details_and_metadata(code, message, details, metadata)
+    }
+}
+
+/// A failure as etcd's own API shows it: where etcd's clients match a
+/// status by its message (a compacted or future revision, a missing key),
+/// etcd's message; otherwise the status every call gets.
+pub fn etcd_status(e: ApiError) -> Status {
+    let etcd = |code, message: &str| Status::new(code, message);
+    match e {
+        ApiError::Compacted { .. } | ApiError::TooOld { .. } => etcd(
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision has been compacted",
+        ),
+        ApiError::TooLarge { .. } => etcd(
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision is a future revision",
+        ),
+        ApiError::InvalidArgument { field: "key", .. } => {
+            etcd(Code::InvalidArgument, "etcdserver: key is not provided")
+        }
+        e => e.into(),
     }
 }
 
@@ -519,6 +551,36 @@ mod tests {
         }
     }
 
+    /// etcd's clients tell these failures apart by etcd's own messages.
+    #[test]
+    fn etcd_api_failures_carry_etcds_messages() {
+        let compacted = etcd_status(ApiError::Compacted { revision: 1 });
+        assert_eq!(
+            (compacted.code(), compacted.message()),
+            (
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted"
+            )
+        );
+        let future = etcd_status(ApiError::TooLarge {
+            requested: 9,
+            current: 3,
+        });
+        assert_eq!(
+            future.message(),
+            "etcdserver: mvcc: required revision is a future revision"
+        );
+        let other = etcd_status(ApiError::ReadOnly {
+            method: "Put".into(),
+        });
+        assert_eq!(other.code(), Code::Unimplemented);
+        assert!(
+            other.message().contains("etcd itself"),
+            "{}",
+            other.message()
+        );
+    }
+
     /// Each reason a status carries is listed in [`REASONS`] with its code.
     #[test]
     fn the_reasons_listed_are_those_sent() {
@@ -591,6 +653,13 @@ mod tests {
             ApiError::AccessChanged { last: Some(1) },
             ApiError::DeadlineExceeded,
             ApiError::UnknownMethod { path: "/x".into() },
+            ApiError::ReadOnly {
+                method: "Put".into(),
+            },
+            ApiError::OutsideServedKeys {
+                range: "[/a, /b)".into(),
+                served: "/p/".into(),
+            },
             ApiError::MalformedRequest("m".into()),
             ApiError::RequestAborted("a".into()),
         ];

@@ -14,6 +14,7 @@ pub mod compression;
 mod consistency;
 mod continue_token;
 pub mod error;
+pub mod etcd;
 pub mod health;
 mod http2;
 /// The HTTP/2 server's fuzz targets, for the fuzzers in `fuzz/`.

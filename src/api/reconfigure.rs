@@ -132,6 +132,7 @@ fn needing_restart(in_use: &Config, read: &Config) -> Vec<&'static str> {
         ),
         ("watch", a.watch == b.watch),
         ("limits", a.limits == b.limits),
+        ("etcd_api", a.etcd_api == b.etcd_api),
         ("shutdown_grace", a.shutdown_grace == b.shutdown_grace),
         ("resources", a.resources == b.resources),
     ]

@@ -118,12 +118,17 @@ impl Service<http::Request<Body>> for ApiService {
 }
 
 /// The codecs List and Get answers may be compressed in.
-const ALL: [WireCodec; 2] = [WireCodec::Zstd, WireCodec::Gzip];
+pub(super) const ALL: [WireCodec; 2] = [WireCodec::Zstd, WireCodec::Gzip];
 
 /// gRPC settings shared by every route: requests may come compressed
 /// (admission has inflated gzip and zstd within its bound); answers are
 /// compressed in one of `send` when the client asks for it.
-fn grpc<C: Codec>(codec: C, max: usize, max_request: usize, send: &[WireCodec]) -> Grpc<C> {
+pub(super) fn grpc<C: Codec>(
+    codec: C,
+    max: usize,
+    max_request: usize,
+    send: &[WireCodec],
+) -> Grpc<C> {
     let mut accepted = EnabledCompressionEncodings::default();
     accepted.enable(CompressionEncoding::Gzip);
     accepted.enable(CompressionEncoding::Zstd);

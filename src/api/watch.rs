@@ -16,10 +16,10 @@ use super::error::ApiError;
 use super::initial::InitialCursor;
 use super::query::WatchQuery;
 use super::user_limits::WatchPlace;
-use super::wire::{encode_bookmark, WatchMessage};
+use super::wire::{encode_bookmark, Packed, WatchMessage};
 use super::{Api, Served};
 use crate::cache::{WatchCache, WatchFrom};
-use crate::dispatch::{Inbox, Next, Place, Wants, Watcher};
+use crate::dispatch::{Inbox, Next, Place, View, Wants, Watcher};
 use crate::object::{RequestedVersion, Revision, TooOld};
 use crate::telemetry::{EndReason, ResourceMetrics};
 
@@ -190,7 +190,7 @@ impl WatchStream {
     }
 
     /// Ends the watch because its grant ended.
-    fn revoked(&mut self, why: Revoke) -> Status {
+    fn revoked(&mut self, why: Revoke) -> ApiError {
         let last = self.resume_from();
         let (reason, error) = match why {
             Revoke::Credential(lapse @ Lapse::Expired) => (
@@ -212,8 +212,89 @@ impl WatchStream {
             Revoke::AccessChanged => (EndReason::access_changed, ApiError::AccessChanged { last }),
         };
         self.end.reason = Some(reason);
-        error.into()
+        error
     }
+
+    /// What the watch shows next, before it is encoded for a wire: the
+    /// initial state, then changes and bookmarks (those the client allowed,
+    /// and the one that ends the initial state) until it ends.
+    pub fn poll_shown(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<Shown, ApiError>>> {
+        if self.end.reason.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(why) = self.grant.revoked() {
+            return Poll::Ready(Some(Err(self.revoked(why))));
+        }
+        if let Some(initial) = &mut self.initial {
+            match initial.next_message(self.codec) {
+                Some(added) => return Poll::Ready(Some(Ok(Shown::Initial(added)))),
+                // Dropped, so the state goes with its last reader.
+                None => self.initial = None,
+            }
+        }
+        if let Some(revision) = self.initial_end.take() {
+            return Poll::Ready(Some(Ok(Shown::Bookmark(revision, Mark::InitialEnd))));
+        }
+        if let Some(timer) = &mut self.timer {
+            if timer.as_mut().poll(cx).is_ready() {
+                self.end.reason = Some(EndReason::timeout);
+                return Poll::Ready(None);
+            }
+        }
+        loop {
+            let error = match ready!(self.watcher.poll_next(cx, &self.cache)) {
+                Next::Event(view) => return Poll::Ready(Some(Ok(Shown::Change(view)))),
+                Next::Bookmark(revision) if self.allow_bookmarks => {
+                    return Poll::Ready(Some(Ok(Shown::Bookmark(revision, Mark::Progress))))
+                }
+                Next::ResyncEnd(revision) if self.allow_bookmarks => {
+                    return Poll::Ready(Some(Ok(Shown::Bookmark(revision, Mark::ResyncEnd))))
+                }
+                Next::Bookmark(_) | Next::ResyncEnd(_) => continue,
+                Next::Expired { after, oldest } => {
+                    self.end.reason = Some(EndReason::expired);
+                    ApiError::FellBehind {
+                        after,
+                        oldest,
+                        current: self.cache.progress().revision,
+                    }
+                }
+                // Shutdown stops the reflectors, which closes every queue
+                // after what it holds.
+                Next::Closed => {
+                    self.end.reason = Some(EndReason::shutdown);
+                    ApiError::ShuttingDown {
+                        last: Some(self.watcher.revision()),
+                    }
+                }
+            };
+            return Poll::Ready(Some(Err(error)));
+        }
+    }
+}
+
+/// What a watch shows next, before it is encoded for a wire.
+pub enum Shown {
+    /// A live or replayed change.
+    Change(Arc<View>),
+    /// An initial object, already encoded.
+    Initial(Arc<Packed>),
+    /// Everything up to the revision was shown.
+    Bookmark(Revision, Mark),
+}
+
+/// What a bookmark marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Only progress.
+    Progress,
+    /// The end of the initial state.
+    InitialEnd,
+    /// The end of a resync: the state shown is etcd's at its revision.
+    ResyncEnd,
 }
 
 impl Stream for WatchStream {
@@ -223,63 +304,16 @@ impl Stream for WatchStream {
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.end.reason.is_some() {
-            return Poll::Ready(None);
-        }
-        if let Some(why) = this.grant.revoked() {
-            return Poll::Ready(Some(Err(this.revoked(why))));
-        }
-        if let Some(initial) = &mut this.initial {
-            match initial.next_message(this.codec) {
-                Some(added) => return Poll::Ready(Some(Ok(WatchMessage::Initial(added)))),
-                // Dropped, so the state goes with its last reader.
-                None => this.initial = None,
-            }
-        }
-        if let Some(revision) = this.initial_end.take() {
-            return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
-                revision, true, false,
-            )))));
-        }
-        if let Some(timer) = &mut this.timer {
-            if timer.as_mut().poll(cx).is_ready() {
-                this.end.reason = Some(EndReason::timeout);
-                return Poll::Ready(None);
-            }
-        }
-        loop {
-            let error = match ready!(this.watcher.poll_next(cx, &this.cache)) {
-                Next::Event(view) => return Poll::Ready(Some(Ok(WatchMessage::Change(view)))),
-                Next::Bookmark(revision) if this.allow_bookmarks => {
-                    return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
-                        revision, false, false,
-                    )))))
-                }
-                Next::ResyncEnd(revision) if this.allow_bookmarks => {
-                    return Poll::Ready(Some(Ok(WatchMessage::Own(encode_bookmark(
-                        revision, false, true,
-                    )))))
-                }
-                Next::Bookmark(_) | Next::ResyncEnd(_) => continue,
-                Next::Expired { after, oldest } => {
-                    this.end.reason = Some(EndReason::expired);
-                    ApiError::FellBehind {
-                        after,
-                        oldest,
-                        current: this.cache.progress().revision,
-                    }
-                }
-                // Shutdown stops the reflectors, which closes every queue
-                // after what it holds.
-                Next::Closed => {
-                    this.end.reason = Some(EndReason::shutdown);
-                    ApiError::ShuttingDown {
-                        last: Some(this.watcher.revision()),
-                    }
-                }
-            };
-            return Poll::Ready(Some(Err(error.into())));
-        }
+        let shown = ready!(self.get_mut().poll_shown(cx));
+        Poll::Ready(shown.map(|shown| match shown {
+            Ok(Shown::Change(view)) => Ok(WatchMessage::Change(view)),
+            Ok(Shown::Initial(added)) => Ok(WatchMessage::Initial(added)),
+            Ok(Shown::Bookmark(revision, mark)) => Ok(WatchMessage::Own(encode_bookmark(
+                revision,
+                mark == Mark::InitialEnd,
+                mark == Mark::ResyncEnd,
+            ))),
+            Err(e) => Err(e.into()),
+        }))
     }
 }

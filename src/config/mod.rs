@@ -3,6 +3,7 @@
 //! `validate.rs` checks it whole.
 
 mod bytes;
+mod etcd_api;
 mod key_layout;
 mod security;
 mod source;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use etcd_api::{EtcdApiConfig, Outside};
 pub use key_layout::{KeyLayout, Segment};
 pub use security::{
     AuthConfig, AuthorizationConfig, CertificateUser, ClientAuth, JwtConfig, RuleConfig, TlsConfig,
@@ -74,6 +76,9 @@ pub struct Config {
     pub watch: WatchConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// etcd's own read API on the same listener.
+    #[serde(default)]
+    pub etcd_api: EtcdApiConfig,
     /// How long open calls get to finish after SIGTERM before the process
     /// exits anyway.
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]

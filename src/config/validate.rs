@@ -262,6 +262,12 @@ impl Config {
                     ));
                 }
             }
+            if self.etcd_api.enabled && (r.upstream.is_some() || self.upstream.is_some()) {
+                return Err(invalid(
+                    "etcd_api.enabled",
+                    format!("resource {:?} is read from another watchproxy, whose API does not carry what etcd's shows (create_revision, version, lease): serve etcd's API where the resources are read from etcd", r.name),
+                ));
+            }
             if r.max_bytes == Some(0) {
                 return Err(invalid(at("max_bytes"), "must be more than 0"));
             }
@@ -405,6 +411,17 @@ resources:
             (
                 GOOD.replace("resources:", "upstream: core:50051\nresources:"),
                 "upstream",
+            ),
+            (
+                GOOD.replace(
+                    "resources:",
+                    "upstream: http://core:50051\netcd_api: {enabled: true}\nresources:",
+                ),
+                "etcd_api.enabled",
+            ),
+            (
+                GOOD.replace("resources:", "etcd_api: {outside: ignore}\nresources:"),
+                "etcd_api.outside",
             ),
             (
                 GOOD.replace("resources:", "upstream: https://core:50051\nresources:"),

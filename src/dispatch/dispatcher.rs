@@ -331,6 +331,7 @@ impl Dispatcher {
         Arc::new(View {
             kind,
             object,
+            prev: event.prev().cloned(),
             revision: event.revision,
             resync_from: event.resync_from,
             encoded,

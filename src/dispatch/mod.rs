@@ -83,6 +83,9 @@ pub struct View {
     pub kind: EventType,
     /// DELETED carries the last state the watcher was shown.
     pub object: Arc<Object>,
+    /// The key's state before the change (none for a creation), as etcd
+    /// held it: what etcd's own API sends as `prev_kv`.
+    pub prev: Option<Arc<Object>>,
     pub revision: Revision,
     /// See [`Event::resync_from`].
     pub resync_from: Option<Revision>,

@@ -140,6 +140,8 @@ pub struct Object {
     spans: [u32; 4],
     /// The etcd mod revision of the key.
     pub revision: Revision,
+    /// The rest of what etcd keeps of the key, for its own API.
+    pub stored: KvMeta,
     /// Its labels, the values of the resource's selectable fields (in
     /// configured order) and the hashes of its shard fields
     /// ([`Resource::shard_fields`]).
@@ -151,6 +153,17 @@ pub struct Object {
     /// this version sends these bytes instead of encoding it again. Its
     /// key is read from here, its first field, rather than kept apart.
     pub wire: Bytes,
+}
+
+/// What etcd keeps of a key besides its value and mod revision, shown on
+/// etcd's own API as etcd shows it. Zero when the object came from a
+/// core tier, whose API does not carry it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvMeta {
+    pub create_revision: Revision,
+    /// Writes to the key since its creation (1 for the first).
+    pub version: i64,
+    pub lease: i64,
 }
 
 /// What an object is made of besides its key and encoding.
@@ -176,10 +189,16 @@ impl Object {
         Some(Self {
             spans: [namespace.start, namespace.end, name.start, name.end].map(|i| i as u32),
             revision: parts.revision,
+            stored: KvMeta::default(),
             meta: parts.meta,
             value_at: wire.len().checked_sub(value_len)? as u32,
             wire,
         })
+    }
+
+    /// This object with what etcd keeps of its key besides the value.
+    pub fn stored_as(self, stored: KvMeta) -> Self {
+        Self { stored, ..self }
     }
 
     /// Its etcd key, as the store orders objects.

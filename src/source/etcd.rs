@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, GetOptions, GetResponse, KvClient, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    WatchOptions, WatchStream,
+    Client, GetOptions, GetResponse, KeyValue, KvClient, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions, WatchStream,
 };
 
 use super::revival::Revival;
@@ -59,8 +59,8 @@ impl From<etcd_client::Error> for EtcdError {
     }
 }
 
-/// One key/value pair as listed: key, value, mod revision.
-pub type ListedKv = (Vec<u8>, Vec<u8>, Revision);
+/// One key/value pair as listed.
+pub type ListedKv = KeyValue;
 
 /// A page of a range read.
 pub struct Page {
@@ -99,8 +99,8 @@ impl Pages<'_> {
             .await?;
         self.revision = Some(page.revision);
         if page.more {
-            if let Some((k, _, _)) = page.kvs.last() {
-                let mut after = k.clone();
+            if let Some(kv) = page.kvs.last() {
+                let mut after = kv.key().to_vec();
                 after.push(0); // the smallest key after the last one
                 self.from = Some(String::from_utf8(after).map_err(|_| {
                     EtcdError::Client(etcd_client::Error::InvalidArgs("key is not UTF-8".into()))
@@ -224,15 +224,7 @@ impl Etcd {
         let mut resp = self.get(start, options).await?;
         let revision = resp.header().map_or(0, |h| h.revision() as Revision);
         let more = resp.more();
-        let kvs = resp
-            .take_kvs()
-            .into_iter()
-            .map(|kv| {
-                let rev = kv.mod_revision() as Revision;
-                let (k, v) = kv.into_key_value();
-                (k, v, rev)
-            })
-            .collect();
+        let kvs = resp.take_kvs();
         Ok(Page {
             kvs,
             revision,

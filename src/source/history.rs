@@ -152,13 +152,9 @@ fn past_event(
     t: EtcdEventType,
 ) -> Past {
     let revision = kv.mod_revision() as Revision;
-    let prev = prev.and_then(|p| {
-        resource
-            .decode(p.key(), p.value(), p.mod_revision() as Revision)
-            .ok()
-    });
+    let prev = prev.and_then(|p| super::decode(resource, p).ok());
     let object = match t {
-        EtcdEventType::Put => resource.decode(kv.key(), kv.value(), revision).ok(),
+        EtcdEventType::Put => super::decode(resource, kv).ok(),
         EtcdEventType::Delete => None,
     };
     let existed_before = match t {
@@ -185,7 +181,7 @@ pub fn change(
 ) -> Option<Change> {
     let revision = kv.mod_revision() as Revision;
     let object: Option<Object> = match t {
-        EtcdEventType::Put => match resource.decode(kv.key(), kv.value(), revision) {
+        EtcdEventType::Put => match super::decode(resource, kv) {
             Ok(o) => Some(o),
             Err(e) => {
                 super::skip(metrics, kv.key(), revision, &e);

@@ -29,7 +29,7 @@ pub enum Origin {
     Tier(Box<Tier>),
 }
 
-use crate::object::{DecodeError, Revision};
+use crate::object::{DecodeError, KvMeta, Object, Resource, Revision};
 use crate::telemetry::ResourceMetrics;
 
 /// What to do after an etcd failure.
@@ -57,6 +57,19 @@ pub fn classify(err: &EtcdError) -> Recovery {
         | EtcdError::StreamEnded
         | EtcdError::Upstream(_) => Recovery::Retry,
     }
+}
+
+/// An etcd pair as an object, with what etcd keeps of its key.
+pub(crate) fn decode(
+    resource: &Resource,
+    kv: &etcd_client::KeyValue,
+) -> Result<Object, DecodeError> {
+    let o = resource.decode(kv.key(), kv.value(), kv.mod_revision() as Revision)?;
+    Ok(o.stored_as(KvMeta {
+        create_revision: kv.create_revision() as Revision,
+        version: kv.version(),
+        lease: kv.lease(),
+    }))
 }
 
 /// Counts and logs a pair that could not become an object. A value the

@@ -151,8 +151,8 @@ impl Etcd {
                     page_size,
                 )
                 .await?;
-            for (k, v, rev) in &page.kvs {
-                if let Ok(o) = resource.decode(k, v, *rev) {
+            for kv in &page.kvs {
+                if let Ok(o) = super::decode(resource, kv) {
                     if predicate.matches(&o) {
                         items.push(Arc::new(o));
                     }
@@ -161,7 +161,7 @@ impl Etcd {
             let last = page
                 .kvs
                 .last()
-                .map(|(k, _, _)| String::from_utf8_lossy(k).into_owned());
+                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
             match last {
                 Some(k) if page.more && items.len() <= limit => from = format!("{k}\0"),
                 _ => break,

@@ -225,10 +225,10 @@ impl Upstream for EtcdUpstream {
 /// The objects of a listed page; undecodable pairs are counted and logged.
 fn decode_page(resource: &Resource, metrics: &ResourceMetrics, kvs: Vec<ListedKv>) -> Vec<Object> {
     kvs.iter()
-        .filter_map(|(k, v, rev)| match resource.decode(k, v, *rev) {
+        .filter_map(|kv| match super::decode(resource, kv) {
             Ok(o) => Some(o),
             Err(e) => {
-                super::skip(metrics, k, *rev, &e);
+                super::skip(metrics, kv.key(), kv.mod_revision() as Revision, &e);
                 None
             }
         })

@@ -1,0 +1,190 @@
+//! etcd's own read API, served from the caches: KV.Range and Watch of
+//! package `etcdserverpb`, so etcd's clients read through watchproxy with
+//! only their endpoint changed. A request's key range becomes the query of
+//! the resource it lies in ([`keys`]); it passes the same identities,
+//! rules and limits, reads the same snapshots and registers the same
+//! watchers as `watchproxy.v1`. Only the messages are etcd's ([`wire`]).
+//! Writes and etcd's other services are refused with UNIMPLEMENTED.
+
+mod keys;
+mod range;
+mod watch;
+mod wire;
+
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tonic::body::Body;
+use tonic::server::{NamedService, StreamingService, UnaryService};
+use tonic::{Request, Response, Status, Streaming};
+use tonic_prost::ProstCodec;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceExt};
+
+use super::admission::{Admission, Bounds};
+use super::error::ApiError;
+use super::service::{grpc, ALL};
+use super::Api;
+use crate::config::LimitsConfig;
+use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse, WatchRequest, WatchResponse};
+pub use watch::WatchResponses;
+
+pub const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
+pub const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
+
+type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
+
+/// etcd's API: one of its services, by the name `N` gives it, answering
+/// every method of it (the reads, and a refusal for the rest).
+pub struct EtcdService<N> {
+    range: HttpService,
+    watch: HttpService,
+    _name: PhantomData<fn() -> N>,
+}
+
+impl<N> Clone for EtcdService<N> {
+    fn clone(&self) -> Self {
+        Self {
+            range: self.range.clone(),
+            watch: self.watch.clone(),
+            _name: PhantomData,
+        }
+    }
+}
+
+/// The names of etcd's services.
+pub mod names {
+    macro_rules! services {
+        ($($name:ident = $path:literal),* $(,)?) => {$(
+            pub struct $name;
+            impl tonic::server::NamedService for super::EtcdService<$name> {
+                const NAME: &'static str = $path;
+            }
+        )*};
+    }
+    services!(
+        Kv = "etcdserverpb.KV",
+        Watch = "etcdserverpb.Watch",
+        Lease = "etcdserverpb.Lease",
+        Cluster = "etcdserverpb.Cluster",
+        Maintenance = "etcdserverpb.Maintenance",
+        Auth = "etcdserverpb.Auth",
+    );
+}
+
+impl<N> EtcdService<N>
+where
+    EtcdService<N>: NamedService,
+{
+    pub fn new(api: Api, limits: &LimitsConfig) -> Self {
+        let calls = Calls {
+            api: api.clone(),
+            max: limits.max_message_bytes,
+            max_request: limits.max_request_bytes,
+        };
+        let bounds = Bounds {
+            max_request_bytes: limits.max_request_bytes,
+            body_timeout: limits.request_body_timeout,
+        };
+        // A Range takes a slot of the List/Get limit, as a List does.
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_unary));
+        Self {
+            range: BoxCloneSyncService::new(Admission::new(
+                calls.clone(),
+                api.clone(),
+                bounds,
+                Some(slots),
+            )),
+            watch: BoxCloneSyncService::new(Admission::streaming(calls, api)),
+            _name: PhantomData,
+        }
+    }
+}
+
+impl<N: 'static> Service<http::Request<Body>> for EtcdService<N> {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let route = match req.uri().path() {
+            RANGE_PATH => &self.range,
+            WATCH_PATH => &self.watch,
+            path => {
+                let method = path.trim_start_matches("/etcdserverpb.").replace('/', ".");
+                let status = Status::from(ApiError::ReadOnly { method });
+                return Box::pin(std::future::ready(Ok(status.into_http())));
+            }
+        };
+        Box::pin(route.clone().oneshot(req))
+    }
+}
+
+/// Each read answered by its gRPC handler.
+#[derive(Clone)]
+struct Calls {
+    api: Api,
+    max: usize,
+    max_request: usize,
+}
+
+impl Service<http::Request<Body>> for Calls {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (api, max, max_request) = (self.api.clone(), self.max, self.max_request);
+        Box::pin(async move {
+            Ok(match req.uri().path() {
+                RANGE_PATH => {
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+                    grpc.unary(RangeCall(api), req).await
+                }
+                _ => {
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+                    grpc.streaming(WatchCall { api, max }, req).await
+                }
+            })
+        })
+    }
+}
+
+struct RangeCall(Api);
+
+impl UnaryService<RangeRequest> for RangeCall {
+    type Response = RangeResponse;
+    type Future = BoxFuture<'static, Result<Response<RangeResponse>, Status>>;
+
+    fn call(&mut self, request: Request<RangeRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.etcd_range(request).await })
+    }
+}
+
+struct WatchCall {
+    api: Api,
+    /// The largest response, past which a watch's changes are split.
+    max: usize,
+}
+
+impl StreamingService<WatchRequest> for WatchCall {
+    type Response = WatchResponse;
+    type ResponseStream = WatchResponses;
+    type Future = BoxFuture<'static, Result<Response<WatchResponses>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<WatchRequest>>) -> Self::Future {
+        let (api, max) = (self.api.clone(), self.max);
+        Box::pin(async move { api.etcd_watch(request, max).await })
+    }
+}
