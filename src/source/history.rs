@@ -73,12 +73,15 @@ pub async fn read(
                     Ok(Ok(Some(r))) => {
                         if r.canceled() {
                             match r.compact_revision() {
-                                c if c > 0 && (c as Revision) > from => {
+                                // The state at the compaction point is the
+                                // oldest etcd can read: the history that
+                                // can be proven complete follows it.
+                                c if c > 0 && (c as Revision) >= from => {
                                     debug!(
                                         compacted = c,
-                                        "history starts at etcd's compaction point"
+                                        "history starts after etcd's compaction point"
                                     );
-                                    from = c as Revision;
+                                    from = c as Revision + 1;
                                     continue 'open;
                                 }
                                 _ => {

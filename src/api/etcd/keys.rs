@@ -89,6 +89,13 @@ impl fmt::Display for KeyRange {
     }
 }
 
+/// etcd's revision as far as the cache of `s` is known to follow it: the
+/// revision etcd's headers name.
+pub fn current(s: &Served) -> crate::object::Revision {
+    let p = s.cache.progress();
+    p.revision.max(p.valid_through)
+}
+
 /// Where a range lies: a served resource, and the namespace whose keys
 /// hold it all (empty: more than one, or a cluster-scoped resource).
 pub struct Located<'a> {

@@ -13,7 +13,7 @@ use super::super::consistency::Source;
 use super::super::error::{etcd_status, ApiError};
 use super::super::query::scoped;
 use super::super::{peer_certs, Api, Served};
-use super::keys::{End, KeyRange};
+use super::keys::{current, End, KeyRange};
 use super::wire::{header, key_value};
 use crate::cache::Snapshot;
 use crate::config::Verb;
@@ -180,10 +180,12 @@ impl Api {
             At::Consistent => self.source_for(s, RequestedVersion::Latest).await?,
             At::Exact(n) => self.exactly_at(s, n, reader).await?,
         };
+        // etcd's header names its revision at the time, whichever the
+        // state read.
         let revision = match source {
             Source::Cache(snapshot) => {
                 let objects = in_range(&snapshot, &q.range, predicate).cloned().collect();
-                return Ok((snapshot.revision, objects));
+                return Ok((current(s).max(snapshot.revision), objects));
             }
             Source::Origin(revision) => revision,
         };
@@ -212,7 +214,7 @@ impl Api {
         let objects = (page.items.into_iter())
             .filter(|o| q.range.contains(o.key_bytes()))
             .collect();
-        Ok((revision, objects))
+        Ok((current(s).max(revision), objects))
     }
 
     /// The state at `n`: a snapshot of the cache, else etcd's at `n`

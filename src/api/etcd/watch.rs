@@ -18,7 +18,7 @@ use super::super::error::{etcd_status, ApiError};
 use super::super::query::{scoped, WatchQuery};
 use super::super::watch::{Mark, Shown};
 use super::super::{peer_certs, Api, WatchStream};
-use super::keys::KeyRange;
+use super::keys::{current, KeyRange};
 use super::wire::{event, header};
 use crate::config::Verb;
 use crate::dispatch::Inbox;
@@ -164,7 +164,7 @@ impl Session {
     }
 
     fn revision_of(&self, resource: &str) -> Revision {
-        (self.api.resources.get(resource)).map_or(0, |s| s.cache.progress().revision)
+        self.api.resources.get(resource).map_or(0, current)
     }
 
     /// Creates a watch as etcd does: `created` with its id, then its
