@@ -51,6 +51,9 @@ enum Target {
     /// `--edges` watchproxies each in front of etcd, the connections spread
     /// over them: the replicas that tiers are measured against.
     WatchproxyReplicas,
+    /// watchproxy serving etcd's own API (`etcd_api.enabled`), its
+    /// watchers etcd clients as against etcd and grpc-proxy.
+    WatchproxyEtcd,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection
@@ -476,10 +479,14 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
         | Target::WatchproxyTonic
         | Target::WatchproxyBaseline
         | Target::WatchproxyTls
-        | Target::WatchproxyTlsNodes => {
+        | Target::WatchproxyTlsNodes
+        | Target::WatchproxyEtcd => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
             let mut yaml = watchproxy_yaml(&etcd_url, port);
+            if target == Target::WatchproxyEtcd {
+                yaml += "etcd_api: {enabled: true}\n";
+            }
             if let Some(tls) = &tls {
                 yaml += &tls.config(etcd.dir())?;
             }
@@ -706,12 +713,16 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
                     let options = WatchOptions::new()
                         .with_prefix()
                         .with_start_revision(start_rev + 1);
-                    let mut stream = client.watch(PREFIX, Some(options)).await?;
+                    let mut stream = client.watch(format!("{PREFIX}/"), Some(options)).await?;
                     opened.fetch_add(1, Ordering::Relaxed);
                     loop {
                         tokio::select! {
                             _ = stop.cancelled() => break,
                             m = stream.message() => match m? {
+                                Some(r) if r.canceled() => {
+                                    seen.ended = Some(format!("canceled: {}", r.cancel_reason()));
+                                    break;
+                                }
                                 Some(r) => {
                                     for e in r.events() {
                                         if let Some(kv) = e.kv() {

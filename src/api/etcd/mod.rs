@@ -6,6 +6,7 @@
 //! watchers as `watchproxy.v1`. Only the messages are etcd's ([`wire`]).
 //! Writes and etcd's other services are refused with UNIMPLEMENTED.
 
+mod batch;
 mod keys;
 mod range;
 mod watch;
@@ -29,7 +30,7 @@ use super::service::{grpc, ALL};
 use super::Api;
 use crate::config::LimitsConfig;
 use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse, WatchRequest, WatchResponse};
-pub use watch::WatchResponses;
+pub use watch::Session;
 
 pub const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
 pub const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
@@ -180,8 +181,8 @@ struct WatchCall {
 
 impl StreamingService<WatchRequest> for WatchCall {
     type Response = WatchResponse;
-    type ResponseStream = WatchResponses;
-    type Future = BoxFuture<'static, Result<Response<WatchResponses>, Status>>;
+    type ResponseStream = Session;
+    type Future = BoxFuture<'static, Result<Response<Session>, Status>>;
 
     fn call(&mut self, request: Request<Streaming<WatchRequest>>) -> Self::Future {
         let (api, max) = (self.api.clone(), self.max);
