@@ -20,7 +20,8 @@ use futures::future::BoxFuture;
 use tonic::body::Body;
 use tonic::server::{NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
-use tonic_prost::ProstCodec;
+use tonic::codec::{BufferSettings, Codec};
+use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt};
 
@@ -153,11 +154,31 @@ impl Service<http::Request<Body>> for Calls {
                     grpc.unary(RangeCall(api), req).await
                 }
                 _ => {
-                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+                    let mut grpc = grpc(WatchCodec, max, max_request, &ALL);
                     grpc.streaming(WatchCall { api, max }, req).await
                 }
             })
         })
+    }
+}
+
+/// Watch's messages in prost's encoding, in a buffer that starts small: a
+/// watch is idle most of its life, and tonic's default takes 8 KiB a
+/// stream up front.
+struct WatchCodec;
+
+impl Codec for WatchCodec {
+    type Encode = WatchResponse;
+    type Decode = WatchRequest;
+    type Encoder = ProstEncoder<WatchResponse>;
+    type Decoder = ProstDecoder<WatchRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<WatchResponse, WatchRequest>::raw_encoder(BufferSettings::new(256, 8 * 1024))
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::default()
     }
 }
 
