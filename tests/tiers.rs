@@ -477,6 +477,15 @@ async fn an_edge_confirms_reads_of_an_idle_resource_after_a_first_start_and_a_re
     }
     let fallbacks = "watchproxy_consistent_read_fallbacks_total";
     assert_eq!(edge.metric(fallbacks, "resource=\"pods\""), 0.0);
+    // Each consistent read is one RequestProgress to the core.
+    let asked = core.metric(
+        "watchproxy_call_duration_seconds_count",
+        "resource=\"pods\",method=\"RequestProgress\",code=\"Ok\"",
+    );
+    assert!(
+        asked >= 3.0,
+        "the core answered {asked} RequestProgress calls"
+    );
     edge.stop().await;
 
     // The core relists with an empty difference (its history was

@@ -25,6 +25,7 @@ mod initial;
 #[cfg(test)]
 mod initial_tests;
 mod list;
+mod progress;
 pub mod query;
 pub mod reconfigure;
 mod reload;

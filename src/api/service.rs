@@ -31,6 +31,7 @@ use crate::pb;
 pub const LIST_PATH: &str = "/watchproxy.v1.WatchProxy/List";
 pub const GET_PATH: &str = "/watchproxy.v1.WatchProxy/Get";
 pub const WATCH_PATH: &str = "/watchproxy.v1.WatchProxy/Watch";
+pub const PROGRESS_PATH: &str = "/watchproxy.v1.WatchProxy/RequestProgress";
 
 /// A service that answers calls as HTTP requests: the routes, and each
 /// layer of them.
@@ -105,7 +106,7 @@ impl Service<http::Request<Body>> for ApiService {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let route = match req.uri().path() {
             WATCH_PATH => &self.watch,
-            LIST_PATH | GET_PATH => &self.unary,
+            LIST_PATH | GET_PATH | PROGRESS_PATH => &self.unary,
             path => {
                 let status = Status::from(ApiError::UnknownMethod {
                     path: path.to_owned(),
@@ -176,6 +177,10 @@ impl Service<http::Request<Body>> for Calls {
                     let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
                     grpc.unary(GetCall(api), req).await
                 }
+                PROGRESS_PATH => {
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+                    grpc.unary(ProgressCall(api), req).await
+                }
                 // Each event's bytes as the dispatcher encoded them once
                 // for all its watchers. Compressed, when the client accepts
                 // an offered codec, by tonic for each stream on its own:
@@ -212,6 +217,18 @@ impl UnaryService<pb::GetRequest> for GetCall {
     fn call(&mut self, request: tonic::Request<pb::GetRequest>) -> Self::Future {
         let api = self.0.clone();
         Box::pin(async move { api.get(request).await })
+    }
+}
+
+struct ProgressCall(Api);
+
+impl UnaryService<pb::ProgressRequest> for ProgressCall {
+    type Response = pb::ProgressResponse;
+    type Future = BoxFuture<'static, Result<tonic::Response<pb::ProgressResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<pb::ProgressRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.request_progress(request).await })
     }
 }
 

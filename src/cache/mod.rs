@@ -345,6 +345,17 @@ impl WatchCache {
         }
     }
 
+    /// Waits, at most `timeout`, until every event up to `revision` is
+    /// applied and dispatched to the watchers; the revision they stand at
+    /// then. Only events and etcd's progress notifications move it: a
+    /// proof that the objects are unchanged does not (see
+    /// [`WatchCache::confirm_unchanged`]).
+    pub async fn wait_dispatched(&self, revision: Revision, timeout: Duration) -> Revision {
+        let mut rx = self.progress.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|p| p.revision >= revision)).await;
+        self.progress().revision
+    }
+
     /// Up to `n` of its keys picked at random, each with its version, the
     /// number of keys, and the revision they are the cache's at; none
     /// before the first list.

@@ -420,6 +420,25 @@ impl Dispatcher {
         self.wake(wakes);
     }
 
+    /// Sends every watcher that allows bookmarks one now, at `revision` or
+    /// the newest revision dispatched if that is older: a caller proved
+    /// the cache fresh and wants the watches to know at once.
+    pub fn bookmark_all(&self, revision: Revision) {
+        let mut wakes = std::mem::take(&mut *self.wakes.lock());
+        let mut guard = self.watchers.lock();
+        let w = &mut *guard;
+        let revision = revision.min(w.revision);
+        let posts = &mut w.posts;
+        w.index.for_each(|entry| {
+            if entry.bookmarks && revision > entry.start {
+                posts.send(entry.post, entry.to, Delivery::Bookmark(revision));
+            }
+        });
+        w.posts.post(&mut wakes);
+        drop(guard);
+        self.wake(wakes);
+    }
+
     /// Wakes the receivers a batch queued to, each once, and keeps the
     /// list's allocation for the next batch.
     fn wake(&self, mut wakes: Vec<Waker>) {

@@ -4,6 +4,7 @@
 //! any tier or replica.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,8 @@ pub struct Tier {
     pub(super) resource: Arc<Resource>,
     pub(super) metrics: ResourceMetrics,
     revival: Arc<Revival>,
+    /// The upstream answers RequestProgress (until it says it does not).
+    asks_progress: Arc<AtomicBool>,
 }
 
 /// A watch on the upstream; `created` once the reflector was told.
@@ -70,6 +73,7 @@ impl Tier {
             resource,
             metrics,
             revival: Default::default(),
+            asks_progress: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -166,9 +170,36 @@ pub(super) fn failed(status: Status) -> EtcdError {
 impl Tier {
     /// The upstream's answer to a consistent read (never older than etcd's
     /// revision when it started), and what it says of its objects for this
-    /// tier to prove it holds the same. It looks up one key, so the
-    /// upstream cuts no page of its objects.
+    /// tier to prove it holds the same: its RequestProgress, or, from an
+    /// upstream without it, a List of one key, so the upstream cuts no page
+    /// of its objects.
     pub(super) async fn current(&self) -> Result<(Revision, Option<Sameness>), EtcdError> {
+        if self.asks_progress.load(Ordering::Relaxed) {
+            let request = self.request(pb::ProgressRequest {
+                resource: self.resource.name.clone(),
+                ..Default::default()
+            })?;
+            match self.client.clone().request_progress(request).await {
+                Ok(answer) => {
+                    let answer = answer.into_inner();
+                    let same = match Digest::parse(&answer.state_digest) {
+                        Some(digest) => Some(Sameness::Digest(digest)),
+                        None => answer
+                            .changed_resource_version
+                            .parse()
+                            .ok()
+                            .map(Sameness::Changed),
+                    };
+                    return Ok((revision_of(&answer.resource_version)?, same));
+                }
+                // A watchproxy from before RequestProgress: asked with a
+                // List from now on.
+                Err(status) if status.code() == Code::Unimplemented => {
+                    self.asks_progress.store(false, Ordering::Relaxed);
+                }
+                Err(status) => return Err(failed(status)),
+            }
+        }
         const PROBE: &str = "watchproxy-freshness-probe";
         let namespace = match self.resource.namespaced {
             true => PROBE,

@@ -74,6 +74,8 @@ reasons! {
     AccessChanged = "ACCESS_CHANGED",
     DeadlineExceeded = "DEADLINE_EXCEEDED",
     UnknownMethod = "UNKNOWN_METHOD",
+    ReadOnly = "READ_ONLY",
+    OutsideServedKeys = "OUTSIDE_SERVED_KEYS",
     MalformedRequest = "MALFORMED_REQUEST",
     RequestAborted = "REQUEST_ABORTED",
 }

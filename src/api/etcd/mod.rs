@@ -18,9 +18,9 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use tonic::body::Body;
+use tonic::codec::{BufferSettings, Codec};
 use tonic::server::{NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
-use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt};

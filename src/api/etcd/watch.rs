@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::super::auth::{Grant, Identity};
 use super::super::error::{etcd_status, ApiError};
+use super::super::progress::PROGRESS_WAIT;
 use super::super::query::{scoped, WatchQuery};
 use super::super::watch::{Mark, Shown};
 use super::super::{peer_certs, Api, WatchStream};
@@ -452,15 +453,25 @@ async fn start(
     Ok((stream, name))
 }
 
-/// etcd's revision at the time of the call, once the caches of `names`
-/// have caught up with it: what a progress request is answered with. None
-/// when one cannot prove it.
+/// What a progress request is answered with: the revision up to which
+/// the caches of `names` have dispatched every event to their watches,
+/// once they have had [`PROGRESS_WAIT`] to reach etcd's revision at the
+/// time of the call. A cache whose prefix is idle stands at its last
+/// event (or etcd's last progress notification) until then: a proof that
+/// its objects are unchanged leaves out keys created and deleted since,
+/// whose events may still be on their way. None when a cache cannot be
+/// read at all.
 async fn fresh_revision(api: Api, names: HashSet<String>) -> Option<Revision> {
     let mut revision = Revision::MAX;
     for name in names {
         let s = api.resources.get(&name)?;
-        let snapshot = api.cache_for(s, RequestedVersion::Latest).await.ok()?;
-        revision = revision.min(snapshot.revision);
+        let now = api
+            .cache_for(s, RequestedVersion::Latest)
+            .await
+            .ok()?
+            .revision;
+        let dispatched = s.cache.wait_dispatched(now, PROGRESS_WAIT).await;
+        revision = revision.min(dispatched.min(now));
     }
     (revision != Revision::MAX).then_some(revision)
 }

@@ -29,7 +29,7 @@ use super::protocol::hpack::write_fields;
 use super::protocol::out::Out;
 use super::protocol::window::SendWindow;
 use crate::api::error::ApiError;
-use crate::api::service::{GET_PATH, LIST_PATH};
+use crate::api::service::{GET_PATH, LIST_PATH, PROGRESS_PATH};
 
 /// What a call's task sends its connection.
 pub(super) enum Part {
@@ -93,7 +93,7 @@ where
     };
     // A List or Get answer is produced whole as soon as it is polled;
     // a streamed one (reflection, a compressed Watch) waits on its client.
-    let unary = matches!(request.uri().path(), LIST_PATH | GET_PATH);
+    let unary = matches!(request.uri().path(), LIST_PATH | GET_PATH | PROGRESS_PATH);
     let request = request.map(|()| Body::new(body));
     // The call's task ends with its answer, or is aborted with its stream
     // or its connection; it carries the connection's span.

@@ -112,6 +112,28 @@ class ListResponse(_message.Message):
     state_digest: str
     def __init__(self, items: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[str] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ..., shard: _Optional[_Union[ShardSelector, _Mapping]] = ..., changed_resource_version: _Optional[str] = ..., state_digest: _Optional[str] = ...) -> None: ...
 
+class ProgressRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "bookmark_watches")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BOOKMARK_WATCHES_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    bookmark_watches: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., bookmark_watches: _Optional[bool] = ...) -> None: ...
+
+class ProgressResponse(_message.Message):
+    __slots__ = ("resource_version", "watch_resource_version", "changed_resource_version", "state_digest")
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WATCH_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    resource_version: str
+    watch_resource_version: str
+    changed_resource_version: str
+    state_digest: str
+    def __init__(self, resource_version: _Optional[str] = ..., watch_resource_version: _Optional[str] = ..., changed_resource_version: _Optional[str] = ..., state_digest: _Optional[str] = ...) -> None: ...
+
 class GetRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "resource_version", "fields", "metadata_only")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]

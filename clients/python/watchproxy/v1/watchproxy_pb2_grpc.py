@@ -49,6 +49,11 @@ class WatchProxyStub:
                 request_serializer=watchproxy_dot_v1_dot_watchproxy__pb2.WatchRequest.SerializeToString,
                 response_deserializer=watchproxy_dot_v1_dot_watchproxy__pb2.WatchEvent.FromString,
                 _registered_method=True)
+        self.RequestProgress = channel.unary_unary(
+                '/watchproxy.v1.WatchProxy/RequestProgress',
+                request_serializer=watchproxy_dot_v1_dot_watchproxy__pb2.ProgressRequest.SerializeToString,
+                response_deserializer=watchproxy_dot_v1_dot_watchproxy__pb2.ProgressResponse.FromString,
+                _registered_method=True)
 
 
 class WatchProxyServicer:
@@ -99,13 +104,29 @@ class WatchProxyServicer:
         RESOURCE_EXHAUSTED: LIMIT, OVERLOADED, REQUEST_TOO_LARGE
         UNAUTHENTICATED: UNAUTHENTICATED, CREDENTIAL_EXPIRED, CREDENTIAL_REVOKED
         PERMISSION_DENIED: PERMISSION_DENIED, ACCESS_CHANGED
-        DEADLINE_EXCEEDED: DEADLINE_EXCEEDED; UNIMPLEMENTED: UNKNOWN_METHOD;
+        DEADLINE_EXCEEDED: DEADLINE_EXCEEDED
+        UNIMPLEMENTED: UNKNOWN_METHOD, READ_ONLY (etcd's API: a write, or a
+        call of etcd's other services)
+        FAILED_PRECONDITION: OUTSIDE_SERVED_KEYS (etcd's API: a key range no
+        one served resource holds)
         INTERNAL: MALFORMED_REQUEST; CANCELLED: REQUEST_ABORTED
         with
         `current_resource_version`, `oldest_resource_version` or
         `resume_resource_version` in its metadata where they apply; a RetryInfo
         where retrying the same call helps; a BadRequest naming the field of an
         INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequestProgress(self, request, context):
+        """RequestProgress proves the cache of a resource caught up with etcd's
+        revision at the time of the call, with one check shared by concurrent
+        calls: "is what I read from you as new as etcd now?". An informer asks
+        it before a read-your-writes step; a watchproxy taking the resource
+        from this one (tiers) confirms its consistent reads with it. The caller
+        must be allowed to watch the resource in `namespace` (or everywhere).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +149,11 @@ def add_WatchProxyServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=watchproxy_dot_v1_dot_watchproxy__pb2.WatchRequest.FromString,
                     response_serializer=watchproxy_dot_v1_dot_watchproxy__pb2.WatchEvent.SerializeToString,
+            ),
+            'RequestProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestProgress,
+                    request_deserializer=watchproxy_dot_v1_dot_watchproxy__pb2.ProgressRequest.FromString,
+                    response_serializer=watchproxy_dot_v1_dot_watchproxy__pb2.ProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -211,6 +237,33 @@ class WatchProxy:
             '/watchproxy.v1.WatchProxy/Watch',
             watchproxy_dot_v1_dot_watchproxy__pb2.WatchRequest.SerializeToString,
             watchproxy_dot_v1_dot_watchproxy__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/watchproxy.v1.WatchProxy/RequestProgress',
+            watchproxy_dot_v1_dot_watchproxy__pb2.ProgressRequest.SerializeToString,
+            watchproxy_dot_v1_dot_watchproxy__pb2.ProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

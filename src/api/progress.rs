@@ -1,0 +1,61 @@
+//! RequestProgress: a cache's proof that it caught up with etcd, for reads
+//! and for watches.
+
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+
+use super::call::CallInfo;
+use super::{peer_certs, Api};
+use crate::config::Verb;
+use crate::object::RequestedVersion;
+use crate::pb;
+
+/// How long a progress request waits for a cache's watches to reach
+/// etcd's revision: long enough for events in flight.
+pub(super) const PROGRESS_WAIT: Duration = Duration::from_millis(250);
+
+impl Api {
+    pub async fn request_progress(
+        &self,
+        request: Request<pb::ProgressRequest>,
+    ) -> Result<Response<pb::ProgressResponse>, Status> {
+        let certs = peer_certs(&request);
+        let (metadata, extensions, req) = request.into_parts();
+        let info = CallInfo {
+            method: "RequestProgress",
+            resource: &req.resource,
+            label_selector: "",
+            field_selector: "",
+        };
+        let call = async {
+            let judged = self.auth.current();
+            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
+            self.user_limits.unary(&identity.caller)?;
+            let (s, _) = self.admit(
+                &judged,
+                &identity,
+                Verb::Watch,
+                &req.resource,
+                &req.namespace,
+            )?;
+            let snapshot = self.cache_for(s, RequestedVersion::Latest).await?;
+            let now = snapshot.revision;
+            let dispatched = s.cache.wait_dispatched(now, PROGRESS_WAIT).await.min(now);
+            if req.bookmark_watches {
+                s.cache.dispatcher().bookmark_all(dispatched);
+            }
+            let changed = (snapshot.changed != 0).then_some(snapshot.changed);
+            Ok(pb::ProgressResponse {
+                resource_version: now.to_string(),
+                watch_resource_version: dispatched.to_string(),
+                changed_resource_version: changed.map(|c| c.to_string()).unwrap_or_default(),
+                state_digest: (snapshot.digest)
+                    .filter(|_| changed.is_some())
+                    .map(|d| d.to_string())
+                    .unwrap_or_default(),
+            })
+        };
+        self.answer(&metadata, info, call).await
+    }
+}
