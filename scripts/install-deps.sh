@@ -40,6 +40,12 @@ if ! PYTHONPATH=clients/python python3 -c 'import grpc_tools, watchproxy.v1.watc
   echo "installing the Python client package (grpcio, grpcio-status, protobuf) and grpcio-tools ..." >&2
   python3 -m pip install -q ./clients/python grpcio-tools
 fi
+# aetcd, etcd's asyncio client for Python: the tests read watchproxy's etcd
+# API with it as from etcd.
+if ! python3 -c 'import aetcd' >/dev/null 2>&1; then
+  echo "installing aetcd (etcd's Python client) ..." >&2
+  python3 -m pip install -q aetcd==1.0.0
+fi
 # The Node.js client example, run by the tests.
 if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then
   command -v npm >/dev/null 2>&1 ||

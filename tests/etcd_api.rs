@@ -927,3 +927,45 @@ async fn etcdctl_reads_and_watches_through_watchproxy_as_from_etcd() {
     assert_eq!(events(&got), events(&want));
     assert_eq!(events(&got).len(), 8);
 }
+
+/// Python's aetcd (etcd's asyncio client) reads and watches through
+/// watchproxy as from etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pythons_aetcd_reads_and_watches_through_watchproxy_as_from_etcd() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    let before = put_pod(&mut e, "ns-0", "first", &[], "node-0").await as i64;
+    write_history(&mut e).await;
+    let (proxy, _w) = proxy(&etcd.client_url, ServePath::Fast).await;
+    let run = |host: String, port: String| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/etcd_client.py");
+        let start = (before + 1).to_string();
+        let mut python = python3();
+        let ok = std::process::Command::new("python3")
+            .args(["-c", "import aetcd"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 with aetcd is required: run ./scripts/install-deps.sh (pip install aetcd==1.0.0)");
+        let out = python
+            .args([script, &host, &port, "/registry/pods/", &start, "8"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let direct = etcd
+        .client_url
+        .trim_start_matches("http://")
+        .rsplit_once(':')
+        .unwrap();
+    let want = run(direct.0.to_owned(), direct.1.to_owned());
+    let got = run("127.0.0.1".into(), proxy.addr.port().to_string());
+    assert_eq!(got.lines().count(), 10, "{got}");
+    for (got, want) in got.lines().zip(want.lines()) {
+        assert_eq!(got, want);
+    }
+}
