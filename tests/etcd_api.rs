@@ -969,3 +969,86 @@ async fn pythons_aetcd_reads_and_watches_through_watchproxy_as_from_etcd() {
         assert_eq!(got, want);
     }
 }
+
+/// An etcd client that stops reading falls behind without holding up
+/// others: it catches up from the window with nothing lost, and one that
+/// stays away past the window is canceled with where to start again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_stops_reading_catches_up_from_the_window_or_is_canceled() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    let start = put_pod(&mut e, "ns", "p", &[], "n").await as i64;
+    // A queue of 2 per watcher and a window of at most 256 events.
+    let yaml = pods_yaml(&etcd.client_url, 2)
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        .replace(
+            "indexed_fields: [spec.nodeName]",
+            "indexed_fields: [spec.nodeName]\n    cache: {min_events: 16, max_events: 256}",
+        );
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    // Each on its own connection: streams not read hold their
+    // connection's flow-control window, on the client's side too.
+    let url = format!("http://{}", proxy.addr);
+    let from = || WatchOptions::new().with_prefix().with_start_revision(start);
+    let mut watches = Vec::new();
+    for _ in 0..3 {
+        let mut w = Client::connect([&url], None).await.unwrap();
+        watches.push(w.watch("/registry/pods/", Some(from())).await.unwrap());
+    }
+    let (mut gone, mut stalled, mut prompt) = (
+        watches.pop().unwrap(),
+        watches.pop().unwrap(),
+        watches.pop().unwrap(),
+    );
+    for stream in [&mut prompt, &mut stalled, &mut gone] {
+        created(stream).await;
+    }
+    // More than the client's HTTP/2 windows (2 MiB for a stream) and the
+    // server's bound on what a connection holds unsent (1 MiB) take: the
+    // watchers that do not read fall behind their queues.
+    let padded = |name: &str| pod_json(name, "ns", &[], "n") + &" ".repeat(48 * 1024);
+    let mut last = 0;
+    for i in 0..120 {
+        let key = format!("/registry/pods/ns/p{}", i % 5);
+        last = e
+            .put(key, padded("p"), None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+    }
+    // The prompt one has everything while the others read nothing.
+    let mut revisions = Vec::new();
+    while revisions.last() != Some(&last) {
+        for ev in next(&mut prompt).await.events() {
+            revisions.push(ev.kv().unwrap().mod_revision());
+        }
+    }
+    assert_eq!(revisions, (start..=last).collect::<Vec<_>>());
+    // The stalled one reads now, and has every revision, once.
+    let mut caught_up = Vec::new();
+    while caught_up.last() != Some(&last) {
+        let r = next(&mut stalled).await;
+        assert!(!r.canceled(), "{r:?}");
+        caught_up.extend(r.events().iter().map(|ev| ev.kv().unwrap().mod_revision()));
+    }
+    assert_eq!(caught_up, revisions);
+    let behind = proxy.metric("watchproxy_watchers_fell_behind_total", "resource=\"pods\"");
+    assert!(
+        behind >= 2.0,
+        "the two that did not read fell behind: {behind}"
+    );
+    // Past the window: 300 more writes while `gone` reads nothing.
+    for i in 0..300 {
+        let key = format!("/registry/pods/ns/q{}", i % 5);
+        e.put(key, padded("q"), None).await.unwrap();
+    }
+    let canceled = loop {
+        let r = next(&mut gone).await;
+        if r.canceled() {
+            break r;
+        }
+    };
+    assert!(canceled.compact_revision() > start, "{canceled:?}");
+}
