@@ -53,6 +53,7 @@ fn options_on(members: String, watchproxy: Vec<String>, seed: u64) -> Options {
         identities: Vec::new(),
         writes: Writes::Mixed,
         readers: 0,
+        api: Default::default(),
     }
 }
 

@@ -12,6 +12,7 @@
 //! lists equal to etcd's at their version; resyncs ending in etcd's state;
 //! and the store each informer built equal to etcd's.
 
+pub mod etcd_informer;
 pub mod history;
 pub mod informer;
 pub mod model;
@@ -61,6 +62,19 @@ pub struct Options {
     /// Tasks that make consistent Lists of the whole resource without
     /// pause, each proven equal to etcd's state at its version.
     pub readers: usize,
+    /// Which of watchproxy's APIs the informers speak.
+    pub api: Api,
+}
+
+/// The API the informers read watchproxy through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Api {
+    /// `watchproxy.v1`, with every kind of selection.
+    #[default]
+    WatchProxy,
+    /// etcd's own KV.Range and Watch (`etcd_api.enabled`), with the
+    /// selections a key range makes: everything, a namespace, one object.
+    Etcd,
 }
 
 /// The outcome of a run.
@@ -156,7 +170,10 @@ impl Check {
             }
             let identity = (!options.identities.is_empty())
                 .then(|| options.identities[id % options.identities.len()].clone());
-            let mut selection = Selection::random(&mut rng);
+            let mut selection = match options.api {
+                Api::WatchProxy => Selection::random(&mut rng),
+                Api::Etcd => Selection::random_keys(&mut rng),
+            };
             selection.allowed_node = identity.as_ref().map(|(_, node)| node.clone());
             let shared = Arc::new(Mutex::new(Transcript {
                 id,
@@ -176,12 +193,20 @@ impl Check {
                 complete: 0,
                 relists: 0,
             }));
-            let task = tokio::spawn(informer::run(
-                replicas,
-                options.resource.clone(),
-                shared.clone(),
-                stop.clone(),
-            ));
+            let task = match options.api {
+                Api::WatchProxy => tokio::spawn(informer::run(
+                    replicas,
+                    options.resource.clone(),
+                    shared.clone(),
+                    stop.clone(),
+                )),
+                Api::Etcd => tokio::spawn(etcd_informer::run(
+                    options.watchproxy.clone(),
+                    options.prefix.clone(),
+                    shared.clone(),
+                    stop.clone(),
+                )),
+            };
             informers.push((shared, task));
         }
         let writer = tokio::spawn(writer::write(

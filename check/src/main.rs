@@ -53,6 +53,11 @@ struct Args {
     /// each proven equal to etcd's state at its version.
     #[arg(long, default_value_t = 0)]
     readers: usize,
+    /// The informers speak etcd's own API (KV.Range and Watch) to
+    /// watchproxy's `etcd_api`, as programs written against etcd do; their
+    /// selections are key ranges (everything, a namespace, one object).
+    #[arg(long)]
+    etcd_api: bool,
 }
 
 fn identity(s: &str) -> Result<(String, String), String> {
@@ -81,6 +86,10 @@ async fn main() -> anyhow::Result<()> {
             false => watchproxy_check::writer::Writes::Mixed,
         },
         readers: a.readers,
+        api: match a.etcd_api {
+            true => watchproxy_check::Api::Etcd,
+            false => watchproxy_check::Api::WatchProxy,
+        },
     })
     .await?;
     println!("{report}");

@@ -49,6 +49,20 @@ impl Selection {
         s
     }
 
+    /// A random selection a key range makes: everything, a namespace or
+    /// one object.
+    pub fn random_keys(rng: &mut impl Rng) -> Self {
+        let mut s = Self::default();
+        let pick = rng.random_range(0..3);
+        if pick > 0 {
+            s.namespace = Some(format!("ns-{}", rng.random_range(0..NAMESPACES)));
+        }
+        if pick > 1 {
+            s.name = Some(format!("obj-{}", rng.random_range(0..NAMES)));
+        }
+        s
+    }
+
     pub fn label_selector(&self) -> String {
         self.app
             .as_ref()
