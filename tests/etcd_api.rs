@@ -667,6 +667,62 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
         ]
     );
     drop(tx);
+    // etcd's own login, as clients configured with a user and password
+    // make it: the password is a token watchproxy accepts for that user.
+    let url = format!("http://{addr}");
+    let login = |user: &str, password: &str| {
+        Some(etcd_client::ConnectOptions::new().with_user(user, password))
+    };
+    let mut alice = Client::connect([&url], login("alice", "alice-token"))
+        .await
+        .unwrap();
+    let mine = alice
+        .get(
+            "/registry/pods/tenant-a/",
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let keys: Vec<&str> = mine.kvs().iter().map(|kv| kv.key_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "/registry/pods/tenant-a/a1",
+            "/registry/pods/tenant-a/a2",
+            "/registry/pods/tenant-a/a3"
+        ]
+    );
+    let others = alice
+        .get(
+            "/registry/pods/tenant-b/",
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await;
+    assert!(
+        matches!(others, Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::PermissionDenied)
+    );
+    let mut watch = alice
+        .watch(
+            "/registry/pods/tenant-a/",
+            Some(WatchOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert!(!self::created(&mut watch).await.canceled());
+    for (user, password) in [
+        ("alice", "node-token"),
+        ("alice", "wrong"),
+        ("bob", "alice-token"),
+    ] {
+        let refused = Client::connect([&url], login(user, password))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("authentication failed"),
+            "{user}/{password}: {refused}"
+        );
+    }
 }
 
 /// The next response of `stream` within 10 s.

@@ -52,6 +52,9 @@ pub struct Admission<S> {
     /// handler, one at a time, each within the message limit.
     bounds: Option<Bounds>,
     slots: Option<Arc<Semaphore>>,
+    /// False for the one call that names its caller in its body (etcd's
+    /// Authenticate): its handler identifies it.
+    identify: bool,
 }
 
 impl<S> Admission<S> {
@@ -61,6 +64,16 @@ impl<S> Admission<S> {
             api,
             bounds: Some(bounds),
             slots,
+            identify: true,
+        }
+    }
+
+    /// Admits calls whose request names its caller: bounded as every
+    /// call, identified by their handler.
+    pub fn unidentified(inner: S, api: Api, bounds: Bounds, slots: Option<Arc<Semaphore>>) -> Self {
+        Self {
+            identify: false,
+            ..Self::new(inner, api, bounds, slots)
         }
     }
 
@@ -73,6 +86,7 @@ impl<S> Admission<S> {
             api,
             bounds: None,
             slots: None,
+            identify: true,
         }
     }
 }
@@ -88,16 +102,18 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let (inner, api, bounds) = (self.inner.clone(), self.api.clone(), self.bounds.clone());
-        let slots = self.slots.clone();
+        let (slots, identify) = (self.slots.clone(), self.identify);
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            let caller = match api.identify(&parts.headers, &parts.extensions) {
-                Ok(caller) => caller,
-                Err(e) => return Ok(Status::from(e).into_http()),
-            };
-            // The connection's span, on the service's own server.
-            tracing::Span::current().record("identity", caller.caller.user.as_str());
-            parts.extensions.insert(Identified(caller));
+            if identify {
+                let caller = match api.identify(&parts.headers, &parts.extensions) {
+                    Ok(caller) => caller,
+                    Err(e) => return Ok(Status::from(e).into_http()),
+                };
+                // The connection's span, on the service's own server.
+                tracing::Span::current().record("identity", caller.caller.user.as_str());
+                parts.extensions.insert(Identified(caller));
+            }
             let Some(bounds) = bounds else {
                 let req = http::Request::from_parts(parts, body);
                 return inner.oneshot(req).await;

@@ -8,6 +8,7 @@
 
 mod batch;
 mod keys;
+mod login;
 mod range;
 mod watch;
 mod wire;
@@ -30,11 +31,15 @@ use super::error::ApiError;
 use super::service::{grpc, ALL};
 use super::Api;
 use crate::config::LimitsConfig;
-use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse, WatchRequest, WatchResponse};
+use crate::etcdpb::etcdserverpb::{
+    AuthenticateRequest, AuthenticateResponse, RangeRequest, RangeResponse, WatchRequest,
+    WatchResponse,
+};
 pub use watch::Session;
 
 pub const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
 pub const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
+pub const AUTHENTICATE_PATH: &str = "/etcdserverpb.Auth/Authenticate";
 
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
@@ -43,6 +48,7 @@ type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>
 pub struct EtcdService<N> {
     range: HttpService,
     watch: HttpService,
+    login: HttpService,
     _name: PhantomData<fn() -> N>,
 }
 
@@ -51,6 +57,7 @@ impl<N> Clone for EtcdService<N> {
         Self {
             range: self.range.clone(),
             watch: self.watch.clone(),
+            login: self.login.clone(),
             _name: PhantomData,
         }
     }
@@ -92,14 +99,17 @@ where
         };
         // A Range takes a slot of the List/Get limit, as a List does.
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_unary));
+        let range = Admission::new(
+            calls.clone(),
+            api.clone(),
+            bounds.clone(),
+            Some(slots.clone()),
+        );
+        let login = Admission::unidentified(calls.clone(), api.clone(), bounds, Some(slots));
         Self {
-            range: BoxCloneSyncService::new(Admission::new(
-                calls.clone(),
-                api.clone(),
-                bounds,
-                Some(slots),
-            )),
+            range: BoxCloneSyncService::new(range),
             watch: BoxCloneSyncService::new(Admission::streaming(calls, api)),
+            login: BoxCloneSyncService::new(login),
             _name: PhantomData,
         }
     }
@@ -114,10 +124,21 @@ impl<N: 'static> Service<http::Request<Body>> for EtcdService<N> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        // etcd's clients send the token Authenticate gave them as `token`.
+        let headers = req.headers_mut();
+        if !headers.contains_key(http::header::AUTHORIZATION) {
+            let bearer = (headers.get("token"))
+                .and_then(|t| t.to_str().ok())
+                .and_then(|t| http::HeaderValue::try_from(format!("Bearer {t}")).ok());
+            if let Some(bearer) = bearer {
+                headers.insert(http::header::AUTHORIZATION, bearer);
+            }
+        }
         let route = match req.uri().path() {
             RANGE_PATH => &self.range,
             WATCH_PATH => &self.watch,
+            AUTHENTICATE_PATH => &self.login,
             path => {
                 let method = path.trim_start_matches("/etcdserverpb.").replace('/', ".");
                 let status = Status::from(ApiError::ReadOnly { method });
@@ -153,6 +174,10 @@ impl Service<http::Request<Body>> for Calls {
                     let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
                     grpc.unary(RangeCall(api), req).await
                 }
+                AUTHENTICATE_PATH => {
+                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+                    grpc.unary(LoginCall(api), req).await
+                }
                 _ => {
                     let mut grpc = grpc(WatchCodec, max, max_request, &ALL);
                     grpc.streaming(WatchCall { api, max }, req).await
@@ -179,6 +204,18 @@ impl Codec for WatchCodec {
 
     fn decoder(&mut self) -> Self::Decoder {
         ProstDecoder::default()
+    }
+}
+
+struct LoginCall(Api);
+
+impl UnaryService<AuthenticateRequest> for LoginCall {
+    type Response = AuthenticateResponse;
+    type Future = BoxFuture<'static, Result<Response<AuthenticateResponse>, Status>>;
+
+    fn call(&mut self, request: Request<AuthenticateRequest>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { api.etcd_authenticate(request).await })
     }
 }
 
