@@ -93,6 +93,8 @@ pub struct Api {
     watch_codecs: Arc<[compression::Codec]>,
     /// Seals the continue tokens it issues, and opens those it is sent.
     sealer: Arc<Sealer>,
+    /// Serves etcd's own API too (`etcd_api.enabled`).
+    etcd_api: bool,
 }
 
 /// The client certificates of the call's connection: from the TLS
@@ -122,7 +124,18 @@ impl Api {
             shutdown,
             watch_codecs: Arc::new([]),
             sealer: Arc::new(Sealer::random()),
+            etcd_api: false,
         }
+    }
+
+    /// Serves etcd's own read API beside `watchproxy.v1`.
+    pub fn with_etcd_api(mut self, enabled: bool) -> Self {
+        self.etcd_api = enabled;
+        self
+    }
+
+    pub(crate) fn serves_etcd_api(&self) -> bool {
+        self.etcd_api
     }
 
     /// Continue tokens sealed with `sealer`'s key: replicas that share it

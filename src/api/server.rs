@@ -43,6 +43,7 @@ pub async fn serve(
             let settings = http2::Settings {
                 max_concurrent_streams: limits.max_concurrent_streams,
                 max_request_bytes: limits.max_request_bytes,
+                max_message_bytes: limits.max_message_bytes,
                 request_body_timeout: limits.request_body_timeout,
                 keep_alive_interval: limits.keepalive_interval,
                 keep_alive_timeout: limits.keepalive_timeout,

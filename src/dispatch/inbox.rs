@@ -111,6 +111,21 @@ impl Inbox {
         })
     }
 
+    /// A place of the inbox that no dispatcher posts to: how a reader of
+    /// the inbox's task names a stream of several watches of its own
+    /// (etcd's Watch), which it polls when that stream's waker says so.
+    pub fn reserve(self: &Arc<Self>) -> Mailbox {
+        self.open(QueueSpec {
+            capacity: 0,
+            start: 0,
+            behind: false,
+            counters: Arc::new(Counters {
+                deliveries: Counter::default(),
+                fell_behind: Counter::default(),
+            }),
+        })
+    }
+
     pub(super) fn open(self: &Arc<Self>, spec: QueueSpec) -> Mailbox {
         let capacity = spec.capacity;
         let queue = Queue {

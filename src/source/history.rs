@@ -48,6 +48,9 @@ pub async fn read(
 ) -> Result<History, EtcdError> {
     let deadline = Instant::now() + budget;
     let mut from = listed.saturating_sub(depth).max(1);
+    // etcd's compaction point, once a watch was refused for starting
+    // before it: the oldest state etcd can still read.
+    let mut compacted: Option<Revision> = None;
     let (start, end) = (resource.key_prefix(), resource.key_range_end());
     'open: loop {
         metrics.etcd_request(EtcdRequest::watch);
@@ -73,15 +76,13 @@ pub async fn read(
                     Ok(Ok(Some(r))) => {
                         if r.canceled() {
                             match r.compact_revision() {
-                                // The state at the compaction point is the
-                                // oldest etcd can read: the history that
-                                // can be proven complete follows it.
-                                c if c > 0 && (c as Revision) >= from => {
+                                c if c > 0 && (c as Revision) > from => {
                                     debug!(
                                         compacted = c,
-                                        "history starts after etcd's compaction point"
+                                        "history starts at etcd's compaction point"
                                     );
-                                    from = c as Revision + 1;
+                                    from = c as Revision;
+                                    compacted = Some(from);
                                     continue 'open;
                                 }
                                 _ => {
@@ -116,15 +117,25 @@ pub async fn read(
                     Ok(Err(e)) => return Err(EtcdError::Client(e)),
                     Err(_) => true,
                 };
+            // The state the proof starts from must be one etcd can read: at
+            // the compaction point, when no event after it came yet; the
+            // history then vouches for nothing at or before it.
+            let since = match compacted {
+                Some(c) if seen < c => c,
+                _ => seen,
+            };
             let through = if !live.is_empty() || seen >= listed {
                 Some(listed)
             } else if quiet
                 && etcd
-                    .unchanged_between(metrics, &start, &end, seen, Some(listed))
+                    .unchanged_between(metrics, &start, &end, since, Some(listed))
                     .await?
                     .1
             {
-                Some(seen)
+                if since > seen {
+                    oldest = since;
+                }
+                Some(since)
             } else {
                 None
             };

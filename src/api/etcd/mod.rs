@@ -41,6 +41,20 @@ pub const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
 pub const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
 pub const AUTHENTICATE_PATH: &str = "/etcdserverpb.Auth/Authenticate";
 
+/// etcd's clients send the token Authenticate gave them as `token`
+/// metadata: a bearer token, as watchproxy reads one.
+pub fn bearer_from_token(headers: &mut http::HeaderMap) {
+    if headers.contains_key(http::header::AUTHORIZATION) {
+        return;
+    }
+    let bearer = (headers.get("token"))
+        .and_then(|t| t.to_str().ok())
+        .and_then(|t| http::HeaderValue::try_from(format!("Bearer {t}")).ok());
+    if let Some(bearer) = bearer {
+        headers.insert(http::header::AUTHORIZATION, bearer);
+    }
+}
+
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
 /// etcd's API: one of its services, by the name `N` gives it, answering
@@ -125,16 +139,7 @@ impl<N: 'static> Service<http::Request<Body>> for EtcdService<N> {
     }
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        // etcd's clients send the token Authenticate gave them as `token`.
-        let headers = req.headers_mut();
-        if !headers.contains_key(http::header::AUTHORIZATION) {
-            let bearer = (headers.get("token"))
-                .and_then(|t| t.to_str().ok())
-                .and_then(|t| http::HeaderValue::try_from(format!("Bearer {t}")).ok());
-            if let Some(bearer) = bearer {
-                headers.insert(http::header::AUTHORIZATION, bearer);
-            }
-        }
+        bearer_from_token(req.headers_mut());
         let route = match req.uri().path() {
             RANGE_PATH => &self.range,
             WATCH_PATH => &self.watch,

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
@@ -23,7 +24,7 @@ use super::batch::Batch;
 use super::keys::{current, KeyRange};
 use super::wire::{event, header};
 use crate::config::Verb;
-use crate::dispatch::Inbox;
+use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
 use crate::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
@@ -47,12 +48,24 @@ impl Api {
         request: Request<Streaming<WatchRequest>>,
         max_message: usize,
     ) -> Result<Response<Session>, Status> {
+        self.etcd_session(request, max_message).map(Response::new)
+    }
+
+    /// An etcd Watch stream for `request`, whose caller is identified at
+    /// once. Given the inbox of a connection's task (the service's own
+    /// HTTP/2 path), it takes a place there, by which that task polls it.
+    pub(crate) fn etcd_session(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+        max_message: usize,
+    ) -> Result<Session, Status> {
         let certs = peer_certs(&request);
         let (metadata, extensions, requests) = request.into_parts();
         let judged = self.auth.current();
         let identity =
             (self.caller(&judged, &metadata, &certs, &extensions)).map_err(etcd_status)?;
-        Ok(Response::new(Session {
+        let place = extensions.get::<Arc<Inbox>>().map(Inbox::reserve);
+        Ok(Session {
             shutdown: Box::pin(self.shutdown.clone().cancelled_owned()),
             api: self.clone(),
             identity,
@@ -66,7 +79,8 @@ impl Api {
             out: VecDeque::new(),
             end: None,
             ended: false,
-        }))
+            place,
+        })
     }
 }
 
@@ -123,6 +137,8 @@ pub struct Session {
     end: Option<Status>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     ended: bool,
+    /// Its place in its connection's inbox, on the service's own path.
+    place: Option<Mailbox>,
 }
 
 impl Stream for Session {
@@ -183,6 +199,12 @@ impl Stream for Session {
 }
 
 impl Session {
+    /// Where its connection's task names it: its place in the inbox it was
+    /// given.
+    pub(crate) fn place(&self) -> Option<Place> {
+        self.place.as_ref().map(Mailbox::place)
+    }
+
     fn fragments(&self, id: i64) -> bool {
         self.open.get(&id).is_some_and(|o| o.fragment)
     }

@@ -269,7 +269,7 @@ const STREAMING_BODY: usize = 64 * 1024;
 /// its credit in the peer's window until the body ends (or is dropped, or
 /// passes [`STREAMING_BODY`]), so the connection's window bounds what all
 /// its unfinished requests hold.
-struct RequestBody {
+pub(super) struct RequestBody {
     id: u32,
     data: mpsc::UnboundedReceiver<Bytes>,
     released: mpsc::UnboundedSender<(u32, usize)>,
@@ -278,6 +278,17 @@ struct RequestBody {
 }
 
 impl RequestBody {
+    /// The body of request `id`, its data arriving on `data`, each byte
+    /// given back to the client's windows once read.
+    pub(super) fn new(id: u32, data: mpsc::UnboundedReceiver<Bytes>, links: &Links) -> Self {
+        Self {
+            id,
+            data,
+            released: links.released.clone(),
+            held: 0,
+        }
+    }
+
     fn give_back(&mut self) {
         if self.held > 0 {
             let _ = self

@@ -62,6 +62,7 @@ async fn serve_one(input: &[u8]) -> Vec<u8> {
     let settings = Settings {
         max_concurrent_streams: 100,
         max_request_bytes: 64 * 1024,
+        max_message_bytes: 1 << 20,
         request_body_timeout: Duration::from_secs(1),
         keep_alive_interval: Duration::from_secs(30),
         keep_alive_timeout: Duration::from_secs(10),

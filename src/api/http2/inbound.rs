@@ -221,6 +221,16 @@ impl<S: Routes> Driver<S> {
                     Err(refused) => refusal = Some(refused),
                 }
             }
+            State::Session { requests, .. } => {
+                if let Some(tx) = requests {
+                    if data_len > 0 && tx.send(data).is_ok() {
+                        now = len - data_len;
+                    }
+                }
+                if end {
+                    *requests = None;
+                }
+            }
             // A watch has read its request: more is not wanted.
             State::Starting(_) | State::Watch(_) => {}
         }

@@ -6,10 +6,12 @@
 //! works:
 //! - one task per connection ([`connection`]) reads its frames
 //!   ([`inbound`]), keeps its streams ([`table`], [`streams`]) and takes
-//!   each new request ([`requests`]): plain Watch calls it serves itself;
-//!   every other call (List, Get, health, reflection, a Watch with a
-//!   compressed request) is bridged to the tonic routes in a task of its
-//!   own ([`bridge`]), its answer held within a bound ([`held`]);
+//!   each new request ([`requests`]): plain Watch calls, and etcd's Watch
+//!   streams (`etcd_api`: their requests handed to them as they arrive),
+//!   it serves itself; every other call (List, Get, Range, health,
+//!   reflection, a Watch with a compressed request) is bridged to the
+//!   tonic routes in a task of its own ([`bridge`]), its answer held
+//!   within a bound ([`held`]);
 //! - a dispatch posts a connection's deliveries to its inbox with one lock
 //!   and one wake; a pass of the task then polls only the watches the
 //!   inbox names, and those the client gave room, from a ready list
@@ -95,6 +97,8 @@ pub struct Settings {
     pub max_concurrent_streams: u32,
     /// See `limits.max_request_bytes`.
     pub max_request_bytes: usize,
+    /// See `limits.max_message_bytes`.
+    pub max_message_bytes: usize,
     /// See `limits.request_body_timeout`.
     pub request_body_timeout: Duration,
     pub keep_alive_interval: Duration,
@@ -106,7 +110,7 @@ pub struct Settings {
 
 /// Serves HTTP/2 gRPC on `listener` until `shutdown`, then sends GOAWAY on
 /// every connection and waits for their calls to end. Plain Watch calls
-/// are served by each connection itself; `routes` answers every other
+/// (and etcd's) are served by each connection itself; `routes` answers every other
 /// call. Dropping the future closes the connections that remain.
 pub async fn serve<S: Routes>(
     listener: TcpListener,

@@ -5,8 +5,10 @@
 use bytes::BytesMut;
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use http::{Request, StatusCode};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+use tonic::codec::Streaming;
 use tonic::Status;
+use tonic_prost::ProstDecoder;
 
 use super::bridge::{self, Call};
 use super::connection::Driver;
@@ -14,12 +16,14 @@ use super::protocol::frame::{Error, Reason};
 use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::protocol::state::{Closed, Continuing, RecvSide};
 use super::protocol::window::SendWindow;
-use super::stream::{start_watch, write_refusal};
+use super::stream::{start_watch, write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::Routes;
 use crate::api::admission::Identified;
 use crate::api::error::ApiError;
+use crate::api::etcd::{self, WATCH_PATH as ETCD_WATCH_PATH};
 use crate::api::service::WATCH_PATH;
+use crate::etcdpb::etcdserverpb::WatchRequest;
 
 impl<S: Routes> Driver<S> {
     /// A whole header block: a new request, or a request's trailers.
@@ -100,6 +104,10 @@ impl<S: Routes> Driver<S> {
                 false
             }
             State::Reading(..) => true,
+            State::Session { requests, .. } => {
+                *requests = None;
+                false
+            }
             State::Starting(_) | State::Watch(_) => false,
         };
         if reading {
@@ -139,6 +147,14 @@ impl<S: Routes> Driver<S> {
                 }
             };
             State::Reading(self.read_watch(id, head, extensions))
+        } else if self.api.serves_etcd_api() && is_plain(&head, ETCD_WATCH_PATH) {
+            match self.etcd_session(id, head, extensions, send, end) {
+                Ok(state) => state,
+                Err(refused) => {
+                    self.refuse_new(id, refused, end);
+                    return Ok(());
+                }
+            }
         } else {
             let Some(call) = self.call(id, head, extensions) else {
                 return Err(Reason::PROTOCOL_ERROR.on(id));
@@ -216,6 +232,42 @@ impl<S: Routes> Driver<S> {
         }
     }
 
+    /// An etcd Watch stream, identified from its headers and served by
+    /// this connection from now on: its requests go to it as they arrive,
+    /// given back to the client's windows as it reads them.
+    fn etcd_session(
+        &mut self,
+        id: u32,
+        head: RequestHead,
+        mut extensions: http::Extensions,
+        window: SendWindow,
+        end: bool,
+    ) -> Result<State, Status> {
+        let mut headers = head.headers;
+        etcd::bearer_from_token(&mut headers);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let body = bridge::RequestBody::new(id, rx, &self.links);
+        let requests = Streaming::new_request(
+            ProstDecoder::<WatchRequest>::default(),
+            tonic::body::Body::new(body),
+            None,
+            Some(self.settings.max_request_bytes),
+        );
+        extensions.insert(self.watches.inbox.clone());
+        let metadata = tonic::metadata::MetadataMap::from_headers(headers);
+        let request = tonic::Request::from_parts(metadata, extensions, requests);
+        let session = self
+            .api
+            .etcd_session(request, self.settings.max_message_bytes)?;
+        let place = session.place().expect("given the connection's inbox");
+        let watch = LiveWatch::start(id, Source::Etcd(Box::new(session)), window, &mut self.out);
+        self.watches.insert(place, watch);
+        Ok(State::Session {
+            place,
+            requests: (!end).then_some(tx),
+        })
+    }
+
     /// The request of a Watch arrived whole: its start goes on, and the
     /// credit its bytes held returns to the connection.
     pub(super) fn begin_watch(&mut self, id: u32) {
@@ -275,6 +327,11 @@ fn taken(read: Result<(), Refused>) -> Result<bool, Error> {
 /// uncompressed request. Anything else goes to the routes, which answer it
 /// in full.
 fn is_plain_watch(head: &RequestHead) -> bool {
+    is_plain(head, WATCH_PATH)
+}
+
+/// A gRPC call of `path` whose messages are not compressed.
+fn is_plain(head: &RequestHead, path: &str) -> bool {
     let grpc = head
         .headers
         .get(http::header::CONTENT_TYPE)
@@ -283,5 +340,5 @@ fn is_plain_watch(head: &RequestHead) -> bool {
         .headers
         .get("grpc-encoding")
         .is_none_or(|v| v == "identity");
-    head.method == http::Method::POST && head.path == WATCH_PATH && grpc && uncompressed
+    head.method == http::Method::POST && head.path == path && grpc && uncompressed
 }

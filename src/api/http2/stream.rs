@@ -3,7 +3,7 @@
 //! events straight into the connection's outgoing buffer.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
 use futures::StreamExt;
@@ -17,7 +17,8 @@ use super::protocol::out::Out;
 use super::protocol::window::SendWindow;
 use super::watches::Drive;
 use crate::api::compression::Codec;
-use crate::api::error::ApiError;
+use crate::api::error::{etcd_status, ApiError};
+use crate::api::etcd::Session;
 use crate::api::{Api, WatchStream};
 use crate::dispatch::Inbox;
 use crate::pb;
@@ -69,10 +70,68 @@ pub(super) async fn start_watch(
     Ok(events)
 }
 
+/// What a live stream sends: a `watchproxy.v1` watch's events, or the
+/// responses of an etcd Watch stream (its several watches' changes).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the watchproxy.v1 watch, polled once per delivery, stays inline"
+)]
+pub(super) enum Source {
+    Watch(WatchStream),
+    Etcd(Box<Session>),
+}
+
+impl Source {
+    fn codec(&self) -> Option<Codec> {
+        match self {
+            Source::Watch(events) => events.codec(),
+            Source::Etcd(_) => None,
+        }
+    }
+
+    /// Frames its next message into `dst`.
+    fn poll_put(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &mut BytesMut,
+    ) -> Poll<Option<Result<(), Status>>> {
+        match self {
+            Source::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
+                Some(Ok(message)) => {
+                    match events.codec().and_then(|c| message.compressed(c)) {
+                        Some(packed) => put_compressed(dst, &packed),
+                        None => put_message(dst, message.len_hint(), |b| message.write_to(b)),
+                    }
+                    Poll::Ready(Some(Ok(())))
+                }
+                Some(Err(status)) => Poll::Ready(Some(Err(status))),
+                None => Poll::Ready(None),
+            },
+            Source::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
+                Some(Ok(response)) => {
+                    put_message(dst, response.encoded_len(), |b| response.encode_raw(b));
+                    Poll::Ready(Some(Ok(())))
+                }
+                Some(Err(status)) => Poll::Ready(Some(Err(status))),
+                None => Poll::Ready(None),
+            },
+        }
+    }
+
+    /// The status that ends it when its connection reached its maximum
+    /// age.
+    fn connection_aged(&mut self) -> Status {
+        match self {
+            Source::Watch(events) => events.connection_aged(),
+            Source::Etcd(_) => etcd_status(ApiError::ConnectionAged { last: None }),
+        }
+    }
+}
+
 /// A watch sending its events on its HTTP/2 stream.
 pub(super) struct LiveWatch {
     id: u32,
-    events: WatchStream,
+    events: Source,
     /// The peer's window for the stream.
     window: SendWindow,
     /// Messages cut but not sent: the windows had no room for them.
@@ -85,7 +144,7 @@ pub(super) struct LiveWatch {
 
 impl LiveWatch {
     /// Sends the response's head and starts sending events.
-    pub(super) fn start(id: u32, events: WatchStream, window: SendWindow, out: &mut Out) -> Self {
+    pub(super) fn start(id: u32, events: Source, window: SendWindow, out: &mut Out) -> Self {
         let mut head = HeaderMap::new();
         head.insert(
             http::header::CONTENT_TYPE,
@@ -174,15 +233,8 @@ impl Drive for LiveWatch {
             let limit = room.min(BATCH_BYTES);
             let mut waiting = false;
             while out.buf.len() - start < limit {
-                match self.events.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(message))) => {
-                        match self.events.codec().and_then(|c| message.compressed(c)) {
-                            Some(packed) => put_compressed(&mut out.buf, &packed),
-                            None => put_message(&mut out.buf, message.len_hint(), |b| {
-                                message.write_to(b)
-                            }),
-                        }
-                    }
+                match self.events.poll_put(cx, &mut out.buf) {
+                    Poll::Ready(Some(Ok(()))) => {}
                     Poll::Ready(Some(Err(status))) => {
                         self.ended = Some(status);
                         break;

@@ -7,7 +7,7 @@ use tonic::Status;
 use super::connection::{Driver, Fail};
 use super::protocol::frame::Reason;
 use super::protocol::state::Closed;
-use super::stream::{write_refusal, LiveWatch};
+use super::stream::{write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::watches::Drive;
 use super::Routes;
@@ -23,7 +23,8 @@ impl<S: Routes> Driver<S> {
         match started {
             Ok(events) => {
                 let place = events.place();
-                let mut watch = LiveWatch::start(id, events, entry.send, &mut self.out);
+                let mut watch =
+                    LiveWatch::start(id, Source::Watch(events), entry.send, &mut self.out);
                 if self.h2.conn.aged() && watch.end_aged(&mut self.out).is_ready() {
                     return self.close_ended();
                 }
@@ -96,7 +97,7 @@ impl<S: Routes> Driver<S> {
                 self.give_back_connection(body.len() as u32);
             }
             State::Starting(abort) => abort.abort(),
-            State::Watch(place) => {
+            State::Watch(place) | State::Session { place, .. } => {
                 self.watches.remove(place);
             }
             State::Call(call) => {
@@ -132,7 +133,7 @@ impl<S: Routes> Driver<S> {
                 continue;
             };
             match &mut entry.state {
-                State::Watch(place) => {
+                State::Watch(place) | State::Session { place, .. } => {
                     self.watches.grant(*place, LiveWatch::unstarve);
                 }
                 State::Call(call) => {
@@ -151,7 +152,9 @@ impl<S: Routes> Driver<S> {
             return true;
         };
         match &mut entry.state {
-            State::Watch(place) => self.watches.grant(*place, |w| w.grant(n)),
+            State::Watch(place) | State::Session { place, .. } => {
+                self.watches.grant(*place, |w| w.grant(n))
+            }
             State::Call(call) => {
                 if call.window.grant(n).is_err() {
                     return false;

@@ -2,9 +2,9 @@
 //! each ([`RecvSide`], the client's window for it) and what is served on
 //! it: a watch's request arriving, its start, the live watch, or a call.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::future::AbortHandle;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::bridge::Call;
 use super::protocol::state::RecvSide;
@@ -40,5 +40,12 @@ pub(super) enum State {
     /// A Watch waiting for its start.
     Starting(AbortHandle),
     Watch(Place),
+    /// An etcd Watch stream, served by the connection as a watch is, its
+    /// requests read as they come.
+    Session {
+        place: Place,
+        /// Where its request's data goes; none once the request ended.
+        requests: Option<mpsc::UnboundedSender<Bytes>>,
+    },
     Call(Call),
 }
