@@ -59,7 +59,15 @@ pub async fn read(
             .with_start_revision(from as i64)
             .with_progress_notify()
             .with_prev_key();
-        let mut stream = etcd.watch(start.clone(), options).await?;
+        // A request that times out under load (a storm of clients
+        // reconnecting to a restarted instance) is tried again within the
+        // budget: failing would start the cache without its window, and
+        // every one of those clients with OUT_OF_RANGE.
+        let mut stream = match etcd.watch(start.clone(), options).await {
+            Ok(stream) => stream,
+            Err(EtcdError::Timeout) if Instant::now() < deadline => continue 'open,
+            Err(e) => return Err(e),
+        };
         let (mut events, mut oldest, mut live) = (Vec::new(), from - 1, Vec::new());
         let mut seen = from - 1;
         loop {
@@ -127,10 +135,14 @@ pub async fn read(
             let through = if !live.is_empty() || seen >= listed {
                 Some(listed)
             } else if quiet
-                && etcd
+                && match etcd
                     .unchanged_between(metrics, &start, &end, since, Some(listed))
-                    .await?
-                    .1
+                    .await
+                {
+                    Ok((_, same)) => same,
+                    Err(EtcdError::Timeout) => false,
+                    Err(e) => return Err(e),
+                }
             {
                 if since > seen {
                     oldest = since;
