@@ -162,17 +162,7 @@ impl Api {
             more,
             remaining,
             upstream,
-        } = match read {
-            Ok(page) => page,
-            Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
-            Err(EtcdError::FutureRevision) => {
-                return Err(ApiError::TooLarge {
-                    requested: revision,
-                    current: s.cache.progress().revision,
-                })
-            }
-            Err(e) => return Err(e.into()),
-        };
+        } = read.map_err(|e| origin_failed(s, revision, e))?;
         let page = Page {
             revision,
             scope,
@@ -184,6 +174,19 @@ impl Api {
             upstream,
         };
         Ok(page_response(resource, items.iter(), page))
+    }
+}
+
+/// A read of the origin at `revision` that failed, as the caller is told:
+/// a revision etcd compacted or has not reached gets its own status.
+pub(super) fn origin_failed(s: &Served, revision: Revision, e: EtcdError) -> ApiError {
+    match e {
+        EtcdError::Compacted { .. } => ApiError::Compacted { revision },
+        EtcdError::FutureRevision => ApiError::TooLarge {
+            requested: revision,
+            current: s.cache.progress().revision,
+        },
+        e => e.into(),
     }
 }
 

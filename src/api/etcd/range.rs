@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 use super::super::call::CallInfo;
 use super::super::consistency::Source;
 use super::super::error::{etcd_status, ApiError};
+use super::super::list::origin_failed;
 use super::super::query::scoped;
 use super::super::{peer_certs, Api, Served};
 use super::keys::{current, End, KeyRange};
@@ -21,7 +22,7 @@ use crate::etcdpb::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::object::{Object, RequestedVersion, Revision};
 use crate::selector::Predicate;
-use crate::source::{EtcdError, PageStart};
+use crate::source::PageStart;
 
 /// Which state a Range reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,17 +201,7 @@ impl Api {
                 usize::MAX,
             )
             .await;
-        let page = match read {
-            Ok(page) => page,
-            Err(EtcdError::Compacted { .. }) => return Err(ApiError::Compacted { revision }),
-            Err(EtcdError::FutureRevision) => {
-                return Err(ApiError::TooLarge {
-                    requested: revision,
-                    current: s.cache.progress().revision,
-                })
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let page = read.map_err(|e| origin_failed(s, revision, e))?;
         let objects = (page.items.into_iter())
             .filter(|o| q.range.contains(o.key_bytes()))
             .collect();
