@@ -64,18 +64,17 @@ struct Bucket {
 
 /// A user's place among its open watches; given back when dropped.
 pub struct WatchPlace {
-    watchers: Option<(Watchers, String)>,
+    watchers: Watchers,
+    user: String,
 }
 
 impl Drop for WatchPlace {
     fn drop(&mut self) {
-        if let Some((watchers, user)) = self.watchers.take() {
-            let mut w = watchers.lock();
-            if let Some(n) = w.get_mut(&user) {
-                *n -= 1;
-                if *n == 0 {
-                    w.remove(&user);
-                }
+        let mut w = self.watchers.lock();
+        if let Some(n) = w.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.user);
             }
         }
     }
@@ -112,7 +111,8 @@ impl UserLimits {
         }
         *n += 1;
         Ok(WatchPlace {
-            watchers: Some((self.watchers.clone(), caller.user.clone())),
+            watchers: self.watchers.clone(),
+            user: caller.user.clone(),
         })
     }
 
