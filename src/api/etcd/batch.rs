@@ -9,6 +9,10 @@ use prost::Message;
 use super::wire::header;
 use crate::etcdpb::etcdserverpb::WatchResponse;
 use crate::etcdpb::mvccpb;
+
+/// The watch id of a response that belongs to no one watch (a progress
+/// answer, a refused creation), as etcd sends it.
+pub const NO_WATCH: i64 = -1;
 use crate::object::Revision;
 
 /// The responses one turn of the stream sends, in order: a watch's
@@ -87,6 +91,29 @@ fn split(r: WatchResponse, max: usize, fragment: bool, out: &mut Vec<WatchRespon
         if events.peek().is_none() {
             out.push(part(std::mem::take(&mut current), false));
         }
+    }
+}
+
+/// A creation refused for `why`.
+pub fn refused(why: String) -> WatchResponse {
+    WatchResponse {
+        watch_id: NO_WATCH,
+        created: true,
+        canceled: true,
+        cancel_reason: why,
+        ..Default::default()
+    }
+}
+
+/// Watch `id` canceled because the changes it needs are gone: it may
+/// start again from `compact_revision`, after reading the state again.
+pub fn compacted(id: i64, current: Revision, compact_revision: Revision) -> WatchResponse {
+    WatchResponse {
+        header: header(current),
+        watch_id: id,
+        canceled: true,
+        compact_revision: compact_revision as i64,
+        ..Default::default()
     }
 }
 

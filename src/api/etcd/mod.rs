@@ -10,6 +10,7 @@ mod batch;
 mod keys;
 mod login;
 mod range;
+mod register;
 mod watch;
 mod wire;
 

@@ -14,25 +14,19 @@ use tokio_stream::StreamMap;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::super::auth::{Grant, Identity};
+use super::super::auth::Identity;
 use super::super::error::{etcd_status, ApiError};
-use super::super::progress::PROGRESS_WAIT;
-use super::super::query::{scoped, WatchQuery};
 use super::super::watch::{Mark, Shown};
 use super::super::{peer_certs, Api, WatchStream};
-use super::batch::Batch;
+use super::batch::{compacted, refused, Batch, NO_WATCH};
 use super::keys::{current, KeyRange};
+use super::register::{fresh_revision, start};
 use super::wire::{event, header};
-use crate::config::Verb;
 use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
 use crate::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
-use crate::object::{EventType, RequestedVersion, Revision};
-
-/// The watch id of a response that belongs to no one watch (a progress
-/// answer, a refused creation), as etcd sends it.
-const NO_WATCH: i64 = -1;
+use crate::object::{EventType, Revision};
 
 /// Changes taken from the watches at once before they are sent, so one
 /// busy watch does not hold up the requests of the stream.
@@ -434,89 +428,5 @@ impl Session {
     fn close(&mut self, id: i64) {
         self.open.remove(&id);
         self.streams.remove(&id);
-    }
-}
-
-/// The watch a creation asks for, registered as the caller may have it.
-async fn start(
-    api: Api,
-    identity: Identity,
-    start_revision: i64,
-    range: KeyRange,
-) -> Result<(WatchStream, String), ApiError> {
-    let judged = api.auth.current();
-    let place = api.locate(&range)?;
-    let name = place.served.cache.resource.name.clone();
-    let limit = api.user_limits.watch(&identity.caller)?;
-    let (s, scope) = (api.admit(&judged, &identity, Verb::Watch, &name, &place.namespace))?;
-    let predicate = scoped(&s.cache.resource, &place.namespace, "", "", "", &scope)?;
-    // etcd never refuses a watch for being early: one created while the
-    // cache is still listing waits for it (within the freshness bound,
-    // then fails as a call would).
-    let _ = tokio::time::timeout(api.freshness_wait, s.cache.wait_ready()).await;
-    let after = match start_revision {
-        n if n > 0 => n as Revision - 1,
-        // From now: after etcd's revision at the time of the call.
-        _ => api.cache_for(s, RequestedVersion::Latest).await?.revision,
-    };
-    let query = WatchQuery {
-        predicate,
-        projection: None,
-        version: RequestedVersion::At(after),
-        send_initial_events: false,
-        batch_initial_events: false,
-        allow_bookmarks: true,
-        timeout: None,
-    };
-    let (resource, namespace) = (s.cache.resource.clone(), place.namespace.as_str());
-    let grant = Grant::new(identity, Verb::Watch, resource, namespace, scope);
-    let held = api.auth.hold(grant, &judged);
-    let stream = (api.start_watch(s, query, Inbox::solo(), (limit, held))).await?;
-    Ok((stream, name))
-}
-
-/// What a progress request is answered with: the revision up to which
-/// the caches of `names` have dispatched every event to their watches,
-/// once they have had [`PROGRESS_WAIT`] to reach etcd's revision at the
-/// time of the call. A cache whose prefix is idle stands at its last
-/// event (or etcd's last progress notification) until then: a proof that
-/// its objects are unchanged leaves out keys created and deleted since,
-/// whose events may still be on their way. None when a cache cannot be
-/// read at all.
-async fn fresh_revision(api: Api, names: HashSet<String>) -> Option<Revision> {
-    let mut revision = Revision::MAX;
-    for name in names {
-        let s = api.resources.get(&name)?;
-        let now = api
-            .cache_for(s, RequestedVersion::Latest)
-            .await
-            .ok()?
-            .revision;
-        let dispatched = s.cache.wait_dispatched(now, PROGRESS_WAIT).await;
-        revision = revision.min(dispatched.min(now));
-    }
-    (revision != Revision::MAX).then_some(revision)
-}
-
-/// A creation refused for `why`.
-fn refused(why: String) -> WatchResponse {
-    WatchResponse {
-        watch_id: NO_WATCH,
-        created: true,
-        canceled: true,
-        cancel_reason: why,
-        ..Default::default()
-    }
-}
-
-/// Watch `id` canceled because the changes it needs are gone: it may
-/// start again from `compact_revision`, after reading the state again.
-fn compacted(id: i64, current: Revision, compact_revision: Revision) -> WatchResponse {
-    WatchResponse {
-        header: header(current),
-        watch_id: id,
-        canceled: true,
-        compact_revision: compact_revision as i64,
-        ..Default::default()
     }
 }
