@@ -24,7 +24,7 @@ use super::admission::{Admission, Bounds};
 use super::compression::Codec as WireCodec;
 use super::error::ApiError;
 use super::wire::WatchMessage;
-use super::{Api, WatchStream};
+use super::{etcd, Api, WatchStream};
 use crate::config::LimitsConfig;
 use crate::pb;
 
@@ -67,11 +67,7 @@ pub struct ApiService {
 
 impl ApiService {
     pub fn new(api: Api, limits: &LimitsConfig) -> Self {
-        let calls = Calls {
-            api: api.clone(),
-            max: limits.max_message_bytes,
-            max_request: limits.max_request_bytes,
-        };
+        let calls = Calls::new(api.clone(), limits);
         let bounds = Bounds {
             max_request_bytes: limits.max_request_bytes,
             body_timeout: limits.request_body_timeout,
@@ -146,14 +142,25 @@ pub(super) fn grpc<C: Codec>(
         .apply_max_message_size_config(Some(max_request), Some(max))
 }
 
-/// Each call answered by its gRPC handler.
+/// Each call answered by its gRPC handler: watchproxy.v1's, and etcd's
+/// reads ([`super::etcd`]).
 #[derive(Clone)]
-struct Calls {
+pub(super) struct Calls {
     api: Api,
     /// The largest message sent.
     max: usize,
     /// The largest request message read.
     max_request: usize,
+}
+
+impl Calls {
+    pub(super) fn new(api: Api, limits: &LimitsConfig) -> Self {
+        Self {
+            api,
+            max: limits.max_message_bytes,
+            max_request: limits.max_request_bytes,
+        }
+    }
 }
 
 impl Service<http::Request<Body>> for Calls {
@@ -180,6 +187,9 @@ impl Service<http::Request<Body>> for Calls {
                 PROGRESS_PATH => {
                     let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
                     grpc.unary(ProgressCall(api), req).await
+                }
+                path if path.starts_with(etcd::PATHS) => {
+                    etcd::answer(api, max, max_request, req).await
                 }
                 // Each event's bytes as the dispatcher encoded them once
                 // for all its watchers. Compressed, when the client accepts

@@ -29,7 +29,7 @@ use tower::{Service, ServiceExt};
 
 use super::admission::{Admission, Bounds};
 use super::error::ApiError;
-use super::service::{grpc, ALL};
+use super::service::{grpc, Calls, ALL};
 use super::Api;
 use crate::config::LimitsConfig;
 use crate::etcdpb::etcdserverpb::{
@@ -38,6 +38,8 @@ use crate::etcdpb::etcdserverpb::{
 };
 pub use watch::Session;
 
+/// Where etcd's services' methods are.
+pub const PATHS: &str = "/etcdserverpb.";
 pub const RANGE_PATH: &str = "/etcdserverpb.KV/Range";
 pub const WATCH_PATH: &str = "/etcdserverpb.Watch/Watch";
 pub const AUTHENTICATE_PATH: &str = "/etcdserverpb.Auth/Authenticate";
@@ -103,11 +105,7 @@ where
     EtcdService<N>: NamedService,
 {
     pub fn new(api: Api, limits: &LimitsConfig) -> Self {
-        let calls = Calls {
-            api: api.clone(),
-            max: limits.max_message_bytes,
-            max_request: limits.max_request_bytes,
-        };
+        let calls = Calls::new(api.clone(), limits);
         let bounds = Bounds {
             max_request_bytes: limits.max_request_bytes,
             body_timeout: limits.request_body_timeout,
@@ -146,7 +144,7 @@ impl<N: 'static> Service<http::Request<Body>> for EtcdService<N> {
             WATCH_PATH => &self.watch,
             AUTHENTICATE_PATH => &self.login,
             path => {
-                let method = path.trim_start_matches("/etcdserverpb.").replace('/', ".");
+                let method = path.trim_start_matches(PATHS).replace('/', ".");
                 let status = Status::from(ApiError::ReadOnly { method });
                 return Box::pin(std::future::ready(Ok(status.into_http())));
             }
@@ -155,41 +153,26 @@ impl<N: 'static> Service<http::Request<Body>> for EtcdService<N> {
     }
 }
 
-/// Each read answered by its gRPC handler.
-#[derive(Clone)]
-struct Calls {
+/// Answers one of etcd's reads with its gRPC handler.
+pub(super) async fn answer(
     api: Api,
     max: usize,
     max_request: usize,
-}
-
-impl Service<http::Request<Body>> for Calls {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let (api, max, max_request) = (self.api.clone(), self.max, self.max_request);
-        Box::pin(async move {
-            Ok(match req.uri().path() {
-                RANGE_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
-                    grpc.unary(RangeCall(api), req).await
-                }
-                AUTHENTICATE_PATH => {
-                    let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
-                    grpc.unary(LoginCall(api), req).await
-                }
-                _ => {
-                    let mut grpc = grpc(WatchCodec, max, max_request, &ALL);
-                    grpc.streaming(WatchCall { api, max }, req).await
-                }
-            })
-        })
+    req: http::Request<Body>,
+) -> http::Response<Body> {
+    match req.uri().path() {
+        RANGE_PATH => {
+            let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+            grpc.unary(RangeCall(api), req).await
+        }
+        AUTHENTICATE_PATH => {
+            let mut grpc = grpc(ProstCodec::default(), max, max_request, &ALL);
+            grpc.unary(LoginCall(api), req).await
+        }
+        _ => {
+            let mut grpc = grpc(WatchCodec, max, max_request, &ALL);
+            grpc.streaming(WatchCall { api, max }, req).await
+        }
     }
 }
 
