@@ -244,14 +244,14 @@ pub async fn run(
         .add_service(ApiService::new(api.clone(), &config.limits));
     if config.etcd_api.enabled {
         use api::etcd::{names, EtcdService};
-        let (a, l) = (&api, &config.limits);
+        let kv = EtcdService::<names::Kv>::new(api.clone(), &config.limits);
         routes = routes
-            .add_service(EtcdService::<names::Kv>::new(a.clone(), l))
-            .add_service(EtcdService::<names::Watch>::new(a.clone(), l))
-            .add_service(EtcdService::<names::Lease>::new(a.clone(), l))
-            .add_service(EtcdService::<names::Cluster>::new(a.clone(), l))
-            .add_service(EtcdService::<names::Maintenance>::new(a.clone(), l))
-            .add_service(EtcdService::<names::Auth>::new(a.clone(), l));
+            .add_service(kv.named::<names::Watch>())
+            .add_service(kv.named::<names::Lease>())
+            .add_service(kv.named::<names::Cluster>())
+            .add_service(kv.named::<names::Maintenance>())
+            .add_service(kv.named::<names::Auth>())
+            .add_service(kv);
         info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
     }
     if let Some(tls) = &tls {

@@ -71,12 +71,7 @@ pub struct EtcdService<N> {
 
 impl<N> Clone for EtcdService<N> {
     fn clone(&self) -> Self {
-        Self {
-            range: self.range.clone(),
-            watch: self.watch.clone(),
-            login: self.login.clone(),
-            _name: PhantomData,
-        }
+        self.named()
     }
 }
 
@@ -100,6 +95,18 @@ pub mod names {
     );
 }
 
+impl<N> EtcdService<N> {
+    /// The same routes under another of etcd's service names.
+    pub fn named<M>(&self) -> EtcdService<M> {
+        EtcdService {
+            range: self.range.clone(),
+            watch: self.watch.clone(),
+            login: self.login.clone(),
+            _name: PhantomData,
+        }
+    }
+}
+
 impl<N> EtcdService<N>
 where
     EtcdService<N>: NamedService,
@@ -110,7 +117,7 @@ where
             max_request_bytes: limits.max_request_bytes,
             body_timeout: limits.request_body_timeout,
         };
-        // A Range takes a slot of the List/Get limit, as a List does.
+        // A Range takes a slot of a limit the size of List and Get's.
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_unary));
         let range = Admission::new(
             calls.clone(),
