@@ -223,7 +223,7 @@ pub async fn run(
     .with_continue_key(sealer)
     .with_user_limits(api::user_limits::UserLimits::new(&config.limits))
     .with_watch_compression(&config.watch.compression)
-    .with_etcd_api(config.etcd_api.enabled);
+    .with_etcd_api(&config.etcd_api);
     // Expiries, and the token and key files, end the watches they must.
     tasks.push(api.authority().spawn_guard(shutdown.clone()));
     tasks.extend(api::reconfigure::spawn_config_reload(

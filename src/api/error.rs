@@ -132,8 +132,9 @@ pub enum ApiError {
     /// A call of etcd's API other than its reads.
     #[error("watchproxy serves etcd's reads (KV.Range and Watch) from its caches, not {method}: send writes and etcd's other calls to etcd itself")]
     ReadOnly { method: String },
-    /// A key range of etcd's API that no one served resource holds.
-    #[error("the key range {range} is not within one served resource's prefix; watchproxy serves etcd's API for keys under {served}")]
+    /// A key range of etcd's API that reaches outside the served
+    /// resources' prefixes, with `etcd_api.outside: refuse`.
+    #[error("the key range {range} reaches outside the served resources' prefixes; watchproxy serves etcd's API for keys under {served} (etcd_api.outside: refuse)")]
     OutsideServedKeys { range: String, served: String },
     /// The reason never holds a credential.
     #[error("authentication required: {reason}")]
@@ -356,19 +357,26 @@ impl From<ApiError> for Status {
 /// status by its message (a compacted or future revision, a missing key),
 /// etcd's message; otherwise the status every call gets.
 pub fn etcd_status(e: ApiError) -> Status {
+    const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+    const FUTURE: &str = "etcdserver: mvcc: required revision is a future revision";
     let etcd = |code, message: &str| Status::new(code, message);
     match e {
-        ApiError::Compacted { .. } | ApiError::TooOld { .. } => etcd(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision has been compacted",
-        ),
-        ApiError::TooLarge { .. } => etcd(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision is a future revision",
-        ),
+        ApiError::Compacted { .. } | ApiError::TooOld { .. } => etcd(Code::OutOfRange, COMPACTED),
+        ApiError::TooLarge { .. } => etcd(Code::OutOfRange, FUTURE),
         ApiError::InvalidArgument { field: "key", .. } => {
             etcd(Code::InvalidArgument, "etcdserver: key is not provided")
         }
+        // etcd's own answer to a forwarded read, as etcd gave it.
+        ApiError::Etcd(e) => match &*e {
+            EtcdError::Compacted { .. } => etcd(Code::OutOfRange, COMPACTED),
+            EtcdError::FutureRevision => etcd(Code::OutOfRange, FUTURE),
+            EtcdError::Client(etcd_client::Error::GRpcStatus(s))
+                if s.code() != Code::Unavailable =>
+            {
+                etcd(s.code(), s.message())
+            }
+            _ => ApiError::Etcd(e).into(),
+        },
         e => e.into(),
     }
 }

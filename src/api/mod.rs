@@ -48,7 +48,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::cache::WatchCache;
-use crate::config::Verb;
+use crate::config::{EtcdApiConfig, Outside, Verb};
 use crate::dispatch::Inbox;
 use crate::pb;
 use crate::source::{Freshness, Origin};
@@ -95,6 +95,8 @@ pub struct Api {
     sealer: Arc<Sealer>,
     /// Serves etcd's own API too (`etcd_api.enabled`).
     etcd_api: bool,
+    /// What etcd's API does with keys outside the served prefixes.
+    outside: Outside,
 }
 
 /// The client certificates of the call's connection: from the TLS
@@ -125,12 +127,15 @@ impl Api {
             watch_codecs: Arc::new([]),
             sealer: Arc::new(Sealer::random()),
             etcd_api: false,
+            outside: Outside::Refuse,
         }
     }
 
-    /// Serves etcd's own read API beside `watchproxy.v1`.
-    pub fn with_etcd_api(mut self, enabled: bool) -> Self {
-        self.etcd_api = enabled;
+    /// Serves etcd's own read API beside `watchproxy.v1`, as `config`
+    /// says.
+    pub fn with_etcd_api(mut self, config: &EtcdApiConfig) -> Self {
+        self.etcd_api = config.enabled;
+        self.outside = config.outside;
         self
     }
 

@@ -160,6 +160,12 @@ impl WatchStream {
         self.watcher.place()
     }
 
+    /// Asks for a bookmark behind every change dispatched to it so far
+    /// (see [`crate::dispatch::Watcher::bookmark_now`]).
+    pub fn bookmark_now(&self) {
+        self.watcher.bookmark_now();
+    }
+
     /// Its messages will be sent compressed with `codec`: each shared one
     /// is compressed once for all the streams that send it.
     pub fn compress_with(&mut self, codec: Codec) {

@@ -20,7 +20,13 @@ pub struct EtcdApiConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outside {
-    /// FAILED_PRECONDITION naming the prefixes that are served.
+    /// FAILED_PRECONDITION naming the prefixes that are served: a range
+    /// that reaches outside them is never answered in part.
     #[default]
     Refuse,
+    /// Read from etcd on watchproxy's connection (counted): a range wholly
+    /// outside is etcd's answer; the keys of a range between the served
+    /// prefixes are merged with theirs at one revision (Range) or in
+    /// revision order (Watch).
+    Forward,
 }

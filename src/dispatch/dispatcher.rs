@@ -116,6 +116,12 @@ impl Subscription {
     pub(crate) fn rejoin(&self, after: Revision) {
         self.mailbox.rejoin(after);
     }
+
+    /// Asks for a bookmark at the newest revision dispatched, behind
+    /// everything dispatched to this watcher so far.
+    pub(crate) fn bookmark_now(&self) {
+        self.dispatcher.bookmark_one(self.id);
+    }
 }
 
 impl Drop for Subscription {

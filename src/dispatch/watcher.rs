@@ -105,6 +105,12 @@ impl Watcher {
         self.subscription.mailbox.alarm()
     }
 
+    /// Asks for a bookmark behind everything dispatched to it so far: once
+    /// it arrives, the watcher has shown every change up to its revision.
+    pub fn bookmark_now(&self) {
+        self.subscription.bookmark_now();
+    }
+
     pub fn predicate(&self) -> &Predicate {
         &self.wants.predicate
     }

@@ -369,9 +369,10 @@ impl Etcd {
     /// Opens a watch on a gRPC stream of its own.
     pub async fn watch(
         &self,
-        key: String,
+        key: impl Into<Vec<u8>>,
         options: WatchOptions,
     ) -> Result<WatchStream, EtcdError> {
+        let key: Vec<u8> = key.into();
         let mut w = self.watcher.watch_client();
         match self
             .deadline(w.watch(key.clone(), Some(options.clone())))
@@ -387,6 +388,13 @@ impl Etcd {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// A range read as its caller asked for it, within the request
+    /// timeout: etcd's API passed through.
+    pub async fn range(&self, key: Vec<u8>, options: GetOptions) -> Result<GetResponse, EtcdError> {
+        let mut kv = self.client.kv_client();
+        self.deadline(kv.get(key, Some(options))).await
     }
 }
 

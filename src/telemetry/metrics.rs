@@ -12,8 +12,8 @@ use prometheus_client::registry::Unit;
 
 use super::http2::Http2Metrics;
 use super::labels::{
-    CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels, ReasonLabels, ResourceLabel,
-    StateLabels,
+    CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels, ReasonLabels,
+    ResourceLabel, StateLabels,
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
 use super::security::SecurityMetrics;
@@ -57,6 +57,7 @@ pub struct Metrics {
     tls_handshakes: Family<OutcomeLabels, Counter>,
     auth_failures: Family<ReasonLabels, Counter>,
     authz_denied: Family<DeniedLabels, Counter>,
+    etcd_api_forwarded: Family<CallLabel, Counter>,
     /// The HTTP/2 server's.
     pub http2: Http2Metrics,
     /// The configuration's, and the listener's exposure.
@@ -77,6 +78,7 @@ impl Default for Metrics {
             tls_handshakes: Family::default(),
             auth_failures: Family::default(),
             authz_denied: Family::default(),
+            etcd_api_forwarded: Family::default(),
             events_received: Family::default(),
             deliveries: Family::default(),
             encodings: Family::default(),
@@ -260,6 +262,11 @@ impl Default for Metrics {
             m.calls.clone(),
         );
         r.register(
+            "etcd_api_forwarded",
+            "Reads of etcd's API outside the served prefixes passed to etcd (etcd_api.outside: forward), by call (range, watch)",
+            m.etcd_api_forwarded.clone(),
+        );
+        r.register(
             "tls_reloads",
             "Reloads of the TLS certificate, key and client CA files, by result (a failed one keeps the files in use)",
             m.tls_reloads.clone(),
@@ -330,6 +337,13 @@ impl Metrics {
     pub fn tls_reload(&self, result: TlsOutcome) {
         self.tls_reloads
             .get_or_create(&OutcomeLabels { result })
+            .inc();
+    }
+
+    /// A read of etcd's API passed to etcd: `range` or `watch`.
+    pub fn etcd_api_forwarded(&self, call: &'static str) {
+        self.etcd_api_forwarded
+            .get_or_create(&CallLabel { call })
             .inc();
     }
 

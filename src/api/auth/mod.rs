@@ -254,6 +254,28 @@ impl Auth {
         }
     }
 
+    /// Whether `caller` may `verb` keys that no served resource holds
+    /// (etcd's API, forwarded): only by a rule over every resource and
+    /// namespace without a selector. Denials are logged and counted.
+    pub fn authorize_unserved(&self, caller: &Caller, verb: Verb) -> Result<(), ApiError> {
+        let Some(rules) = &self.rules else {
+            return Ok(());
+        };
+        if rules.allows_everything(caller, verb) {
+            return Ok(());
+        }
+        const UNSERVED: &str = "(keys of no resource)";
+        self.metrics.authz_denied(UNSERVED, verb.as_str());
+        info!(user = %caller.user, verb = verb.as_str(), "denied keys of no resource");
+        Err(ApiError::PermissionDenied {
+            user: caller.user.clone(),
+            verb: verb.as_str(),
+            resource: UNSERVED.into(),
+            namespace: String::new(),
+            too_wide: false,
+        })
+    }
+
     /// Whether `caller` may `verb` `resource` in `namespace` ("" for every
     /// namespace); denials are logged and counted.
     pub fn authorize(

@@ -122,6 +122,20 @@ impl Rules {
         Ok(Self(compiled))
     }
 
+    /// Whether a rule lets `caller` `verb` every resource in every
+    /// namespace without a selector: what reading keys of no resource
+    /// takes, which no narrower rule can name.
+    pub fn allows_everything(&self, caller: &Caller, verb: Verb) -> bool {
+        self.0.iter().any(|rule| {
+            rule.names(caller)
+                && rule.verbs.contains(&verb)
+                && rule.resources.is_none()
+                && rule.namespaces.is_none()
+                && rule.label_selector.is_empty()
+                && rule.field_selector.is_empty()
+        })
+    }
+
     /// Whether `caller` may `verb` `resource` in `namespace` ("" for every
     /// namespace), and through which selectors.
     pub fn authorize(
@@ -227,6 +241,24 @@ mod tests {
             r.authorize(&sneaky, Verb::List, &pods, ""),
             Err(Denial::NoRule)
         );
+    }
+
+    #[test]
+    fn keys_of_no_resource_take_a_rule_over_everything_without_a_selector() {
+        let r = rules(
+            r#"
+- {subjects: ["user:root"], resources: ["*"], namespaces: ["*"], verbs: [list, watch]}
+- {subjects: ["user:node-7"], resources: ["*"], namespaces: ["*"], verbs: [list], field_selector: "spec.nodeName={user}"}
+- {subjects: ["user:alice"], resources: [pods], namespaces: ["*"], verbs: [list]}
+- {subjects: ["user:bob"], resources: ["*"], namespaces: [ns-1], verbs: [list]}
+"#,
+        );
+        let may = |user: &str, verb| r.allows_everything(&caller(user, &[]), verb);
+        assert!(may("root", Verb::List) && may("root", Verb::Watch));
+        assert!(!may("root", Verb::Get), "another verb");
+        assert!(!may("node-7", Verb::List), "a selector");
+        assert!(!may("alice", Verb::List), "one resource");
+        assert!(!may("bob", Verb::List), "one namespace");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::fmt;
 
 use super::super::error::ApiError;
 use super::super::{Api, Served};
+use crate::config::Outside;
 use crate::object::{range_end, Resource};
 
 /// `[start, end)` of etcd's key space, as a request's `key` and
@@ -76,6 +77,76 @@ impl KeyRange {
     pub fn is_key(&self) -> bool {
         self.end == End::Key
     }
+
+    /// The first key after the range; none when it runs to the end of
+    /// the key space.
+    fn end_key(&self) -> Option<Vec<u8>> {
+        match &self.end {
+            End::Key => Some([&self.start[..], &[0]].concat()),
+            End::Unbounded => None,
+            End::Before(end) => Some(end.clone()),
+        }
+    }
+
+    /// The part of the range inside `[start, end)`, if any key is.
+    fn clip(&self, start: &[u8], end: &[u8]) -> Option<KeyRange> {
+        if self.within(start, end) {
+            return Some(self.clone());
+        }
+        let from = self.start.as_slice().max(start);
+        let to = match self.end_key() {
+            Some(e) => e.min(end.to_vec()),
+            None => end.to_vec(),
+        };
+        (from < to.as_slice()).then(|| KeyRange {
+            start: from.to_vec(),
+            end: End::Before(to),
+        })
+    }
+
+    /// What of the range lies outside `parts`, which are inside it, in key
+    /// order and apart.
+    fn gaps<'a>(&self, parts: impl Iterator<Item = &'a KeyRange>) -> Vec<KeyRange> {
+        let mut gaps = Vec::new();
+        let mut cursor = Some(self.start.clone());
+        let end = self.end_key();
+        for part in parts {
+            let Some(from) = cursor.take() else { break };
+            if from < part.start {
+                gaps.push(KeyRange {
+                    start: from,
+                    end: End::Before(part.start.clone()),
+                });
+            }
+            cursor = part.end_key();
+        }
+        match (cursor, end) {
+            (Some(from), None) => gaps.push(KeyRange {
+                start: from,
+                end: End::Unbounded,
+            }),
+            (Some(from), Some(end)) if from < end => gaps.push(KeyRange {
+                start: from,
+                end: End::Before(end),
+            }),
+            _ => {}
+        }
+        // A single key no resource holds is its own gap, as asked.
+        if self.is_key() && gaps.len() == 1 {
+            return vec![self.clone()];
+        }
+        gaps
+    }
+
+    /// `key` and `range_end` as etcd's requests name the range.
+    pub fn etcd_bounds(&self) -> (Vec<u8>, Vec<u8>) {
+        let end = match &self.end {
+            End::Key => Vec::new(),
+            End::Unbounded => vec![0],
+            End::Before(end) => end.clone(),
+        };
+        (self.start.clone(), end)
+    }
 }
 
 impl fmt::Display for KeyRange {
@@ -96,32 +167,70 @@ pub fn current(s: &Served) -> crate::object::Revision {
     p.revision.max(p.valid_through)
 }
 
-/// Where a range lies: a served resource, and the namespace whose keys
-/// hold it all (empty: more than one, or a cluster-scoped resource).
+/// A part of a range inside one served resource's prefix, and the
+/// namespace whose keys hold it all (empty: more than one, or a
+/// cluster-scoped resource).
 pub struct Located<'a> {
     pub served: &'a Served,
     pub namespace: String,
+    pub range: KeyRange,
+}
+
+/// Where a range's keys are served from, in key order: its parts inside
+/// the served resources' prefixes, and the gaps no resource holds (read
+/// from etcd, with `etcd_api.outside: forward`).
+pub struct Placement<'a> {
+    pub parts: Vec<Located<'a>>,
+    pub gaps: Vec<KeyRange>,
+}
+
+impl Placement<'_> {
+    /// The resource that holds all of the range, if one does.
+    pub fn whole(&self) -> Option<&Located<'_>> {
+        match (&self.parts[..], self.gaps.is_empty()) {
+            ([one], true) => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The names of the resources it reads.
+    pub fn resources(&self) -> Vec<String> {
+        (self.parts.iter())
+            .map(|p| p.served.cache.resource.name.clone())
+            .collect()
+    }
 }
 
 impl Api {
-    /// The served resource whose prefix holds all of `range`.
-    pub(super) fn locate(&self, range: &KeyRange) -> Result<Located<'_>, ApiError> {
+    /// Where the keys of `range` are served from; a range that reaches
+    /// outside the served prefixes is refused unless gaps are forwarded.
+    pub(super) fn place(&self, range: &KeyRange) -> Result<Placement<'_>, ApiError> {
+        let mut parts: Vec<Located<'_>> = Vec::new();
         for served in self.resources.values() {
             let resource = &served.cache.resource;
             let (start, end) = (resource.key_prefix(), resource.key_range_end());
-            if range.within(start.as_bytes(), end.as_bytes()) {
-                let namespace = namespace_of(resource, range).unwrap_or_default();
-                return Ok(Located { served, namespace });
+            if let Some(part) = range.clip(start.as_bytes(), end.as_bytes()) {
+                let namespace = namespace_of(resource, &part).unwrap_or_default();
+                parts.push(Located {
+                    served,
+                    namespace,
+                    range: part,
+                });
             }
         }
-        let mut served: Vec<String> = (self.resources.values())
-            .map(|s| s.cache.resource.key_prefix())
-            .collect();
-        served.sort_unstable();
-        Err(ApiError::OutsideServedKeys {
-            range: range.to_string(),
-            served: served.join(", "),
-        })
+        parts.sort_by(|a, b| a.range.start.cmp(&b.range.start));
+        let gaps = range.gaps(parts.iter().map(|p| &p.range));
+        if !gaps.is_empty() && self.outside == Outside::Refuse {
+            let mut served: Vec<String> = (self.resources.values())
+                .map(|s| s.cache.resource.key_prefix())
+                .collect();
+            served.sort_unstable();
+            return Err(ApiError::OutsideServedKeys {
+                range: range.to_string(),
+                served: served.join(", "),
+            });
+        }
+        Ok(Placement { parts, gaps })
     }
 }
 
@@ -164,6 +273,36 @@ mod tests {
         assert_eq!(ns(b"/p/ns/", b"/p/nt"), None);
         assert_eq!(ns(b"/p/", b"/p0"), None);
         assert_eq!(ns(b"/p/ns", b"/p/nt"), None);
+    }
+
+    #[test]
+    fn a_range_over_several_prefixes_is_their_parts_and_the_gaps_between() {
+        let range = KeyRange::parse(b"/r/", b"/r0").unwrap();
+        let a = range.clip(b"/r/a/", b"/r/a0").unwrap();
+        let b = range.clip(b"/r/b/", b"/r/b0").unwrap();
+        assert!(range.clip(b"/s/", b"/s0").is_none());
+        assert_eq!(a, KeyRange::parse(b"/r/a/", b"/r/a0").unwrap());
+        let gaps = range.gaps([&a, &b].into_iter());
+        let expect = [
+            (&b"/r/"[..], &b"/r/a/"[..]),
+            (b"/r/a0", b"/r/b/"),
+            (b"/r/b0", b"/r0"),
+        ]
+        .map(|(k, e)| KeyRange::parse(k, e).unwrap());
+        assert_eq!(gaps, expect);
+        // A range inside one prefix is that part whole, with no gap.
+        let inside = KeyRange::parse(b"/r/a/x", b"").unwrap();
+        let part = inside.clip(b"/r/a/", b"/r/a0").unwrap();
+        assert_eq!(part, inside);
+        assert!(inside.gaps([&part].into_iter()).is_empty());
+        // Everything from a key on: the gap after the last part is open.
+        let after = KeyRange::parse(b"/r/b/x", b"\0").unwrap();
+        let part = after.clip(b"/r/b/", b"/r/b0").unwrap();
+        let gaps = after.gaps([&part].into_iter());
+        assert_eq!(gaps, [KeyRange::parse(b"/r/b0", b"\0").unwrap()]);
+        // A key no resource holds is itself the gap.
+        let key = KeyRange::parse(b"/s/k", b"").unwrap();
+        assert_eq!(key.gaps(std::iter::empty()), std::slice::from_ref(&key));
     }
 
     #[test]

@@ -4,11 +4,16 @@
 //! the resource it lies in ([`keys`]); it passes the same identities,
 //! rules and limits, reads the same snapshots and registers the same
 //! watchers as `watchproxy.v1`. Only the messages are etcd's ([`wire`]).
-//! Writes and etcd's other services are refused with UNIMPLEMENTED.
+//! A range over several resources is their parts merged ([`merge`]), with
+//! the keys between them read from etcd when `etcd_api.outside` forwards
+//! them ([`forward`]). Writes and etcd's other services are refused with
+//! UNIMPLEMENTED.
 
 mod batch;
+mod forward;
 mod keys;
 mod login;
+mod merge;
 mod range;
 mod register;
 mod watch;

@@ -20,6 +20,7 @@ use crate::cache::Snapshot;
 use crate::config::Verb;
 use crate::etcdpb::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse};
+use crate::etcdpb::mvccpb;
 use crate::object::{Object, RequestedVersion, Revision};
 use crate::selector::Predicate;
 use crate::source::PageStart;
@@ -81,17 +82,17 @@ impl RangeQuery {
         })
     }
 
-    /// The answer etcd gives from these objects of the range at
-    /// `revision`: `count` is of them all, the revision filters, the sort
-    /// and the limit then apply in that order.
-    fn answer(&self, revision: Revision, objects: Vec<Arc<Object>>) -> RangeResponse {
-        let count = objects.len() as i64;
+    /// The answer etcd gives from these pairs of the range at `revision`,
+    /// in key order: `count` is of them all, the revision filters, the
+    /// sort and the limit then apply in that order.
+    fn answer(&self, revision: Revision, kvs: Vec<mvccpb::KeyValue>) -> RangeResponse {
+        let count = kvs.len() as i64;
         let between =
             |v: i64, (min, max): (i64, i64)| (min == 0 || v >= min) && (max == 0 || v <= max);
-        let mut kept: Vec<Arc<Object>> = objects
+        let mut kept: Vec<mvccpb::KeyValue> = kvs
             .into_iter()
-            .filter(|o| between(o.revision as i64, self.mod_revisions))
-            .filter(|o| between(o.stored.create_revision as i64, self.create_revisions))
+            .filter(|kv| between(kv.mod_revision, self.mod_revisions))
+            .filter(|kv| between(kv.create_revision, self.create_revisions))
             .collect();
         if let Some((target, descending)) = self.sort {
             kept.sort_by(|a, b| {
@@ -106,32 +107,34 @@ impl RangeQuery {
         if more {
             kept.truncate(self.limit);
         }
-        let kvs = match self.count_only {
-            true => Vec::new(),
-            false => kept.iter().map(|o| key_value(o, !self.keys_only)).collect(),
-        };
+        if self.count_only {
+            kept.clear();
+        }
+        if self.keys_only {
+            kept.iter_mut().for_each(|kv| kv.value = Default::default());
+        }
         RangeResponse {
             header: header(revision),
-            kvs,
+            kvs: kept,
             more: more && !self.count_only,
             count,
         }
     }
 }
 
-fn compare(target: SortTarget, a: &Object, b: &Object) -> Ordering {
+fn compare(target: SortTarget, a: &mvccpb::KeyValue, b: &mvccpb::KeyValue) -> Ordering {
     match target {
-        SortTarget::Key => a.key_bytes().cmp(b.key_bytes()),
-        SortTarget::Version => a.stored.version.cmp(&b.stored.version),
-        SortTarget::Create => (a.stored.create_revision).cmp(&b.stored.create_revision),
-        SortTarget::Mod => a.revision.cmp(&b.revision),
-        SortTarget::Value => a.value().cmp(b.value()),
+        SortTarget::Key => a.key.cmp(&b.key),
+        SortTarget::Version => a.version.cmp(&b.version),
+        SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+        SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+        SortTarget::Value => a.value.cmp(&b.value),
     }
 }
 
 impl Api {
-    /// etcd's KV.Range, answered from the cache of the resource the range
-    /// lies in.
+    /// etcd's KV.Range, answered from the caches of the resources the
+    /// range lies in (and, forwarded, from etcd for keys in none).
     pub async fn etcd_range(
         &self,
         request: Request<RangeRequest>,
@@ -139,10 +142,11 @@ impl Api {
         let certs = peer_certs(&request);
         let (metadata, extensions, req) = request.into_parts();
         let query = RangeQuery::parse(&req);
-        let located = (query.as_ref().ok()).and_then(|q| self.locate(&q.range).ok());
+        let placed = (query.as_ref().ok()).and_then(|q| self.place(&q.range).ok());
         let info = CallInfo {
             method: "etcd.Range",
-            resource: located.map_or("", |l| l.served.cache.resource.name.as_str()),
+            resource: (placed.as_ref().and_then(|p| p.parts.first()))
+                .map_or("", |l| l.served.cache.resource.name.as_str()),
             label_selector: "",
             field_selector: "",
         };
@@ -151,41 +155,77 @@ impl Api {
             let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
             self.user_limits.unary(&identity.caller)?;
             let q = query?;
-            let place = self.locate(&q.range)?;
-            let verb = if q.range.is_key() {
-                Verb::Get
-            } else {
-                Verb::List
+            let placement = self.place(&q.range)?;
+            if !placement.gaps.is_empty() {
+                (judged.auth).authorize_unserved(&identity.caller, Verb::List)?;
+            }
+            if placement.parts.is_empty() {
+                return self.forward_range(&req).await;
+            }
+            let verb = match (q.range.is_key(), placement.whole().is_some()) {
+                (true, true) => Verb::Get,
+                _ => Verb::List,
             };
-            let resource = &place.served.cache.resource.name;
-            let (s, scope) = self.admit(&judged, &identity, verb, resource, &place.namespace)?;
-            let predicate = scoped(&s.cache.resource, &place.namespace, "", "", "", &scope)?;
-            let (revision, objects) =
-                (self.range_objects(s, &q, &predicate, &identity.caller.user)).await?;
-            Ok(q.answer(revision, objects))
+            let mut parts = Vec::with_capacity(placement.parts.len());
+            for part in &placement.parts {
+                let resource = &part.served.cache.resource.name;
+                let (s, scope) = self.admit(&judged, &identity, verb, resource, &part.namespace)?;
+                let predicate = scoped(&s.cache.resource, &part.namespace, "", "", "", &scope)?;
+                parts.push((s, predicate, &part.range));
+            }
+            let reader = &identity.caller.user;
+            // One resource: its state as asked; several: each at one
+            // revision, with what the gaps hold there.
+            let at = match (&parts[..], q.at) {
+                ([_], _) if placement.gaps.is_empty() => q.at,
+                (_, At::Exact(n)) => At::Exact(n),
+                ([(s, ..), ..], At::Consistent) => At::Exact(s.freshness.current_revision().await?),
+                (_, _) => At::Exact(
+                    (parts.iter())
+                        .map(|(s, ..)| s.cache.progress().valid_through)
+                        .min()
+                        .unwrap_or_default(),
+                ),
+            };
+            let mut revision = 0;
+            let mut kvs = Vec::new();
+            for (s, predicate, range) in &parts {
+                let (r, objects) = self.range_objects(s, range, at, predicate, reader).await?;
+                revision = revision.max(r);
+                kvs.extend(objects.iter().map(|o| key_value(o, true)));
+            }
+            if let At::Exact(n) = at {
+                for gap in &placement.gaps {
+                    kvs.extend(self.read_gap(gap, n).await?);
+                }
+            }
+            if parts.len() + placement.gaps.len() > 1 {
+                kvs.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            Ok(q.answer(revision, kvs))
         };
         self.answer_with(&metadata, info, call, etcd_status).await
     }
 
-    /// The objects of the range the caller may see, in key order, and the
-    /// revision they are the state at.
+    /// The objects of `range` the caller may see, in key order, and
+    /// etcd's revision at the time (what etcd's header names, whichever
+    /// state was read).
     async fn range_objects(
         &self,
         s: &Served,
-        q: &RangeQuery,
+        range: &KeyRange,
+        at: At,
         predicate: &Predicate,
         reader: &str,
     ) -> Result<(Revision, Vec<Arc<Object>>), ApiError> {
-        let source = match q.at {
+        let source = match at {
             At::Serializable => self.source_for(s, RequestedVersion::Any).await?,
             At::Consistent => self.source_for(s, RequestedVersion::Latest).await?,
             At::Exact(n) => self.exactly_at(s, n, reader).await?,
         };
-        // etcd's header names its revision at the time, whichever the
-        // state read.
         let revision = match source {
             Source::Cache(snapshot) => {
-                let objects = in_range(&snapshot, &q.range, predicate).cloned().collect();
+                let objects = in_range(&snapshot, range, predicate).cloned().collect();
                 return Ok((current(s).max(snapshot.revision), objects));
             }
             Source::Origin(revision) => revision,
@@ -203,7 +243,7 @@ impl Api {
             .await;
         let page = read.map_err(|e| origin_failed(s, revision, e))?;
         let objects = (page.items.into_iter())
-            .filter(|o| q.range.contains(o.key_bytes()))
+            .filter(|o| range.contains(o.key_bytes()))
             .collect();
         Ok((current(s).max(revision), objects))
     }
@@ -257,7 +297,7 @@ mod tests {
     use super::*;
     use crate::object::{KvMeta, Resource};
 
-    fn objects() -> Vec<Arc<Object>> {
+    fn objects() -> Vec<mvccpb::KeyValue> {
         let r = Resource {
             format: crate::config::ValueFormat::Raw,
             ..Resource::for_tests(&[])
@@ -272,17 +312,18 @@ mod tests {
         .map(|(name, value, m, c, v)| {
             let key = format!("/p/ns/{name}");
             let o = r.decode(key.as_bytes(), value.as_bytes(), m).unwrap();
-            Arc::new(o.stored_as(KvMeta {
+            let o = o.stored_as(KvMeta {
                 create_revision: c,
                 version: v,
                 lease: 0,
-            }))
+            });
+            key_value(&o, true)
         })
         .collect()
     }
 
     fn keys(r: &RangeResponse) -> Vec<String> {
-        let key = |kv: &crate::etcdpb::mvccpb::KeyValue| String::from_utf8_lossy(&kv.key).into();
+        let key = |kv: &mvccpb::KeyValue| String::from_utf8_lossy(&kv.key).into();
         r.kvs.iter().map(key).collect()
     }
 

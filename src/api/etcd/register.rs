@@ -9,32 +9,87 @@ use super::super::error::ApiError;
 use super::super::progress::PROGRESS_WAIT;
 use super::super::query::{scoped, WatchQuery};
 use super::super::{Api, WatchStream};
-use super::keys::KeyRange;
+use super::keys::{KeyRange, Located};
+use super::merge::{Merge, Source, Watched};
 use crate::config::Verb;
 use crate::dispatch::Inbox;
 use crate::object::{RequestedVersion, Revision};
 
-/// The watch a creation asks for, registered as the caller may have it.
+/// The watch a creation asks for, registered as the caller may have it,
+/// and the resources it reads.
 pub(super) async fn start(
     api: Api,
     identity: Identity,
     start_revision: i64,
     range: KeyRange,
-) -> Result<(WatchStream, String), ApiError> {
+    prev_kv: bool,
+) -> Result<(Watched, Vec<String>), ApiError> {
+    let placement = api.place(&range)?;
+    if !placement.gaps.is_empty() {
+        (api.auth.current().auth).authorize_unserved(&identity.caller, Verb::Watch)?;
+    }
+    let resources = placement.resources();
+    if let Some(whole) = placement.whole() {
+        let after = match start_revision {
+            n if n > 0 => Some(n as Revision - 1),
+            _ => None,
+        };
+        let stream = register(&api, &identity, whole, after).await?;
+        return Ok((Watched::One(stream), resources));
+    }
+    // Every part from one revision: the one asked for, or etcd's now as
+    // the first cache knows it.
+    let after = match (start_revision, placement.parts.first()) {
+        (n, _) if n > 0 => n as Revision - 1,
+        (_, Some(first)) => now(&api, first).await?,
+        (_, None) => 0,
+    };
+    let mut sources = Vec::with_capacity(placement.parts.len() + placement.gaps.len());
+    for part in &placement.parts {
+        let stream = register(&api, &identity, part, Some(after)).await?;
+        sources.push((part.range.start.clone(), Source::Cache(Box::new(stream))));
+    }
+    for gap in &placement.gaps {
+        let from = if after > 0 { after + 1 } else { 0 };
+        let stream = api.watch_gap(gap, from, prev_kv).await?;
+        sources.push((gap.start.clone(), Source::Etcd(Box::new(stream))));
+    }
+    sources.sort_by(|a, b| a.0.cmp(&b.0));
+    let sources = sources.into_iter().map(|(_, s)| s).collect();
+    Ok((
+        Watched::Merged(Box::new(Merge::new(sources, after))),
+        resources,
+    ))
+}
+
+/// etcd's revision at the time of the call, once `part`'s cache has it.
+async fn now(api: &Api, part: &Located<'_>) -> Result<Revision, ApiError> {
+    let s = part.served;
+    let _ = tokio::time::timeout(api.freshness_wait, s.cache.wait_ready()).await;
+    Ok(api.cache_for(s, RequestedVersion::Latest).await?.revision)
+}
+
+/// A watcher of `part` after `after` (none: from now), as the caller may
+/// have it.
+async fn register(
+    api: &Api,
+    identity: &Identity,
+    part: &Located<'_>,
+    after: Option<Revision>,
+) -> Result<WatchStream, ApiError> {
     let judged = api.auth.current();
-    let place = api.locate(&range)?;
-    let name = place.served.cache.resource.name.clone();
+    let name = &part.served.cache.resource.name;
     let limit = api.user_limits.watch(&identity.caller)?;
-    let (s, scope) = (api.admit(&judged, &identity, Verb::Watch, &name, &place.namespace))?;
-    let predicate = scoped(&s.cache.resource, &place.namespace, "", "", "", &scope)?;
+    let (s, scope) = (api.admit(&judged, identity, Verb::Watch, name, &part.namespace))?;
+    let predicate = scoped(&s.cache.resource, &part.namespace, "", "", "", &scope)?;
     // etcd never refuses a watch for being early: one created while the
     // cache is still listing waits for it (within the freshness bound,
     // then fails as a call would).
     let _ = tokio::time::timeout(api.freshness_wait, s.cache.wait_ready()).await;
-    let after = match start_revision {
-        n if n > 0 => n as Revision - 1,
+    let after = match after {
+        Some(after) => after,
         // From now: after etcd's revision at the time of the call.
-        _ => api.cache_for(s, RequestedVersion::Latest).await?.revision,
+        None => api.cache_for(s, RequestedVersion::Latest).await?.revision,
     };
     let query = WatchQuery {
         predicate,
@@ -45,11 +100,10 @@ pub(super) async fn start(
         allow_bookmarks: true,
         timeout: None,
     };
-    let (resource, namespace) = (s.cache.resource.clone(), place.namespace.as_str());
-    let grant = Grant::new(identity, Verb::Watch, resource, namespace, scope);
+    let (resource, namespace) = (s.cache.resource.clone(), part.namespace.as_str());
+    let grant = Grant::new(identity.clone(), Verb::Watch, resource, namespace, scope);
     let held = api.auth.hold(grant, &judged);
-    let stream = (api.start_watch(s, query, Inbox::solo(), (limit, held))).await?;
-    Ok((stream, name))
+    (api.start_watch(s, query, Inbox::solo(), (limit, held))).await
 }
 
 /// What a progress request is answered with: the revision up to which

@@ -16,16 +16,17 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::super::auth::Identity;
 use super::super::error::{etcd_status, ApiError};
-use super::super::watch::{Mark, Shown};
-use super::super::{peer_certs, Api, WatchStream};
+use super::super::{peer_certs, Api};
 use super::batch::{compacted, refused, Batch, NO_WATCH};
 use super::keys::{current, KeyRange};
+use super::merge::{Seen, Watched};
 use super::register::{fresh_revision, start};
 use super::wire::{event, header};
 use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
 use crate::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
+use crate::etcdpb::mvccpb;
 use crate::object::{EventType, Revision};
 
 /// Changes taken from the watches at once before they are sent, so one
@@ -86,18 +87,8 @@ struct Opened {
     prev_kv: bool,
     progress_notify: bool,
     fragment: bool,
-    resource: String,
-}
-
-/// A watch's stream of what it shows.
-struct Shows(WatchStream);
-
-impl Stream for Shows {
-    type Item = Result<Shown, ApiError>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().0.poll_shown(cx)
-    }
+    /// The resources it reads.
+    resources: Vec<String>,
 }
 
 /// A request being answered; the stream reads the next once it is.
@@ -106,7 +97,7 @@ enum Pending {
         id: i64,
         request: WatchCreateRequest,
         range: KeyRange,
-        start: BoxFuture<'static, Result<(WatchStream, String), ApiError>>,
+        start: BoxFuture<'static, Result<(Watched, Vec<String>), ApiError>>,
     },
     /// The revision every watched cache is proven fresh at, if all are.
     Progress(BoxFuture<'static, Option<Revision>>),
@@ -118,7 +109,7 @@ pub struct Session {
     api: Api,
     identity: Identity,
     open: HashMap<i64, Opened>,
-    streams: StreamMap<i64, Shows>,
+    streams: StreamMap<i64, Watched>,
     /// Where the search for a free id starts, as etcd assigns them.
     next_id: i64,
     max_message: usize,
@@ -212,7 +203,7 @@ impl Session {
                 if let Some(opened) = self.open.remove(&c.watch_id) {
                     self.streams.remove(&c.watch_id);
                     batch.push(WatchResponse {
-                        header: header(self.revision_of(&opened.resource)),
+                        header: header(self.revision_of(&opened.resources)),
                         watch_id: c.watch_id,
                         canceled: true,
                         ..Default::default()
@@ -220,8 +211,9 @@ impl Session {
                 }
             }
             Some(RequestUnion::ProgressRequest(_)) => {
-                let mut names: HashSet<String> =
-                    self.open.values().map(|o| o.resource.clone()).collect();
+                let mut names: HashSet<String> = (self.open.values())
+                    .flat_map(|o| o.resources.iter().cloned())
+                    .collect();
                 if names.is_empty() {
                     names.extend(self.api.resources.keys().take(1).cloned());
                 }
@@ -232,8 +224,12 @@ impl Session {
         }
     }
 
-    fn revision_of(&self, resource: &str) -> Revision {
-        self.api.resources.get(resource).map_or(0, current)
+    fn revision_of(&self, resources: &[String]) -> Revision {
+        (resources.iter())
+            .filter_map(|name| self.api.resources.get(name))
+            .map(current)
+            .max()
+            .unwrap_or_default()
     }
 
     /// Starts creating a watch as etcd does: its id, the client's or the
@@ -255,7 +251,13 @@ impl Session {
         };
         let range = KeyRange::watched(&request.key, &request.range_end);
         let (api, identity) = (self.api.clone(), self.identity.clone());
-        let start = Box::pin(start(api, identity, request.start_revision, range.clone()));
+        let start = Box::pin(start(
+            api,
+            identity,
+            request.start_revision,
+            range.clone(),
+            request.prev_kv,
+        ));
         self.pending = Some(Pending::Create {
             id,
             request,
@@ -296,6 +298,12 @@ impl Session {
                     // Everything up to the revision the watches hold goes
                     // out first.
                     self.take_ready(cx, batch, usize::MAX)?;
+                    // Merged watches vouch only for what they have shown.
+                    let shown = (self.streams.values()).filter_map(Watched::through).min();
+                    let revision = match shown {
+                        Some(shown) => revision.map(|r| r.min(shown)),
+                        None => revision,
+                    };
                     // etcd leaves a request it cannot answer unanswered.
                     if let Some(revision) = revision {
                         batch.push(WatchResponse {
@@ -323,13 +331,13 @@ impl Session {
         id: i64,
         c: WatchCreateRequest,
         range: KeyRange,
-        started: Result<(WatchStream, String), ApiError>,
+        started: Result<(Watched, Vec<String>), ApiError>,
         batch: &mut Batch,
     ) {
         match started {
-            Ok((stream, resource)) => {
+            Ok((stream, resources)) => {
                 batch.push(WatchResponse {
-                    header: header(self.revision_of(&resource)),
+                    header: header(self.revision_of(&resources)),
                     watch_id: id,
                     created: true,
                     ..Default::default()
@@ -342,10 +350,10 @@ impl Session {
                     prev_kv: c.prev_kv,
                     progress_notify: c.progress_notify,
                     fragment: c.fragment,
-                    resource,
+                    resources,
                 };
                 self.open.insert(id, opened);
-                self.streams.insert(id, Shows(stream));
+                self.streams.insert(id, stream);
             }
             Err(ApiError::TooOld {
                 oldest, current, ..
@@ -385,35 +393,56 @@ impl Session {
     fn take(
         &mut self,
         id: i64,
-        shown: Result<Shown, ApiError>,
+        seen: Result<Seen, ApiError>,
         batch: &mut Batch,
     ) -> Result<(), Status> {
         let Some(opened) = self.open.get(&id) else {
             return Ok(());
         };
-        match shown {
-            Ok(Shown::Change(view)) if view.resync_from.is_some() => {
+        let filtered = |put: bool| (put && opened.no_put) || (!put && opened.no_delete);
+        match seen {
+            Ok(Seen::Change(view)) if view.resync_from.is_some() => {
                 // etcd's history was lost and the cache listed again at
                 // the view's revision: etcd's clients know this as a
                 // compaction, and read again.
                 self.close(id);
                 batch.push(compacted(id, view.revision, view.revision + 1));
             }
-            Ok(Shown::Change(view)) => {
+            Ok(Seen::Change(view)) => {
                 let put = view.kind != EventType::Deleted;
-                let filtered = (put && opened.no_put) || (!put && opened.no_delete);
-                if !filtered && opened.range.contains(view.object.key_bytes()) {
+                if !filtered(put) && opened.range.contains(view.object.key_bytes()) {
                     batch.event(id, view.revision, event(&view, opened.prev_kv));
                 }
             }
-            Ok(Shown::Bookmark(revision, Mark::Progress)) if opened.progress_notify => {
+            Ok(Seen::Forwarded(revision, e)) => {
+                let put = e.r#type == mvccpb::event::EventType::Put as i32;
+                if !filtered(put) {
+                    batch.event(id, revision, e);
+                }
+            }
+            Ok(Seen::Progress(revision, true)) if opened.progress_notify => {
                 batch.push(WatchResponse {
                     header: header(revision),
                     watch_id: id,
                     ..Default::default()
                 });
             }
-            Ok(Shown::Bookmark(..) | Shown::Initial(_)) => {}
+            Ok(Seen::Progress(..)) => {}
+            Ok(Seen::Canceled {
+                current,
+                compact_revision,
+                reason,
+            }) => {
+                self.close(id);
+                batch.push(WatchResponse {
+                    header: header(current),
+                    watch_id: id,
+                    canceled: true,
+                    compact_revision: compact_revision as i64,
+                    cancel_reason: reason,
+                    ..Default::default()
+                });
+            }
             Err(ApiError::FellBehind {
                 oldest, current, ..
             }) => {

@@ -62,6 +62,23 @@ impl Dispatcher {
         self.wake(wakes);
     }
 
+    /// Sends watcher `id` a bookmark now, at the newest revision
+    /// dispatched: it follows every event dispatched to it, so its reader
+    /// knows it has seen all of them up to there.
+    pub(in crate::dispatch) fn bookmark_one(&self, id: u64) {
+        let mut wakes = std::mem::take(&mut *self.wakes.lock());
+        let mut guard = self.watchers.lock();
+        let w = &mut *guard;
+        let revision = w.revision;
+        if let Some(entry) = w.index.get_mut(id).filter(|e| revision > e.start) {
+            w.posts
+                .send(entry.post, entry.to, Delivery::Bookmark(revision));
+        }
+        w.posts.post(&mut wakes);
+        drop(guard);
+        self.wake(wakes);
+    }
+
     /// Spreads bookmarks over the last fifth of the interval so watchers
     /// started together do not wake together.
     pub(super) fn next_bookmark(&self, now: Instant) -> Instant {
