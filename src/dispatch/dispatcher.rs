@@ -343,6 +343,7 @@ impl Dispatcher {
             resync_from: event.resync_from,
             encoded,
             compressed: Default::default(),
+            etcd_encoded: Default::default(),
         })
     }
 

@@ -94,6 +94,9 @@ pub struct View {
     pub encoded: Option<Encoded>,
     /// Compressed forms of the change, shared like `encoded`.
     pub compressed: Compressed,
+    /// The change as etcd's API encodes it, without and with the previous
+    /// state: made by the first stream that sends it, for all of them.
+    pub etcd_encoded: [OnceLock<Bytes>; 2],
 }
 
 /// Compressed forms of a message the API makes when a stream first needs

@@ -253,6 +253,7 @@ impl Watcher {
                     resync_from: e.resync_from,
                     encoded: None,
                     compressed: Default::default(),
+                    etcd_encoded: Default::default(),
                 })));
             }
             if let Some(end) = resync_end {

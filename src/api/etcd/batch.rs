@@ -1,26 +1,109 @@
 //! The responses of an etcd Watch stream: a watch's changes taken
 //! together go in one response, cut (between revisions, or into fragments
-//! where the watch allows) to the message limit.
+//! where the watch allows) to the message limit. A change is encoded as
+//! etcd's `mvccpb.Event` once, for every stream that sends it; only the
+//! response around it is a stream's own.
 
 use std::collections::HashMap;
 
+use bytes::{BufMut, Bytes};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
 
 use super::wire::header;
-use crate::etcdpb::etcdserverpb::WatchResponse;
-use crate::etcdpb::mvccpb;
+use crate::etcdpb::etcdserverpb::{ResponseHeader, WatchResponse};
 
 /// The watch id of a response that belongs to no one watch (a progress
 /// answer, a refused creation), as etcd sends it.
 pub const NO_WATCH: i64 = -1;
 use crate::object::Revision;
 
+/// A change as etcd's `mvccpb.Event`, encoded.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub revision: Revision,
+    pub bytes: Bytes,
+}
+
+/// A response of an etcd Watch stream, as it is written.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// Anything but changes: a creation, a cancel, progress.
+    Message(WatchResponse),
+    /// Changes of one watch, in order; the header names the last one's
+    /// revision, as etcd's does.
+    Changes {
+        watch_id: i64,
+        /// More of the last revision follows in the next response.
+        fragment: bool,
+        events: Vec<Encoded>,
+    },
+}
+
+/// `WatchResponse`'s fields, as etcd's `rpc.proto` numbers them.
+const HEADER: u32 = 1;
+const WATCH_ID: u32 = 2;
+const FRAGMENT: u32 = 7;
+const EVENTS: u32 = 11;
+
+impl Outgoing {
+    fn header(events: &[Encoded]) -> ResponseHeader {
+        header(events.last().map_or(0, |e| e.revision)).unwrap_or_default()
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        let (watch_id, fragment, events) = match self {
+            Outgoing::Message(m) => return m.encoded_len(),
+            Outgoing::Changes {
+                watch_id,
+                fragment,
+                events,
+            } => (*watch_id, *fragment, events),
+        };
+        let header = Self::header(events).encoded_len();
+        let mut len = key_len(HEADER) + encoded_len_varint(header as u64) + header;
+        if watch_id != 0 {
+            len += key_len(WATCH_ID) + encoded_len_varint(watch_id as u64);
+        }
+        if fragment {
+            len += key_len(FRAGMENT) + 1;
+        }
+        len + (events.iter())
+            .map(|e| key_len(EVENTS) + encoded_len_varint(e.bytes.len() as u64) + e.bytes.len())
+            .sum::<usize>()
+    }
+
+    /// Writes it as etcd's `WatchResponse`, in field order.
+    pub fn encode_raw(&self, buf: &mut impl BufMut) {
+        let (watch_id, fragment, events) = match self {
+            Outgoing::Message(m) => return m.encode_raw(buf),
+            Outgoing::Changes {
+                watch_id,
+                fragment,
+                events,
+            } => (*watch_id, *fragment, events),
+        };
+        prost::encoding::message::encode(HEADER, &Self::header(events), buf);
+        if watch_id != 0 {
+            prost::encoding::int64::encode(WATCH_ID, &watch_id, buf);
+        }
+        if fragment {
+            prost::encoding::bool::encode(FRAGMENT, &fragment, buf);
+        }
+        for e in events {
+            encode_key(EVENTS, WireType::LengthDelimited, buf);
+            encode_varint(e.bytes.len() as u64, buf);
+            buf.put_slice(&e.bytes);
+        }
+    }
+}
+
 /// The responses one turn of the stream sends, in order: a watch's
 /// changes taken together go in one response (split only between
 /// revisions, or, for a watch that allows it, into fragments).
 #[derive(Default)]
 pub struct Batch {
-    responses: Vec<WatchResponse>,
+    responses: Vec<Outgoing>,
     /// Where each watch's changes are gathered, while nothing else for it
     /// has followed.
     gathering: HashMap<i64, usize>,
@@ -29,64 +112,60 @@ pub struct Batch {
 impl Batch {
     pub fn push(&mut self, response: WatchResponse) {
         self.gathering.remove(&response.watch_id);
-        self.responses.push(response);
+        self.responses.push(Outgoing::Message(response));
     }
 
-    pub fn event(&mut self, id: i64, revision: Revision, event: mvccpb::Event) {
+    pub fn event(&mut self, id: i64, event: Encoded) {
         let at = *self.gathering.entry(id).or_insert_with(|| {
-            self.responses.push(WatchResponse {
+            self.responses.push(Outgoing::Changes {
                 watch_id: id,
-                ..Default::default()
+                fragment: false,
+                events: Vec::new(),
             });
             self.responses.len() - 1
         });
-        let response = &mut self.responses[at];
-        response.header = header(revision);
-        response.events.push(event);
+        if let Outgoing::Changes { events, .. } = &mut self.responses[at] {
+            events.push(event);
+        }
     }
 
-    pub fn into_responses(self, fragments: impl Fn(i64) -> bool, max: usize) -> Vec<WatchResponse> {
+    pub fn into_responses(self, fragments: impl Fn(i64) -> bool, max: usize) -> Vec<Outgoing> {
         let mut out = Vec::with_capacity(self.responses.len());
         for r in self.responses {
-            if r.events.is_empty() || r.encoded_len() <= max {
-                out.push(r);
-                continue;
+            match r {
+                Outgoing::Changes {
+                    watch_id, events, ..
+                } if r.encoded_len() > max => {
+                    split(watch_id, events, max, fragments(watch_id), &mut out)
+                }
+                r => out.push(r),
             }
-            let fragment = fragments(r.watch_id);
-            split(r, max, fragment, &mut out);
         }
         out
     }
 }
 
-/// `r` in responses of at most `max` bytes where it can be: cut between
-/// revisions, and, with `fragment`, inside one too, each part but the last
-/// of a cut revision marked `fragment` as etcd marks them.
-fn split(r: WatchResponse, max: usize, fragment: bool, out: &mut Vec<WatchResponse>) {
-    let part = |events: Vec<mvccpb::Event>, fragment: bool| WatchResponse {
-        header: (events.last())
-            .and_then(|e| e.kv.as_ref())
-            .and_then(|kv| header(kv.mod_revision as Revision)),
-        watch_id: r.watch_id,
-        events,
+/// `events` of watch `id` in responses of at most `max` bytes where they
+/// can be: cut between revisions, and, with `fragment`, inside one too,
+/// each part but the last of a cut revision marked `fragment` as etcd
+/// marks them.
+fn split(id: i64, events: Vec<Encoded>, max: usize, fragment: bool, out: &mut Vec<Outgoing>) {
+    let part = |events: Vec<Encoded>, fragment: bool| Outgoing::Changes {
+        watch_id: id,
         fragment,
-        ..Default::default()
+        events,
     };
-    let revision = |e: &mvccpb::Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
-    let mut current: Vec<mvccpb::Event> = Vec::new();
+    let mut current: Vec<Encoded> = Vec::new();
     let mut size = 0;
-    let mut events = r.events.iter().peekable();
+    let mut events = events.into_iter().peekable();
     while let Some(e) = events.next() {
-        let len = e.encoded_len() + 8;
-        let same_revision = current
-            .last()
-            .is_some_and(|last| revision(last) == revision(e));
+        let len = e.bytes.len() + 8;
+        let same_revision = current.last().is_some_and(|last| last.revision == e.revision);
         if size + len > max && !current.is_empty() && (fragment || !same_revision) {
-            let cut_inside = same_revision;
-            out.push(part(std::mem::take(&mut current), cut_inside));
+            out.push(part(std::mem::take(&mut current), same_revision));
             size = 0;
         }
-        current.push(e.clone());
+        current.push(e);
         size += len;
         if events.peek().is_none() {
             out.push(part(std::mem::take(&mut current), false));
@@ -120,9 +199,10 @@ pub fn compacted(id: i64, current: Revision, compact_revision: Revision) -> Watc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::etcdpb::mvccpb;
 
-    fn put(key: &str, revision: i64) -> mvccpb::Event {
-        mvccpb::Event {
+    fn put(key: &str, revision: i64) -> Encoded {
+        let e = mvccpb::Event {
             r#type: mvccpb::event::EventType::Put as i32,
             kv: Some(mvccpb::KeyValue {
                 key: key.as_bytes().to_vec().into(),
@@ -131,24 +211,34 @@ mod tests {
                 ..Default::default()
             }),
             prev_kv: None,
+        };
+        Encoded {
+            revision: revision as Revision,
+            bytes: e.encode_to_vec().into(),
         }
     }
 
+    /// `r` as a client reads it.
+    fn read(r: &Outgoing) -> WatchResponse {
+        let mut buf = Vec::new();
+        r.encode_raw(&mut buf);
+        assert_eq!(buf.len(), r.encoded_len());
+        WatchResponse::decode(&buf[..]).unwrap()
+    }
+
     fn parts(fragment: bool) -> Vec<(Vec<i64>, bool)> {
-        let r = WatchResponse {
-            watch_id: 3,
-            events: vec![put("/a", 5), put("/b", 5), put("/c", 5), put("/d", 6)],
-            ..Default::default()
-        };
+        let events = vec![put("/a", 5), put("/b", 5), put("/c", 5), put("/d", 6)];
         let mut out = Vec::new();
-        split(r, 250, fragment, &mut out);
+        split(3, events, 250, fragment, &mut out);
         let revisions = |r: &WatchResponse| {
             r.events
                 .iter()
                 .map(|e| e.kv.as_ref().unwrap().mod_revision)
                 .collect()
         };
-        out.iter().map(|r| (revisions(r), r.fragment)).collect()
+        (out.iter().map(read))
+            .map(|r| (revisions(&r), r.fragment))
+            .collect()
     }
 
     #[test]
@@ -160,16 +250,18 @@ mod tests {
     #[test]
     fn a_watchs_changes_gather_until_something_else_for_it_follows() {
         let mut batch = Batch::default();
-        batch.event(1, 5, put("/a", 5));
-        batch.event(2, 5, put("/b", 5));
-        batch.event(1, 6, put("/c", 6));
+        batch.event(1, put("/a", 5));
+        batch.event(2, put("/b", 5));
+        batch.event(1, put("/c", 6));
         batch.push(WatchResponse {
             watch_id: 1,
             canceled: true,
             ..Default::default()
         });
-        batch.event(1, 7, put("/d", 7));
-        let sent = batch.into_responses(|_| false, usize::MAX);
+        batch.event(1, put("/d", 7));
+        let sent: Vec<WatchResponse> = (batch.into_responses(|_| false, usize::MAX).iter())
+            .map(read)
+            .collect();
         let shape: Vec<(i64, usize, bool)> = sent
             .iter()
             .map(|r| (r.watch_id, r.events.len(), r.canceled))
@@ -179,5 +271,6 @@ mod tests {
             [(1, 2, false), (2, 1, false), (1, 0, true), (1, 1, false)]
         );
         assert_eq!(sent[0].header.unwrap().revision, 6);
+        assert_eq!(&sent[0].events[1].kv.as_ref().unwrap().key[..], b"/c");
     }
 }

@@ -25,10 +25,10 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use tonic::body::Body;
-use tonic::codec::{BufferSettings, Codec};
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::server::{NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic_prost::{ProstCodec, ProstDecoder};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt};
 
@@ -39,8 +39,8 @@ use super::Api;
 use crate::config::LimitsConfig;
 use crate::etcdpb::etcdserverpb::{
     AuthenticateRequest, AuthenticateResponse, RangeRequest, RangeResponse, WatchRequest,
-    WatchResponse,
 };
+use batch::Outgoing;
 pub use watch::Session;
 
 /// Where etcd's services' methods are.
@@ -188,23 +188,40 @@ pub(super) async fn answer(
     }
 }
 
-/// Watch's messages in prost's encoding, in a buffer that starts small: a
-/// watch is idle most of its life, and tonic's default takes 8 KiB a
-/// stream up front.
+/// Watch's messages, in a buffer that starts small: a watch is idle most
+/// of its life, and tonic's default takes 8 KiB a stream up front.
 struct WatchCodec;
 
 impl Codec for WatchCodec {
-    type Encode = WatchResponse;
+    type Encode = Outgoing;
     type Decode = WatchRequest;
-    type Encoder = ProstEncoder<WatchResponse>;
+    type Encoder = OutgoingEncoder;
     type Decoder = ProstDecoder<WatchRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<WatchResponse, WatchRequest>::raw_encoder(BufferSettings::new(256, 8 * 1024))
+        OutgoingEncoder
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         ProstDecoder::default()
+    }
+}
+
+/// Writes a Watch stream's responses, their changes encoded once for
+/// every stream.
+struct OutgoingEncoder;
+
+impl Encoder for OutgoingEncoder {
+    type Item = Outgoing;
+    type Error = Status;
+
+    fn encode(&mut self, item: Outgoing, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode_raw(dst);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(256, 8 * 1024)
     }
 }
 
@@ -239,7 +256,7 @@ struct WatchCall {
 }
 
 impl StreamingService<WatchRequest> for WatchCall {
-    type Response = WatchResponse;
+    type Response = Outgoing;
     type ResponseStream = Session;
     type Future = BoxFuture<'static, Result<Response<Session>, Status>>;
 

@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
+use prost::Message;
 use tokio_stream::StreamMap;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::{Request, Response, Status, Streaming};
@@ -17,11 +18,11 @@ use tonic::{Request, Response, Status, Streaming};
 use super::super::auth::Identity;
 use super::super::error::{etcd_status, ApiError};
 use super::super::{peer_certs, Api};
-use super::batch::{compacted, refused, Batch, NO_WATCH};
+use super::batch::{compacted, refused, Batch, Encoded, Outgoing, NO_WATCH};
 use super::keys::{current, KeyRange};
 use super::merge::{Seen, Watched};
 use super::register::{fresh_revision, start};
-use super::wire::{event, header};
+use super::wire::{encoded_event, header};
 use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
@@ -117,7 +118,7 @@ pub struct Session {
     /// etcd goes on sending after its client's half-close.
     reading: bool,
     pending: Option<Pending>,
-    out: VecDeque<WatchResponse>,
+    out: VecDeque<Outgoing>,
     /// The status that ends the stream, once `out` is sent.
     end: Option<Status>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -127,10 +128,12 @@ pub struct Session {
 }
 
 impl Stream for Session {
-    type Item = Result<WatchResponse, Status>;
+    type Item = Result<Outgoing, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        // Shutdown is looked for once a call: its token takes a lock.
+        let mut shutdown_seen = false;
         loop {
             if let Some(response) = this.out.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
@@ -142,7 +145,9 @@ impl Stream for Session {
             if this.ended {
                 return Poll::Ready(None);
             }
-            if this.shutdown.as_mut().poll(cx).is_ready() {
+            if !std::mem::replace(&mut shutdown_seen, true)
+                && this.shutdown.as_mut().poll(cx).is_ready()
+            {
                 this.end = Some(etcd_status(ApiError::ShuttingDown { last: None }));
                 continue;
             }
@@ -411,13 +416,14 @@ impl Session {
             Ok(Seen::Change(view)) => {
                 let put = view.kind != EventType::Deleted;
                 if !filtered(put) && opened.range.contains(view.object.key_bytes()) {
-                    batch.event(id, view.revision, event(&view, opened.prev_kv));
+                    batch.event(id, encoded_event(&view, opened.prev_kv));
                 }
             }
             Ok(Seen::Forwarded(revision, e)) => {
                 let put = e.r#type == mvccpb::event::EventType::Put as i32;
                 if !filtered(put) {
-                    batch.event(id, revision, e);
+                    let bytes = e.encode_to_vec().into();
+                    batch.event(id, Encoded { revision, bytes });
                 }
             }
             Ok(Seen::Progress(revision, true)) if opened.progress_notify => {

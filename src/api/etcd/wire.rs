@@ -1,6 +1,9 @@
 //! Objects and changes as etcd's messages show them.
 
 use bytes::Bytes;
+use prost::Message;
+
+use super::batch::Encoded;
 
 use crate::dispatch::View;
 use crate::etcdpb::etcdserverpb::ResponseHeader;
@@ -34,6 +37,17 @@ pub fn key_value(o: &Object, with_value: bool) -> mvccpb::KeyValue {
 
 fn key_of(o: &Object) -> Bytes {
     o.wire.slice_ref(o.key_bytes())
+}
+
+/// [`event`], encoded once for every stream that sends it.
+pub fn encoded_event(view: &View, prev_kv: bool) -> Encoded {
+    let bytes = view.etcd_encoded[prev_kv as usize]
+        .get_or_init(|| event(view, prev_kv).encode_to_vec().into())
+        .clone();
+    Encoded {
+        revision: view.revision,
+        bytes,
+    }
 }
 
 /// A change as etcd's watch shows it: a PUT of the new state, or a DELETE
