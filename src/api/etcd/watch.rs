@@ -6,9 +6,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
 use futures::future::BoxFuture;
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use prost::Message;
 use tokio_stream::StreamMap;
@@ -70,6 +72,7 @@ impl Api {
             next_id: 0,
             max_message,
             requests,
+            requests_woken: Arc::new(Woken::default()),
             reading: true,
             pending: None,
             out: VecDeque::new(),
@@ -104,6 +107,38 @@ enum Pending {
     Progress(BoxFuture<'static, Option<Revision>>),
 }
 
+/// Set when the requests' waker fires, and the stream woken.
+struct Woken {
+    woken: AtomicBool,
+    stream: AtomicWaker,
+}
+
+impl Default for Woken {
+    fn default() -> Self {
+        Self {
+            woken: AtomicBool::new(true),
+            stream: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Woken {
+    fn take(&self) -> bool {
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.stream.wake();
+    }
+}
+
 /// One etcd Watch stream: its requests, its watches, and the responses
 /// waiting to be sent.
 pub struct Session {
@@ -115,6 +150,9 @@ pub struct Session {
     next_id: i64,
     max_message: usize,
     requests: Streaming<WatchRequest>,
+    /// Whether the requests are worth reading again: a watch's changes
+    /// wake the stream far more often than its requests do.
+    requests_woken: Arc<Woken>,
     /// etcd goes on sending after its client's half-close.
     reading: bool,
     pending: Option<Pending>,
@@ -134,6 +172,7 @@ impl Stream for Session {
         let this = self.get_mut();
         // Shutdown is looked for once a call: its token takes a lock.
         let mut shutdown_seen = false;
+        this.requests_woken.stream.register(cx.waker());
         loop {
             if let Some(response) = this.out.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
@@ -158,10 +197,13 @@ impl Stream for Session {
                     progressed = true;
                     this.end = answered.err();
                 }
-            } else if this.reading {
-                match this.requests.poll_next_unpin(cx) {
+            } else if this.reading && this.requests_woken.take() {
+                let waker = Waker::from(this.requests_woken.clone());
+                match (this.requests).poll_next_unpin(&mut Context::from_waker(&waker)) {
                     Poll::Ready(Some(Ok(request))) => {
                         progressed = true;
+                        // More may be buffered, with no wake to come.
+                        this.requests_woken.woken.store(true, Ordering::Release);
                         this.on_request(request, &mut batch);
                     }
                     Poll::Ready(None) => {
