@@ -78,6 +78,13 @@ impl KeyRange {
         self.end == End::Key
     }
 
+    /// Whether every key of `resource` is in it.
+    pub fn covers(&self, resource: &Resource) -> bool {
+        let (start, end) = (resource.key_prefix(), resource.key_range_end());
+        self.start.as_slice() <= start.as_bytes()
+            && self.end_key().is_none_or(|e| e.as_slice() >= end.as_bytes())
+    }
+
     /// The first key after the range; none when it runs to the end of
     /// the key space.
     fn end_key(&self) -> Option<Vec<u8>> {
@@ -303,6 +310,12 @@ mod tests {
         // A key no resource holds is itself the gap.
         let key = KeyRange::parse(b"/s/k", b"").unwrap();
         assert_eq!(key.gaps(std::iter::empty()), std::slice::from_ref(&key));
+        // Whether a watch must look at each key its caches show.
+        let p = Resource::for_tests(&[]);
+        assert!(KeyRange::parse(b"/p/", b"/p0").unwrap().covers(&p));
+        assert!(KeyRange::parse(b"/", b"\0").unwrap().covers(&p));
+        assert!(!KeyRange::parse(b"/p/ns/", b"/p/ns0").unwrap().covers(&p));
+        assert!(!KeyRange::parse(b"/p/", b"").unwrap().covers(&p));
     }
 
     #[test]

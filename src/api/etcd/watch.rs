@@ -73,6 +73,7 @@ impl Api {
             max_message,
             requests,
             requests_woken: Arc::new(Woken::default()),
+            registered: None,
             reading: true,
             pending: None,
             out: VecDeque::new(),
@@ -85,7 +86,8 @@ impl Api {
 
 /// What a watch of the stream asked for.
 struct Opened {
-    range: KeyRange,
+    /// Its range, when the caches it follows hold keys outside it.
+    range: Option<KeyRange>,
     no_put: bool,
     no_delete: bool,
     prev_kv: bool,
@@ -153,6 +155,8 @@ pub struct Session {
     /// Whether the requests are worth reading again: a watch's changes
     /// wake the stream far more often than its requests do.
     requests_woken: Arc<Woken>,
+    /// The waker `requests_woken` wakes.
+    registered: Option<Waker>,
     /// etcd goes on sending after its client's half-close.
     reading: bool,
     pending: Option<Pending>,
@@ -172,7 +176,11 @@ impl Stream for Session {
         let this = self.get_mut();
         // Shutdown is looked for once a call: its token takes a lock.
         let mut shutdown_seen = false;
-        this.requests_woken.stream.register(cx.waker());
+        // The waker rarely changes: registered again only when it does.
+        if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
+            this.requests_woken.stream.register(cx.waker());
+            this.registered = Some(cx.waker().clone());
+        }
         loop {
             if let Some(response) = this.out.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
@@ -390,8 +398,11 @@ impl Session {
                     ..Default::default()
                 });
                 let filters = |f: FilterType| c.filters.contains(&(f as i32));
+                let whole = (resources.iter())
+                    .filter_map(|name| self.api.resources.get(name))
+                    .all(|s| range.covers(&s.cache.resource));
                 let opened = Opened {
-                    range,
+                    range: (!whole).then_some(range),
                     no_put: filters(FilterType::Noput),
                     no_delete: filters(FilterType::Nodelete),
                     prev_kv: c.prev_kv,
@@ -457,7 +468,8 @@ impl Session {
             }
             Ok(Seen::Change(view)) => {
                 let put = view.kind != EventType::Deleted;
-                if !filtered(put) && opened.range.contains(view.object.key_bytes()) {
+                let key = view.object.key_bytes();
+                if !filtered(put) && opened.range.as_ref().is_none_or(|r| r.contains(key)) {
                     batch.event(id, encoded_event(&view, opened.prev_kv));
                 }
             }
