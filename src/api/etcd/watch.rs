@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::future::BoxFuture;
-use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
+use parking_lot::Mutex;
 use prost::Message;
 use tokio_stream::StreamMap;
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -112,14 +112,16 @@ enum Pending {
 /// Set when the requests' waker fires, and the stream woken.
 struct Woken {
     woken: AtomicBool,
-    stream: AtomicWaker,
+    /// Kept, not taken, by a wake: requests come seldom, and the stream
+    /// hands its waker over only when it changes.
+    stream: Mutex<Option<Waker>>,
 }
 
 impl Default for Woken {
     fn default() -> Self {
         Self {
             woken: AtomicBool::new(true),
-            stream: AtomicWaker::new(),
+            stream: Mutex::new(None),
         }
     }
 }
@@ -137,7 +139,9 @@ impl Wake for Woken {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        self.stream.wake();
+        if let Some(stream) = &*self.stream.lock() {
+            stream.wake_by_ref();
+        }
     }
 }
 
@@ -176,9 +180,9 @@ impl Stream for Session {
         let this = self.get_mut();
         // Shutdown is looked for once a call: its token takes a lock.
         let mut shutdown_seen = false;
-        // The waker rarely changes: registered again only when it does.
+        // The waker rarely changes: handed over again only when it does.
         if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
-            this.requests_woken.stream.register(cx.waker());
+            *this.requests_woken.stream.lock() = Some(cx.waker().clone());
             this.registered = Some(cx.waker().clone());
         }
         loop {
