@@ -4,7 +4,7 @@
 //! etcd's `mvccpb.Event` once, for every stream that sends it; only the
 //! response around it is a stream's own.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 
 use bytes::{BufMut, Bytes};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
@@ -100,48 +100,59 @@ impl Outgoing {
 
 /// The responses one turn of the stream sends, in order: a watch's
 /// changes taken together go in one response (split only between
-/// revisions, or, for a watch that allows it, into fragments).
+/// revisions, or, for a watch that allows it, into fragments). Kept by
+/// its stream from turn to turn, with its room.
 #[derive(Default)]
 pub struct Batch {
     responses: Vec<Outgoing>,
     /// Where each watch's changes are gathered, while nothing else for it
-    /// has followed.
-    gathering: HashMap<i64, usize>,
+    /// has followed: a turn has few watches, looked for in order.
+    gathering: Vec<(i64, usize)>,
 }
 
 impl Batch {
     pub fn push(&mut self, response: WatchResponse) {
-        self.gathering.remove(&response.watch_id);
+        self.gathering.retain(|(id, _)| *id != response.watch_id);
         self.responses.push(Outgoing::Message(response));
     }
 
     pub fn event(&mut self, id: i64, event: Encoded) {
-        let at = *self.gathering.entry(id).or_insert_with(|| {
-            self.responses.push(Outgoing::Changes {
-                watch_id: id,
-                fragment: false,
-                events: Vec::new(),
-            });
-            self.responses.len() - 1
-        });
+        let at = match self.gathering.iter().find(|(w, _)| *w == id) {
+            Some(&(_, at)) => at,
+            None => {
+                self.responses.push(Outgoing::Changes {
+                    watch_id: id,
+                    fragment: false,
+                    events: Vec::new(),
+                });
+                self.gathering.push((id, self.responses.len() - 1));
+                self.responses.len() - 1
+            }
+        };
         if let Outgoing::Changes { events, .. } = &mut self.responses[at] {
             events.push(event);
         }
     }
 
-    pub fn into_responses(self, fragments: impl Fn(i64) -> bool, max: usize) -> Vec<Outgoing> {
-        let mut out = Vec::with_capacity(self.responses.len());
-        for r in self.responses {
+    /// Moves the turn's responses to `out`, cut to `max` bytes, and
+    /// starts the next turn.
+    pub fn drain_into(
+        &mut self,
+        out: &mut VecDeque<Outgoing>,
+        fragments: impl Fn(i64) -> bool,
+        max: usize,
+    ) {
+        self.gathering.clear();
+        for r in self.responses.drain(..) {
             match r {
                 Outgoing::Changes {
                     watch_id, events, ..
                 } if r.encoded_len() > max => {
-                    split(watch_id, events, max, fragments(watch_id), &mut out)
+                    split(watch_id, events, max, fragments(watch_id), out)
                 }
-                r => out.push(r),
+                r => out.push_back(r),
             }
         }
-        out
     }
 }
 
@@ -149,7 +160,13 @@ impl Batch {
 /// can be: cut between revisions, and, with `fragment`, inside one too,
 /// each part but the last of a cut revision marked `fragment` as etcd
 /// marks them.
-fn split(id: i64, events: Vec<Encoded>, max: usize, fragment: bool, out: &mut Vec<Outgoing>) {
+fn split(
+    id: i64,
+    events: Vec<Encoded>,
+    max: usize,
+    fragment: bool,
+    out: &mut VecDeque<Outgoing>,
+) {
     let part = |events: Vec<Encoded>, fragment: bool| Outgoing::Changes {
         watch_id: id,
         fragment,
@@ -162,13 +179,13 @@ fn split(id: i64, events: Vec<Encoded>, max: usize, fragment: bool, out: &mut Ve
         let len = e.bytes.len() + 8;
         let same_revision = current.last().is_some_and(|last| last.revision == e.revision);
         if size + len > max && !current.is_empty() && (fragment || !same_revision) {
-            out.push(part(std::mem::take(&mut current), same_revision));
+            out.push_back(part(std::mem::take(&mut current), same_revision));
             size = 0;
         }
         current.push(e);
         size += len;
         if events.peek().is_none() {
-            out.push(part(std::mem::take(&mut current), false));
+            out.push_back(part(std::mem::take(&mut current), false));
         }
     }
 }
@@ -228,7 +245,7 @@ mod tests {
 
     fn parts(fragment: bool) -> Vec<(Vec<i64>, bool)> {
         let events = vec![put("/a", 5), put("/b", 5), put("/c", 5), put("/d", 6)];
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         split(3, events, 250, fragment, &mut out);
         let revisions = |r: &WatchResponse| {
             r.events
@@ -259,9 +276,9 @@ mod tests {
             ..Default::default()
         });
         batch.event(1, put("/d", 7));
-        let sent: Vec<WatchResponse> = (batch.into_responses(|_| false, usize::MAX).iter())
-            .map(read)
-            .collect();
+        let mut out = VecDeque::new();
+        batch.drain_into(&mut out, |_| false, usize::MAX);
+        let sent: Vec<WatchResponse> = out.iter().map(read).collect();
         let shape: Vec<(i64, usize, bool)> = sent
             .iter()
             .map(|r| (r.watch_id, r.events.len(), r.canceled))

@@ -77,6 +77,7 @@ impl Api {
             reading: true,
             pending: None,
             out: VecDeque::new(),
+            batch: Batch::default(),
             end: None,
             ended: false,
             place,
@@ -165,6 +166,8 @@ pub struct Session {
     reading: bool,
     pending: Option<Pending>,
     out: VecDeque<Outgoing>,
+    /// Where a turn gathers its responses, kept with its room.
+    batch: Batch,
     /// The status that ends the stream, once `out` is sent.
     end: Option<Status>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -202,7 +205,7 @@ impl Stream for Session {
                 this.end = Some(etcd_status(ApiError::ShuttingDown { last: None }));
                 continue;
             }
-            let mut batch = Batch::default();
+            let mut batch = std::mem::take(&mut this.batch);
             let mut progressed = false;
             if let Some(pending) = this.pending.take() {
                 if let Poll::Ready(answered) = this.poll_pending(pending, cx, &mut batch) {
@@ -233,8 +236,10 @@ impl Stream for Session {
                     this.end.get_or_insert(status);
                 }
             }
-            let responses = batch.into_responses(|id| this.fragments(id), this.max_message);
-            this.out.extend(responses);
+            let open = &this.open;
+            let fragments = |id| open.get(&id).is_some_and(|o| o.fragment);
+            batch.drain_into(&mut this.out, fragments, this.max_message);
+            this.batch = batch;
             if !progressed && this.out.is_empty() && this.end.is_none() {
                 return Poll::Pending;
             }
@@ -247,10 +252,6 @@ impl Session {
     /// given.
     pub(crate) fn place(&self) -> Option<Place> {
         self.place.as_ref().map(Mailbox::place)
-    }
-
-    fn fragments(&self, id: i64) -> bool {
-        self.open.get(&id).is_some_and(|o| o.fragment)
     }
 
     /// Answers what it can at once; a creation or a progress request is
