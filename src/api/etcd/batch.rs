@@ -160,13 +160,7 @@ impl Batch {
 /// can be: cut between revisions, and, with `fragment`, inside one too,
 /// each part but the last of a cut revision marked `fragment` as etcd
 /// marks them.
-fn split(
-    id: i64,
-    events: Vec<Encoded>,
-    max: usize,
-    fragment: bool,
-    out: &mut VecDeque<Outgoing>,
-) {
+fn split(id: i64, events: Vec<Encoded>, max: usize, fragment: bool, out: &mut VecDeque<Outgoing>) {
     let part = |events: Vec<Encoded>, fragment: bool| Outgoing::Changes {
         watch_id: id,
         fragment,
@@ -177,7 +171,9 @@ fn split(
     let mut events = events.into_iter().peekable();
     while let Some(e) = events.next() {
         let len = e.bytes.len() + 8;
-        let same_revision = current.last().is_some_and(|last| last.revision == e.revision);
+        let same_revision = current
+            .last()
+            .is_some_and(|last| last.revision == e.revision);
         if size + len > max && !current.is_empty() && (fragment || !same_revision) {
             out.push_back(part(std::mem::take(&mut current), same_revision));
             size = 0;

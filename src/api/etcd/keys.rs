@@ -82,7 +82,9 @@ impl KeyRange {
     pub fn covers(&self, resource: &Resource) -> bool {
         let (start, end) = (resource.key_prefix(), resource.key_range_end());
         self.start.as_slice() <= start.as_bytes()
-            && self.end_key().is_none_or(|e| e.as_slice() >= end.as_bytes())
+            && self
+                .end_key()
+                .is_none_or(|e| e.as_slice() >= end.as_bytes())
     }
 
     /// The first key after the range; none when it runs to the end of

@@ -70,6 +70,16 @@ impl Watched {
     }
 }
 
+impl Watched {
+    /// Whether it follows a cache, whose end at shutdown ends it.
+    pub fn follows_a_cache(&self) -> bool {
+        match self {
+            Watched::One(_) => true,
+            Watched::Merged(m) => (m.parts.iter()).any(|p| matches!(p.source, Source::Cache(_))),
+        }
+    }
+}
+
 impl Stream for Watched {
     type Item = Result<Seen, ApiError>;
 

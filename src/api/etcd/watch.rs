@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::future::BoxFuture;
@@ -181,8 +181,11 @@ impl Stream for Session {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        // Shutdown is looked for once a call: its token takes a lock.
-        let mut shutdown_seen = false;
+        // Shutdown closes every cache's queues, which ends the stream; a
+        // stream with no watch of a cache looks for it, once a call (its
+        // token takes a lock).
+        let mut shutdown_seen =
+            !this.streams.is_empty() && this.streams.values().all(Watched::follows_a_cache);
         // The waker rarely changes: handed over again only when it does.
         if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
             *this.requests_woken.stream.lock() = Some(cx.waker().clone());
