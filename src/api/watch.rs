@@ -160,6 +160,12 @@ impl WatchStream {
         self.watcher.place()
     }
 
+    /// Read by the stream at `place` of its inbox, which is named when
+    /// this watch has something to read.
+    pub fn report_as(&self, place: Place) {
+        self.watcher.report_as(place);
+    }
+
     /// Asks for a bookmark behind every change dispatched to it so far
     /// (see [`crate::dispatch::Watcher::bookmark_now`]).
     pub fn bookmark_now(&self) {

@@ -56,6 +56,9 @@ struct Queues {
     slots: SlotMap<Place, Queue>,
     /// The parcels being sorted; kept for the allocation.
     sorting: Vec<Parcel>,
+    /// Places named by a sort outside [`Inbox::collect`], which the next
+    /// collection gives its reader.
+    named: Vec<Place>,
 }
 
 struct Queue {
@@ -70,6 +73,10 @@ struct Queue {
     /// The dispatcher sends nothing more.
     closed: bool,
     counters: Arc<Counters>,
+    /// The place the reader knows this queue's reader by, when it is not
+    /// the queue's own (the watches of an etcd Watch stream, named by the
+    /// stream's place).
+    report: Option<Place>,
 }
 
 /// What a dispatcher gives a new queue.
@@ -135,6 +142,7 @@ impl Inbox {
             start: spec.start,
             closed: false,
             counters: spec.counters,
+            report: None,
         };
         let mut queues = self.queues.lock();
         let at = queues.slots.insert(queue);
@@ -174,17 +182,44 @@ impl Inbox {
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
     pub fn collect(&self, reader: &Waker, ready: &mut Vec<Place>) {
-        self.sort(&mut self.queues.lock(), reader, Some(ready));
+        let mut queues = self.queues.lock();
+        ready.append(&mut queues.named);
+        self.sort(&mut queues, Some(reader), Some(ready));
+    }
+
+    /// Sorts what was posted into the queues now, for a reader of some of
+    /// them that must see everything posted so far (an etcd Watch stream
+    /// answering a progress request). The places it names wait for the
+    /// next collection, whose reader is woken for them.
+    pub fn sort_now(&self) {
+        let mut queues = self.queues.lock();
+        let mut named = std::mem::take(&mut queues.named);
+        let before = named.len();
+        self.sort(&mut queues, None, Some(&mut named));
+        let woken = named.len() > before;
+        queues.named = named;
+        drop(queues);
+        if woken {
+            if let Some(reader) = self.incoming.lock().reader.take() {
+                reader.wake();
+            }
+        }
     }
 
     /// Moves the posted parcels into their queues, naming in `ready` those
     /// that were empty.
-    fn sort(&self, queues: &mut Queues, reader: &Waker, mut ready: Option<&mut Vec<Place>>) {
+    fn sort(
+        &self,
+        queues: &mut Queues,
+        reader: Option<&Waker>,
+        mut ready: Option<&mut Vec<Place>>,
+    ) {
         let overflowed = {
             let mut incoming = self.incoming.lock();
-            match &incoming.reader {
-                Some(w) if w.will_wake(reader) => {}
-                _ => incoming.reader = Some(reader.clone()),
+            match (&incoming.reader, reader) {
+                (_, None) => {}
+                (Some(w), Some(reader)) if w.will_wake(reader) => {}
+                (_, Some(reader)) => incoming.reader = Some(reader.clone()),
             }
             std::mem::swap(&mut incoming.parcels, &mut queues.sorting);
             std::mem::take(&mut incoming.overflowed)
@@ -203,7 +238,7 @@ impl Inbox {
             let Some(delivery) = delivery else {
                 q.closed = true;
                 if q.items.is_empty() {
-                    name(to);
+                    name(q.report.unwrap_or(to));
                 }
                 continue;
             };
@@ -241,7 +276,7 @@ impl Inbox {
             }
             q.items.push_back(shown);
             if q.items.len() == 1 {
-                name(to);
+                name(q.report.unwrap_or(to));
             }
         }
         tally.flush();
@@ -254,7 +289,7 @@ impl Inbox {
                 q.counters.fell_behind.inc();
                 q.items.push_back(Delivery::Behind);
                 if q.items.len() == 1 {
-                    name(place);
+                    name(q.report.unwrap_or(place));
                 }
             }
         }
@@ -315,13 +350,20 @@ impl Mailbox {
         self.at
     }
 
+    /// Has [`Inbox::collect`] name `place` for this queue from now on:
+    /// the place of the stream (reserved in the same inbox) that reads it.
+    pub fn report_as(&self, place: Place) {
+        let mut queues = self.inbox.queues.lock();
+        self.queue(&mut queues).report = Some(place);
+    }
+
     /// The next delivery; `None` once the queue is ended and empty. On
     /// `Pending`, a lone watcher's `cx` is woken by the next post; in a
     /// shared inbox, the reader's collection names the queue instead.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
-            self.inbox.sort(&mut queues, cx.waker(), None);
+            self.inbox.sort(&mut queues, Some(cx.waker()), None);
         }
         let q = self.queue(&mut queues);
         match q.items.pop_front() {

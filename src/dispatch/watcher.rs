@@ -105,6 +105,12 @@ impl Watcher {
         self.subscription.mailbox.alarm()
     }
 
+    /// Has its inbox's reader name `place` when it has something to read
+    /// (see [`super::Mailbox::report_as`]).
+    pub fn report_as(&self, place: Place) {
+        self.subscription.mailbox.report_as(place);
+    }
+
     /// Asks for a bookmark behind everything dispatched to it so far: once
     /// it arrives, the watcher has shown every change up to its revision.
     pub fn bookmark_now(&self) {

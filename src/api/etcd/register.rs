@@ -3,6 +3,7 @@
 //! answered with.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::super::auth::{Grant, Identity};
 use super::super::error::ApiError;
@@ -12,7 +13,7 @@ use super::super::{Api, WatchStream};
 use super::keys::{KeyRange, Located};
 use super::merge::{Merge, Source, Watched};
 use crate::config::Verb;
-use crate::dispatch::Inbox;
+use crate::dispatch::{Inbox, Place};
 use crate::object::{RequestedVersion, Revision};
 
 /// The watch a creation asks for, registered as the caller may have it,
@@ -23,6 +24,7 @@ pub(super) async fn start(
     start_revision: i64,
     range: KeyRange,
     prev_kv: bool,
+    home: Home,
 ) -> Result<(Watched, Vec<String>), ApiError> {
     let placement = api.place(&range)?;
     if !placement.gaps.is_empty() {
@@ -34,7 +36,7 @@ pub(super) async fn start(
             n if n > 0 => Some(n as Revision - 1),
             _ => None,
         };
-        let stream = register(&api, &identity, whole, after).await?;
+        let stream = register(&api, &identity, whole, after, &home).await?;
         return Ok((Watched::One(stream), resources));
     }
     // Every part from one revision: the one asked for, or etcd's now as
@@ -46,7 +48,7 @@ pub(super) async fn start(
     };
     let mut sources = Vec::with_capacity(placement.parts.len() + placement.gaps.len());
     for part in &placement.parts {
-        let stream = register(&api, &identity, part, Some(after)).await?;
+        let stream = register(&api, &identity, part, Some(after), &home).await?;
         sources.push((part.range.start.clone(), Source::Cache(Box::new(stream))));
     }
     for gap in &placement.gaps {
@@ -69,6 +71,12 @@ async fn now(api: &Api, part: &Located<'_>) -> Result<Revision, ApiError> {
     Ok(api.cache_for(s, RequestedVersion::Latest).await?.revision)
 }
 
+/// Where a stream's watches wait for their deliveries: its connection's
+/// inbox and the stream's place there, on the service's own HTTP/2 path
+/// (the connection's task then sorts them with every other watch's, and
+/// names the stream); none, an inbox of each watch's own.
+pub(super) type Home = Option<(Arc<Inbox>, Place)>;
+
 /// A watcher of `part` after `after` (none: from now), as the caller may
 /// have it.
 async fn register(
@@ -76,6 +84,7 @@ async fn register(
     identity: &Identity,
     part: &Located<'_>,
     after: Option<Revision>,
+    home: &Home,
 ) -> Result<WatchStream, ApiError> {
     let judged = api.auth.current();
     let name = &part.served.cache.resource.name;
@@ -103,7 +112,12 @@ async fn register(
     let (resource, namespace) = (s.cache.resource.clone(), part.namespace.as_str());
     let grant = Grant::new(identity.clone(), Verb::Watch, resource, namespace, scope);
     let held = api.auth.hold(grant, &judged);
-    (api.start_watch(s, query, Inbox::solo(), (limit, held))).await
+    let inbox = home.as_ref().map_or_else(Inbox::solo, |(inbox, _)| inbox.clone());
+    let stream = (api.start_watch(s, query, inbox, (limit, held))).await?;
+    if let Some((_, place)) = home {
+        stream.report_as(*place);
+    }
+    Ok(stream)
 }
 
 /// What a progress request is answered with: the revision up to which

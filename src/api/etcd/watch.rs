@@ -62,7 +62,8 @@ impl Api {
         let judged = self.auth.current();
         let identity =
             (self.caller(&judged, &metadata, &certs, &extensions)).map_err(etcd_status)?;
-        let place = extensions.get::<Arc<Inbox>>().map(Inbox::reserve);
+        let inbox = extensions.get::<Arc<Inbox>>().cloned();
+        let place = inbox.as_ref().map(Inbox::reserve);
         Ok(Session {
             shutdown: Box::pin(self.shutdown.clone().cancelled_owned()),
             api: self.clone(),
@@ -81,6 +82,7 @@ impl Api {
             end: None,
             ended: false,
             place,
+            inbox,
         })
     }
 }
@@ -174,6 +176,8 @@ pub struct Session {
     ended: bool,
     /// Its place in its connection's inbox, on the service's own path.
     place: Option<Mailbox>,
+    /// That inbox, where its watches' deliveries wait too.
+    inbox: Option<Arc<Inbox>>,
 }
 
 impl Stream for Session {
@@ -314,12 +318,14 @@ impl Session {
         };
         let range = KeyRange::watched(&request.key, &request.range_end);
         let (api, identity) = (self.api.clone(), self.identity.clone());
+        let home = self.inbox.clone().zip(self.place());
         let start = Box::pin(start(
             api,
             identity,
             request.start_revision,
             range.clone(),
             request.prev_kv,
+            home,
         ));
         self.pending = Some(Pending::Create {
             id,
@@ -359,7 +365,10 @@ impl Session {
             Pending::Progress(mut fresh) => match fresh.as_mut().poll(cx) {
                 Poll::Ready(revision) => {
                     // Everything up to the revision the watches hold goes
-                    // out first.
+                    // out first, what waits in the connection's inbox too.
+                    if let Some(inbox) = &self.inbox {
+                        inbox.sort_now();
+                    }
                     self.take_ready(cx, batch, usize::MAX)?;
                     // Merged watches vouch only for what they have shown.
                     let shown = (self.streams.values()).filter_map(Watched::through).min();
