@@ -190,20 +190,12 @@ impl Inbox {
     /// Sorts what was posted into the queues now, for a reader of some of
     /// them that must see everything posted so far (an etcd Watch stream
     /// answering a progress request). The places it names wait for the
-    /// next collection, whose reader is woken for them.
+    /// next collection: whatever was posted woke the inbox's reader.
     pub fn sort_now(&self) {
         let mut queues = self.queues.lock();
         let mut named = std::mem::take(&mut queues.named);
-        let before = named.len();
         self.sort(&mut queues, None, Some(&mut named));
-        let woken = named.len() > before;
         queues.named = named;
-        drop(queues);
-        if woken {
-            if let Some(reader) = self.incoming.lock().reader.take() {
-                reader.wake();
-            }
-        }
     }
 
     /// Moves the posted parcels into their queues, naming in `ready` those

@@ -256,6 +256,44 @@ fn watchers_sharing_an_inbox_get_each_batch_through_one_wake_of_their_reader() {
 }
 
 #[test]
+fn queues_read_by_one_stream_name_its_place_and_a_sort_now_keeps_the_names_for_the_reader() {
+    let d = dispatcher(16);
+    let inbox = Inbox::shared();
+    let stream = inbox.reserve();
+    let mut subs: Vec<_> = (0..2).map(|_| everything(&d, &inbox, 0, false)).collect();
+    subs.iter()
+        .for_each(|s| s.mailbox.report_as(stream.place()));
+    let reader = counting();
+    let reader_waker = Waker::from(reader.clone());
+    let mut ready = Vec::new();
+    inbox.collect(&reader_waker, &mut ready);
+    add_one(&d, 1);
+    inbox.collect(&reader_waker, &mut ready);
+    assert_eq!(
+        ready,
+        [stream.place(), stream.place()],
+        "the stream, for each"
+    );
+    for s in &mut subs {
+        assert_eq!(revisions(s), [Some(1)]);
+    }
+
+    // The stream sorts what was posted itself: its queues hold it at
+    // once, and the reader, woken by the post, is given the names at its
+    // collection.
+    let before = woken(&reader);
+    add_one(&d, 2);
+    inbox.sort_now();
+    for s in &mut subs {
+        assert_eq!(s.mailbox.try_recv().map(|d| d.revision()), Some(2));
+    }
+    assert_eq!(woken(&reader), before + 1, "the reader is woken once");
+    ready.clear();
+    inbox.collect(&reader_waker, &mut ready);
+    assert_eq!(ready, [stream.place(), stream.place()]);
+}
+
+#[test]
 fn an_inbox_without_room_puts_all_its_watchers_behind_until_each_rejoins() {
     let d = dispatcher(4);
     let inbox = Inbox::shared();

@@ -112,7 +112,9 @@ async fn register(
     let (resource, namespace) = (s.cache.resource.clone(), part.namespace.as_str());
     let grant = Grant::new(identity.clone(), Verb::Watch, resource, namespace, scope);
     let held = api.auth.hold(grant, &judged);
-    let inbox = home.as_ref().map_or_else(Inbox::solo, |(inbox, _)| inbox.clone());
+    let inbox = home
+        .as_ref()
+        .map_or_else(Inbox::solo, |(inbox, _)| inbox.clone());
     let stream = (api.start_watch(s, query, inbox, (limit, held))).await?;
     if let Some((_, place)) = home {
         stream.report_as(*place);
