@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
+    Client, Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
     WatchFilterType, WatchOptions, WatchResponse, WatchStream,
 };
 use watchproxy::config::{Config, ServePath};
@@ -24,42 +24,8 @@ fn config(etcd_url: &str, path: ServePath) -> Config {
     config
 }
 
-/// watchproxy with etcd's API, and an etcd client of it once its caches
-/// answer.
 async fn proxy(etcd_url: &str, path: ServePath) -> (Proxy, Client) {
-    let proxy = Proxy::start_config(config(etcd_url, path)).await;
-    let mut client = Client::connect([format!("http://{}", proxy.addr)], None)
-        .await
-        .unwrap();
-    let mut last = None;
-    for _ in 0..100 {
-        let pods = client
-            .get("/registry/pods/", Some(GetOptions::new().with_prefix()))
-            .await;
-        let nodes = client
-            .get("/registry/minions/", Some(GetOptions::new().with_prefix()))
-            .await;
-        match pods.and(nodes) {
-            Ok(_) => return (proxy, client),
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("watchproxy's etcd API did not answer within 10 s: {last:?}");
-}
-
-/// A pair as every field of it reads.
-type Kv = (String, i64, i64, i64, String, i64);
-
-fn kv(kv: &KeyValue) -> Kv {
-    (
-        kv.key_str().unwrap().to_owned(),
-        kv.create_revision(),
-        kv.mod_revision(),
-        kv.version(),
-        kv.value_str().unwrap().to_owned(),
-        kv.lease(),
-    )
+    etcd_api_proxy(config(etcd_url, path)).await
 }
 
 /// Writes of every kind etcd records: creations, a transaction of two
@@ -253,38 +219,6 @@ async fn what_etcd_refuses_or_watchproxy_does_not_serve_gets_a_clear_status() {
     drop(proxy);
 }
 
-/// Every event of `stream` until one at `until` or later, as it reads,
-/// and whether a revision was ever split between two responses.
-async fn events_until(stream: &mut WatchStream, until: i64) -> (Vec<(i32, Kv, Option<Kv>)>, bool) {
-    let mut events = Vec::new();
-    let mut last_revision_of_a_response = 0;
-    let mut split = false;
-    while events
-        .last()
-        .is_none_or(|(_, kv, _): &(i32, Kv, Option<Kv>)| kv.2 < until)
-    {
-        let r: WatchResponse = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .expect("events within 10 s")
-            .unwrap()
-            .expect("the stream is open");
-        assert!(!r.canceled(), "{r:?}");
-        let first = r.events().first().map(|e| e.kv().unwrap().mod_revision());
-        split |= first.is_some() && first == Some(last_revision_of_a_response);
-        for e in r.events() {
-            let kind = match e.event_type() {
-                EventType::Put => 0,
-                EventType::Delete => 1,
-            };
-            events.push((kind, kv(e.kv().unwrap()), e.prev_kv().map(kv)));
-        }
-        if let Some(e) = r.events().last() {
-            last_revision_of_a_response = e.kv().unwrap().mod_revision();
-        }
-    }
-    (events, split)
-}
-
 /// The (deleted, revision) of each event of `stream`, by watch, until
 /// watch 0 has one at `until`.
 async fn by_watch(stream: &mut WatchStream, until: i64) -> BTreeMap<i64, Vec<(i32, i64)>> {
@@ -305,16 +239,6 @@ async fn by_watch(stream: &mut WatchStream, until: i64) -> BTreeMap<i64, Vec<(i3
         }
     }
     by_watch
-}
-
-async fn created(stream: &mut WatchStream) -> WatchResponse {
-    let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
-        .await
-        .expect("created within 10 s")
-        .unwrap()
-        .unwrap();
-    assert!(r.created(), "{r:?}");
-    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,13 +6,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use etcd_client::{
-    Client, EventType, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
-    WatchStream,
-};
+use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
 use watchproxy::config::{Config, ServePath};
 
 fn config(etcd_url: &str, path: ServePath) -> Config {
@@ -26,33 +21,7 @@ fn config(etcd_url: &str, path: ServePath) -> Config {
 }
 
 async fn proxy(etcd_url: &str, path: ServePath) -> (Proxy, Client) {
-    let proxy = Proxy::start_config(config(etcd_url, path)).await;
-    let mut client = Client::connect([format!("http://{}", proxy.addr)], None)
-        .await
-        .unwrap();
-    for _ in 0..100 {
-        let all = client
-            .get("/registry/", Some(GetOptions::new().with_prefix()))
-            .await;
-        if all.is_ok() {
-            return (proxy, client);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("watchproxy's etcd API did not answer within 10 s");
-}
-
-type Kv = (String, i64, i64, i64, String, i64);
-
-fn kv(kv: &KeyValue) -> Kv {
-    (
-        kv.key_str().unwrap().to_owned(),
-        kv.create_revision(),
-        kv.mod_revision(),
-        kv.version(),
-        kv.value_str().unwrap().to_owned(),
-        kv.lease(),
-    )
+    etcd_api_proxy(config(etcd_url, path)).await
 }
 
 /// Writes under both served prefixes, between them (`configmaps`,
@@ -148,41 +117,11 @@ async fn ranges_over_and_outside_the_served_prefixes_answer_as_etcd_does() {
     );
 }
 
-/// Every event of `stream` up to `until`, read until one at `until` or
-/// later came: (kind, pair, previous pair), and whether a revision came
-/// in two responses.
-async fn events_until(stream: &mut WatchStream, until: i64) -> (Vec<(i32, Kv, Option<Kv>)>, bool) {
-    let mut events: Vec<(i32, Kv, Option<Kv>)> = Vec::new();
-    let mut last = 0;
-    let mut split = false;
-    while events.last().is_none_or(|(_, kv, _)| kv.2 < until) {
-        let r = tokio::time::timeout(Duration::from_secs(15), stream.message())
-            .await
-            .expect("events within 15 s")
-            .unwrap()
-            .expect("the stream is open");
-        assert!(!r.canceled(), "{r:?}");
-        let first = r.events().first().map(|e| e.kv().unwrap().mod_revision());
-        split |= first.is_some() && first == Some(last);
-        for e in r.events() {
-            let kind = matches!(e.event_type(), EventType::Delete) as i32;
-            events.push((kind, kv(e.kv().unwrap()), e.prev_kv().map(kv)));
-        }
-        if let Some(e) = r.events().last() {
-            last = e.kv().unwrap().mod_revision();
-        }
-    }
+/// The events up to `until`: a watch may have sent more in the response
+/// that reached it, and etcd's and watchproxy's responses cut apart.
+fn up_to(mut events: Vec<Ev>, until: i64) -> Vec<Ev> {
     events.retain(|(_, kv, _)| kv.2 <= until);
-    (events, split)
-}
-
-async fn created(stream: &mut WatchStream) {
-    let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
-        .await
-        .expect("created within 10 s")
-        .unwrap()
-        .unwrap();
-    assert!(r.created() && !r.canceled(), "{r:?}");
+    events
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,9 +147,10 @@ async fn watches_over_and_outside_the_served_prefixes_show_etcds_events_in_etcds
             let mut want = e.watch(key, Some(past())).await.unwrap();
             let mut got = w.watch(key, Some(past())).await.unwrap();
             created(&mut want).await;
-            created(&mut got).await;
-            let want_past = events_until(&mut want, head).await.0;
+            assert!(!created(&mut got).await.canceled(), "{path:?}, {what}");
+            let want_past = up_to(events_until(&mut want, head).await.0, head);
             let (got_past, split) = events_until(&mut got, head).await;
+            let got_past = up_to(got_past, head);
             assert_eq!(got_past, want_past, "{path:?}, {what}: from the past");
             assert!(!split, "{path:?}, {what}: a revision came in two responses");
 
@@ -219,11 +159,12 @@ async fn watches_over_and_outside_the_served_prefixes_show_etcds_events_in_etcds
             let mut want = e.watch(key, Some(from_now())).await.unwrap();
             let mut got = w.watch(key, Some(from_now())).await.unwrap();
             created(&mut want).await;
-            created(&mut got).await;
+            assert!(!created(&mut got).await.canceled(), "{path:?}, {what}");
             let mut c = etcd.client().await;
             let now = write(&mut c, &format!("{path:?}-{}", key.len())).await;
-            let want_now = events_until(&mut want, now - 1).await.0;
+            let want_now = up_to(events_until(&mut want, now - 1).await.0, now - 1);
             let (got_now, split) = events_until(&mut got, now - 1).await;
+            let got_now = up_to(got_now, now - 1);
             assert_eq!(got_now, want_now, "{path:?}, {what}: from now");
             assert!(!split, "{path:?}, {what}: a revision came in two responses");
         }
