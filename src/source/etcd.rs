@@ -391,10 +391,14 @@ impl Etcd {
     }
 
     /// A range read as its caller asked for it, within the request
-    /// timeout: etcd's API passed through.
+    /// timeout (once more with a new token when etcd's expired): etcd's
+    /// API passed through.
     pub async fn range(&self, key: Vec<u8>, options: GetOptions) -> Result<GetResponse, EtcdError> {
-        let mut kv = self.client.kv_client();
-        self.deadline(kv.get(key, Some(options))).await
+        (self.kv(|mut kv| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        }))
+        .await
     }
 }
 
