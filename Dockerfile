@@ -6,17 +6,22 @@ FROM rust:1.88-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, so source changes do not rebuild them. The workspace's
-# other members (the load generator, the test kit) are not built: only
-# their manifests are needed to read the workspace.
+# other members (the load generator, the checker, the Rust client, the test
+# kit) are not built: only their manifests are needed to read the workspace
+# (tests/dockerfile.rs lays this layer out and loads it).
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY bench/Cargo.toml bench/Cargo.toml
+COPY check/Cargo.toml check/Cargo.toml
+COPY clients/rust/Cargo.toml clients/rust/Cargo.toml
 COPY testkit/Cargo.toml testkit/Cargo.toml
 COPY proto proto
 # Cargo.toml names the benchmark targets, so their files must exist.
 COPY benches benches
-RUN mkdir -p src bench/src testkit/src \
+RUN mkdir -p src bench/src check/src clients/rust/src testkit/src \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && echo 'fn main() {}' > bench/src/main.rs && touch testkit/src/lib.rs \
+    && echo 'fn main() {}' > bench/src/main.rs \
+    && echo 'fn main() {}' > check/src/main.rs && touch check/src/lib.rs \
+    && touch clients/rust/src/lib.rs testkit/src/lib.rs \
     && cargo build --release --locked -p watchproxy --bin watchproxy || true
 COPY src src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p watchproxy --bin watchproxy
