@@ -264,7 +264,9 @@ async fn demo_load(
             .await
             .context("writing demo pods")?;
     }
-    println!("wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces");
+    say(format_args!(
+        "wrote {count} pods under {prefix}/ over {nodes} nodes and {namespaces} namespaces"
+    ));
     Ok(())
 }
 
@@ -303,14 +305,14 @@ async fn list(q: Query, limit: i64) -> anyhow::Result<()> {
             .await?
             .into_inner();
         for o in &resp.items {
-            println!("{}", describe(o));
+            say(format_args!("{}", describe(o)));
         }
         total += resp.items.len();
         if resp.continue_token.is_empty() {
-            println!(
+            say(format_args!(
                 "# {total} objects at resource version {}",
                 resp.resource_version
-            );
+            ));
             return Ok(());
         }
         continue_token = resp.continue_token;
@@ -365,9 +367,22 @@ async fn follow(
         let kind = pb::EventType::try_from(event.r#type).map_or("UNKNOWN", |t| t.as_str_name());
         let object = event.object.unwrap_or_default();
         let mark = if event.resync { " resync" } else { "" };
-        println!("{kind} {}{mark}", describe(&object));
+        say(format_args!("{kind} {}{mark}", describe(&object)));
         if !event.resume_resource_version.is_empty() {
             *resume = event.resume_resource_version;
         }
+    }
+}
+
+/// Writes a line of output. A reader that went away (`watch | head`) ends
+/// the program quietly, with success: it took what it wanted.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("watchproxy: cannot write the output: {e}");
+        std::process::exit(74);
     }
 }
