@@ -142,6 +142,12 @@ fn standalone_mode_is_a_service_in_front_of_probed_non_root_pods() {
     let config = rendered_config(&docs);
     assert_eq!(config.listen.to_string(), "0.0.0.0:50051");
     assert!(config.etcd.tls.is_none());
+    // The image the Dockerfile builds, tagged with the chart's appVersion:
+    // no registry publishes one.
+    let chart = std::fs::read_to_string(format!("{CHART}/Chart.yaml")).unwrap();
+    let chart: serde_yaml_ng::Value = serde_yaml_ng::from_str(&chart).unwrap();
+    let version = chart["appVersion"].as_str().unwrap();
+    assert_eq!(c["image"], format!("watchproxy:{version}").as_str());
 }
 
 /// A file a rendered container mounts `path` from: the Secret's name.
