@@ -5,14 +5,12 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
-use parking_lot::Mutex;
-use prost::Message;
 use tokio_stream::StreamMap;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::{Request, Response, Status, Streaming};
@@ -20,17 +18,16 @@ use tonic::{Request, Response, Status, Streaming};
 use super::super::auth::Identity;
 use super::super::error::{etcd_status, ApiError};
 use super::super::{peer_certs, Api};
-use super::batch::{compacted, refused, Batch, Encoded, Outgoing, NO_WATCH};
+use super::batch::{compacted, refused, Batch, Outgoing, NO_WATCH};
 use super::keys::{current, KeyRange};
-use super::merge::{Seen, Watched};
+use super::merge::Watched;
 use super::register::{fresh_revision, start};
-use super::wire::{encoded_event, header};
+use super::wire::header;
 use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
 use crate::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
-use crate::etcdpb::mvccpb;
-use crate::object::{EventType, Revision};
+use crate::object::Revision;
 
 /// Changes taken from the watches at once before they are sent, so one
 /// busy watch does not hold up the requests of the stream.
@@ -110,42 +107,6 @@ enum Pending {
     },
     /// The revision every watched cache is proven fresh at, if all are.
     Progress(BoxFuture<'static, Option<Revision>>),
-}
-
-/// Set when the requests' waker fires, and the stream woken.
-struct Woken {
-    woken: AtomicBool,
-    /// Kept, not taken, by a wake: requests come seldom, and the stream
-    /// hands its waker over only when it changes.
-    stream: Mutex<Option<Waker>>,
-}
-
-impl Default for Woken {
-    fn default() -> Self {
-        Self {
-            woken: AtomicBool::new(true),
-            stream: Mutex::new(None),
-        }
-    }
-}
-
-impl Woken {
-    fn take(&self) -> bool {
-        self.woken.swap(false, Ordering::AcqRel)
-    }
-}
-
-impl Wake for Woken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        if let Some(stream) = &*self.stream.lock() {
-            stream.wake_by_ref();
-        }
-    }
 }
 
 /// One etcd Watch stream: its requests, its watches, and the responses
@@ -462,77 +423,9 @@ impl Session {
         }
         Ok(taken)
     }
-
-    /// What watch `id` showed, as etcd's client sees it; a failure that
-    /// is not the watch's alone ends the stream with its status.
-    fn take(
-        &mut self,
-        id: i64,
-        seen: Result<Seen, ApiError>,
-        batch: &mut Batch,
-    ) -> Result<(), Status> {
-        let Some(opened) = self.open.get(&id) else {
-            return Ok(());
-        };
-        let filtered = |put: bool| (put && opened.no_put) || (!put && opened.no_delete);
-        match seen {
-            Ok(Seen::Change(view)) if view.resync_from.is_some() => {
-                // etcd's history was lost and the cache listed again at
-                // the view's revision: etcd's clients know this as a
-                // compaction, and read again.
-                self.close(id);
-                batch.push(compacted(id, view.revision, view.revision + 1));
-            }
-            Ok(Seen::Change(view)) => {
-                let put = view.kind != EventType::Deleted;
-                let key = view.object.key_bytes();
-                if !filtered(put) && opened.range.as_ref().is_none_or(|r| r.contains(key)) {
-                    batch.event(id, encoded_event(&view, opened.prev_kv));
-                }
-            }
-            Ok(Seen::Forwarded(revision, e)) => {
-                let put = e.r#type == mvccpb::event::EventType::Put as i32;
-                if !filtered(put) {
-                    let bytes = e.encode_to_vec().into();
-                    batch.event(id, Encoded { revision, bytes });
-                }
-            }
-            Ok(Seen::Progress(revision, true)) if opened.progress_notify => {
-                batch.push(WatchResponse {
-                    header: header(revision),
-                    watch_id: id,
-                    ..Default::default()
-                });
-            }
-            Ok(Seen::Progress(..)) => {}
-            Ok(Seen::Canceled {
-                current,
-                compact_revision,
-                reason,
-            }) => {
-                self.close(id);
-                batch.push(WatchResponse {
-                    header: header(current),
-                    watch_id: id,
-                    canceled: true,
-                    compact_revision: compact_revision as i64,
-                    cancel_reason: reason,
-                    ..Default::default()
-                });
-            }
-            Err(ApiError::FellBehind {
-                oldest, current, ..
-            }) => {
-                self.close(id);
-                batch.push(compacted(id, current, oldest + 1));
-            }
-            Err(e) => return Err(etcd_status(e)),
-        }
-        Ok(())
-    }
-
-    fn close(&mut self, id: i64) {
-        self.open.remove(&id);
-        self.streams.remove(&id);
-    }
 }
+
+mod shown;
+mod woken;
+
+use woken::Woken;
