@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+# What it installed for the tests lives in the project's .venv.
+export PATH="$PWD/.venv/bin:$PATH"
 cargo fmt --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ./scripts/deny.sh

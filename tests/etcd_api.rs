@@ -921,11 +921,11 @@ async fn pythons_aetcd_reads_and_watches_through_watchproxy_as_from_etcd() {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/etcd_client.py");
         let start = (before + 1).to_string();
         let mut python = python3();
-        let ok = std::process::Command::new("python3")
+        let ok = python3()
             .args(["-c", "import aetcd"])
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "python3 with aetcd is required: run ./scripts/install-deps.sh (pip install aetcd==1.0.0)");
+        assert!(ok, "python3 with aetcd is required: run ./scripts/install-deps.sh, which installs it into the project's .venv");
         let out = python
             .args([script, &host, &port, "/registry/pods/", &start, "8"])
             .output()

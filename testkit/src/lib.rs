@@ -20,13 +20,17 @@ pub const ETCD_INSTALL_HINT: &str = "etcd is required by the integration tests a
 Install it with `sudo apt-get install -y etcd-server etcd-client` (Debian/Ubuntu), \
 run ./scripts/test.sh (which installs it), or set WATCHPROXY_ETCD_BIN to an etcd binary.";
 
-/// `name` on the `PATH`.
+/// Where `scripts/install-deps.sh` installs the tests' tools (grpcurl,
+/// Helm, Python with the client packages): the project's own `.venv`.
+const PROJECT_TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin");
+
+/// `name` in the project's `.venv`, else on the `PATH`.
 pub fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::iter::once(PathBuf::from(PROJECT_TOOLS))
+        .chain(std::env::split_paths(&path))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 /// `name` on the `PATH`; a missing tool fails with `hint`, never skips.

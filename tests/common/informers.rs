@@ -8,12 +8,18 @@ use std::time::Duration;
 /// python3 with the Python package in this tree on its path (and its
 /// requirements installed, or the test fails saying how to install them).
 pub fn python3() -> Command {
-    let ok = Command::new("python3")
+    let hint = "run ./scripts/install-deps.sh, which installs the client package and grpcio-tools into the project's .venv";
+    let python = watchproxy_testkit::require("python3", hint);
+    let ok = Command::new(&python)
         .args(["-c", "import grpc, grpc_tools, grpc_status"])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "python3 with grpcio, grpcio-tools and grpcio-status is required: run ./scripts/install-deps.sh (pip install ./clients/python grpcio-tools)");
-    let mut c = Command::new("python3");
+    assert!(
+        ok,
+        "{} with grpcio, grpcio-tools and grpcio-status is required: {hint}",
+        python.display()
+    );
+    let mut c = Command::new(python);
     c.env(
         "PYTHONPATH",
         concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
