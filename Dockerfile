@@ -6,8 +6,8 @@ FROM rust:1.88-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, so source changes do not rebuild them. The workspace's
-# other members (the load generator, the checker, the Rust client, the test
-# kit) are not built: only their manifests are needed to read the workspace
+# other members (the load generator, the checker, the test kit) are not
+# built: only their manifests are needed to read the workspace
 # (tests/dockerfile.rs lays this layer out and loads it).
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY bench/Cargo.toml bench/Cargo.toml
@@ -24,7 +24,10 @@ RUN mkdir -p src bench/src check/src clients/rust/src testkit/src \
     && touch clients/rust/src/lib.rs testkit/src/lib.rs \
     && cargo build --release --locked -p watchproxy --bin watchproxy || true
 COPY src src
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p watchproxy --bin watchproxy
+# The command line's get, list and watch are made through the Rust client.
+COPY clients/rust/build.rs clients/rust/build.rs
+COPY clients/rust/src clients/rust/src
+RUN touch src/main.rs src/lib.rs clients/rust/src/lib.rs && cargo build --release --locked -p watchproxy --bin watchproxy
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/watchproxy /usr/local/bin/watchproxy

@@ -298,4 +298,25 @@ async fn the_rust_and_python_clients_speak_mutual_tls() {
         "{printed} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // The command line, as kubectl's flags say it.
+    let cli = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_watchproxy"))
+            .args(["get", "pods", "a", "-n", "ns", "-o", "name"])
+            .args(["--server", &format!("localhost:{}", proxy.addr.port())])
+            .args(["--ca", &ca])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["--cert", &cert, "--key", &key]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "pods/a\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without its certificate, the server refuses the caller.
+    let out = cli(&[]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
 }
