@@ -199,7 +199,10 @@ pub async fn run(
     let reflection = || {
         let builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // The error details every status carries, so that grpcurl and
+            // other reflection clients show ErrorInfo decoded.
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET);
         match config.etcd_api.enabled {
             true => builder.register_encoded_file_descriptor_set(etcdpb::FILE_DESCRIPTOR_SET),
             false => builder,

@@ -134,6 +134,33 @@ async fn grpcurl_lists_and_calls_the_service_through_reflection() {
     });
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed["items"][0]["name"], "web-1", "{listed}");
+
+    // A failed call's details come decoded, through reflection of
+    // google/rpc/error_details.proto.
+    let out = tokio::task::block_in_place(|| {
+        grpcurl()
+            .args(["-plaintext", "-d"])
+            .arg(r#"{"resource":"pods","label_selector":"app in (web"}"#)
+            .args([&addr, "watchproxy.v1.WatchProxy/List"])
+            .output()
+            .unwrap()
+    });
+    let shown = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{shown}");
+    assert!(shown.contains("Code: InvalidArgument"), "{shown}");
+    let detail = |kind: &str| -> serde_json::Value {
+        let line = shown
+            .lines()
+            .find(|l| l.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} detail: {shown}"));
+        let json = &line[line.find('{').unwrap()..];
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let info = detail("google.rpc.ErrorInfo");
+    assert_eq!(info["reason"], "BAD_SELECTOR", "{shown}");
+    assert_eq!(info["domain"], "watchproxy.v1", "{shown}");
+    let bad = detail("google.rpc.BadRequest");
+    assert_eq!(bad["fieldViolations"][0]["field"], "label_selector", "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
