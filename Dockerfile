@@ -24,6 +24,8 @@ RUN mkdir -p src bench/src check/src clients/rust/src testkit/src \
     && touch clients/rust/src/lib.rs testkit/src/lib.rs \
     && cargo build --release --locked -p watchproxy --bin watchproxy || true
 COPY src src
+# The commit watchproxy_build_info names: docker build --build-arg WATCHPROXY_GIT=$(git rev-parse --short=12 HEAD)
+ARG WATCHPROXY_GIT=unknown
 # The command line's get, list and watch are made through the Rust client.
 COPY clients/rust/build.rs clients/rust/build.rs
 COPY clients/rust/src clients/rust/src

@@ -18,5 +18,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &["proto/etcd"],
         )?;
     println!("cargo:rerun-if-changed=proto");
+    build_info();
     Ok(())
+}
+
+/// The git commit of the build, for `watchproxy_build_info`: taken from
+/// `WATCHPROXY_GIT` when set (an image built without the repository),
+/// else from the checkout, else "unknown".
+fn build_info() {
+    println!("cargo:rerun-if-env-changed=WATCHPROXY_GIT");
+    let commit = std::env::var("WATCHPROXY_GIT").ok().or_else(|| {
+        let head = std::fs::read_to_string(".git/HEAD").ok()?;
+        println!("cargo:rerun-if-changed=.git/HEAD");
+        let reference = head.trim().strip_prefix("ref: ").map(|r| format!(".git/{r}"));
+        for watched in reference.iter().map(String::as_str).chain([".git/packed-refs"]) {
+            if std::path::Path::new(watched).exists() {
+                println!("cargo:rerun-if-changed={watched}");
+            }
+        }
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    });
+    println!(
+        "cargo:rustc-env=WATCHPROXY_GIT={}",
+        commit.unwrap_or_else(|| "unknown".into())
+    );
 }

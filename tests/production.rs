@@ -435,6 +435,12 @@ async fn metrics_pass_promtool_and_move_when_events_flow() {
         ) >= 1.0
     );
     assert!(m("watchproxy_cache_objects", "resource=\"pods\"") >= 3.0);
+    // The process' own, and the build's.
+    assert!(m("process_resident_memory_bytes", "") > 1e6, "{body}");
+    assert!(m("process_cpu_seconds_total", "") > 0.0, "{body}");
+    assert!(m("process_open_fds", "") >= 3.0, "{body}");
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(m("watchproxy_build_info", &version), 1.0, "{body}");
 }
 
 /// An OTLP/gRPC trace receiver: what a collector would get.

@@ -159,6 +159,9 @@ impl Dispatcher {
             counters: Arc::new(Counters {
                 deliveries: metrics.deliveries.clone(),
                 fell_behind: metrics.fell_behind.clone(),
+                behind: metrics.behind.clone(),
+                caught_up: metrics.behind_caught_up.clone(),
+                ended_behind: metrics.behind_ended.clone(),
             }),
             metrics,
             encode: None,

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use std::task::{Context, Poll, Waker};
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use slotmap::SlotMap;
 
 use super::Delivery;
@@ -70,6 +71,9 @@ struct Queue {
     /// Events up to here are in the watcher's initial state or were read
     /// from the window.
     start: Revision,
+    /// Behind since its queue filled (or its history went): counted in
+    /// the gauge of watchers behind until it rejoins or ends.
+    stalled: bool,
     /// The dispatcher sends nothing more.
     closed: bool,
     counters: Arc<Counters>,
@@ -88,9 +92,24 @@ pub(super) struct QueueSpec {
 }
 
 /// The counts of a resource that its watchers' queues keep.
+#[derive(Default)]
 pub(super) struct Counters {
     pub deliveries: Counter,
     pub fell_behind: Counter,
+    pub behind: Gauge,
+    pub caught_up: Counter,
+    pub ended_behind: Counter,
+}
+
+impl Queue {
+    /// Live deliveries stop: the watcher reads the window until it rejoins.
+    fn stall(&mut self) {
+        self.behind = true;
+        if !self.stalled {
+            self.stalled = true;
+            self.counters.behind.inc();
+        }
+    }
 }
 
 impl Inbox {
@@ -126,10 +145,7 @@ impl Inbox {
             capacity: 0,
             start: 0,
             behind: false,
-            counters: Arc::new(Counters {
-                deliveries: Counter::default(),
-                fell_behind: Counter::default(),
-            }),
+            counters: Arc::default(),
         })
     }
 
@@ -140,6 +156,7 @@ impl Inbox {
             capacity,
             behind: spec.behind,
             start: spec.start,
+            stalled: false,
             closed: false,
             counters: spec.counters,
             report: None,
@@ -243,7 +260,7 @@ impl Inbox {
                     if shown.revision() > q.start =>
                 {
                     if q.items.len() + 1 >= q.capacity {
-                        q.behind = true;
+                        q.stall();
                         q.counters.fell_behind.inc();
                         Delivery::Behind
                     } else {
@@ -258,7 +275,7 @@ impl Inbox {
                 // The history the watcher stands in is gone: it reads the
                 // window, and learns so there.
                 Delivery::Behind => {
-                    q.behind = true;
+                    q.stall();
                     Delivery::Behind
                 }
                 _ => continue,
@@ -277,7 +294,7 @@ impl Inbox {
                 if q.behind || q.closed {
                     continue;
                 }
-                q.behind = true;
+                q.stall();
                 q.counters.fell_behind.inc();
                 q.items.push_back(Delivery::Behind);
                 if q.items.len() == 1 {
@@ -381,6 +398,10 @@ impl Mailbox {
         let q = self.queue(&mut queues);
         q.start = q.start.max(after);
         q.behind = false;
+        if std::mem::take(&mut q.stalled) {
+            q.counters.behind.dec();
+            q.counters.caught_up.inc();
+        }
     }
 
     fn queue<'q>(&self, queues: &'q mut Queues) -> &'q mut Queue {
@@ -394,7 +415,12 @@ impl Mailbox {
 impl Drop for Mailbox {
     fn drop(&mut self) {
         let mut queues = self.inbox.queues.lock();
-        let capacity = queues.slots.remove(self.at).map_or(0, |q| q.capacity);
+        let removed = queues.slots.remove(self.at);
+        let capacity = removed.as_ref().map_or(0, |q| q.capacity);
+        if let Some(q) = removed.filter(|q| q.stalled) {
+            q.counters.behind.dec();
+            q.counters.ended_behind.inc();
+        }
         let mut incoming = self.inbox.incoming.lock();
         incoming.room = incoming.room.saturating_sub(capacity);
     }

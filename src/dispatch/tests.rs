@@ -142,18 +142,31 @@ fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
     // Two events fit; the last slot says the watcher is behind, and
     // nothing more is queued for it.
     assert_eq!(revisions(&mut slow), [Some(1), Some(2), None]);
+    let behind = |d: &Dispatcher| {
+        let m = &d.metrics;
+        (m.behind.get(), m.behind_caught_up.get(), m.behind_ended.get())
+    };
+    assert_eq!(behind(&d), (1, 0, 0), "one watcher behind now");
     send(6);
     assert_eq!(revisions(&mut slow), []);
     // It read the window through 6 and rejoins: 6 is not sent again
     // when its dispatch comes late, 7 is sent.
     slow.rejoin(6);
+    assert_eq!(behind(&d), (0, 1, 0), "it caught up");
     send(6);
     send(7);
     assert_eq!(revisions(&mut slow), [Some(7)]);
     assert_eq!(d.len(), 2);
     drop(fast);
     assert_eq!(d.len(), 1);
+    // Behind again, and gone before it caught up.
+    for rev in 8..=10 {
+        send(rev);
+    }
+    assert_eq!(revisions(&mut slow), [Some(8), Some(9), None]);
+    assert_eq!(behind(&d), (1, 1, 0));
     drop(slow);
+    assert_eq!(behind(&d), (0, 1, 1), "its time behind ended with it");
     assert!(d.is_empty());
 }
 

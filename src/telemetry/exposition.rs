@@ -48,14 +48,19 @@ pub fn spawn_metrics_server(
 }
 
 /// OpenMetrics text as the classic Prometheus text format: counters are
-/// described under their `_total` sample name, and the `# UNIT` and
-/// `# EOF` lines, which that format lacks, are dropped.
+/// described under their `_total` sample name, an info family is a gauge
+/// named `_info` (as Prometheus' own clients write build information), and
+/// the `# UNIT` and `# EOF` lines, which that format lacks, are dropped.
 pub fn prometheus_text(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.strip_suffix(" counter"))
-        .collect();
+    let typed = |kind: &'static str| {
+        let suffix = format!(" {kind}");
+        openmetrics
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(move |l| l.strip_suffix(suffix.as_str()))
+            .collect::<std::collections::HashSet<&str>>()
+    };
+    let (counters, infos) = (typed("counter"), typed("info"));
     let mut out = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
         if line.starts_with("# UNIT ") || line == "# EOF" {
@@ -64,9 +69,13 @@ pub fn prometheus_text(openmetrics: &str) -> String {
         let described = ["# HELP ", "# TYPE "].iter().find_map(|p| {
             let rest = line.strip_prefix(p)?;
             let (name, tail) = rest.split_once(' ')?;
-            counters
+            if counters.contains(name) {
+                return Some(format!("{p}{name}_total {tail}"));
+            }
+            let tail = if *p == "# TYPE " { "gauge" } else { tail };
+            infos
                 .contains(name)
-                .then(|| format!("{p}{name}_total {tail}"))
+                .then(|| format!("{p}{name}_info {tail}"))
         });
         out.push_str(described.as_deref().unwrap_or(line));
         out.push('\n');
@@ -83,5 +92,10 @@ mod tests {
         let om = "# HELP a_b Things.\n# TYPE a_b counter\na_b_total{r=\"x\"} 1\n# HELP g G.\n# TYPE g gauge\n# UNIT g seconds\ng 2\n# EOF\n";
         let text = prometheus_text(om);
         assert_eq!(text, "# HELP a_b_total Things.\n# TYPE a_b_total counter\na_b_total{r=\"x\"} 1\n# HELP g G.\n# TYPE g gauge\ng 2\n");
+        let om = "# HELP b Build.\n# TYPE b info\nb_info{v=\"1\"} 1\n# EOF\n";
+        assert_eq!(
+            prometheus_text(om),
+            "# HELP b_info Build.\n# TYPE b_info gauge\nb_info{v=\"1\"} 1\n"
+        );
     }
 }

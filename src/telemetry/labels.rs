@@ -27,6 +27,24 @@ pub enum EndReason {
     access_changed,
 }
 
+/// How a watcher's time behind (reading the event window after its queue
+/// filled) ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum BehindOutcome {
+    /// It read the window through and rejoined live delivery.
+    caught_up,
+    /// Its watch ended first: it fell further behind than the window
+    /// reaches, or its client left.
+    ended,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct BehindLabels {
+    pub(super) resource: String,
+    pub(super) outcome: BehindOutcome,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct EndLabels {
     pub(super) resource: String,

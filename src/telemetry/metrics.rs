@@ -7,13 +7,16 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use prometheus_client::registry::Unit;
 
 use super::http2::Http2Metrics;
+use super::process::ProcessCollector;
+pub use super::resource::ResourceMetrics;
 use super::labels::{
-    CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels, ReasonLabels,
-    ResourceLabel, StateLabels,
+    BehindLabels, BehindOutcome, CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels,
+    OutcomeLabels, ReasonLabels, ResourceLabel, StateLabels,
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
 use super::security::SecurityMetrics;
@@ -31,6 +34,8 @@ pub struct Metrics {
     initial_snapshot_bytes: Family<ResourceLabel, Counter>,
     initial_snapshot_compressed_bytes: Family<ResourceLabel, Counter>,
     fell_behind: Family<ResourceLabel, Counter>,
+    behind: Family<ResourceLabel, Gauge>,
+    behind_ended: Family<BehindLabels, Counter>,
     replayed: Family<ResourceLabel, Counter>,
     undecodable: Family<ResourceLabel, Counter>,
     encrypted: Family<ResourceLabel, Counter>,
@@ -71,7 +76,17 @@ fn call_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut r = Registry::with_prefix("watchproxy");
+        let mut root = Registry::default();
+        (root.sub_registry_with_prefix("process")).register_collector(Box::new(ProcessCollector));
+        let r = root.sub_registry_with_prefix("watchproxy");
+        r.register(
+            "build",
+            "The running build: its version and git commit",
+            Info::new(vec![
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("git", env!("WATCHPROXY_GIT")),
+            ]),
+        );
         let m = Self {
             registry: Arc::default(),
             tls_reloads: Family::default(),
@@ -87,6 +102,8 @@ impl Default for Metrics {
             initial_snapshot_bytes: Family::default(),
             initial_snapshot_compressed_bytes: Family::default(),
             fell_behind: Family::default(),
+            behind: Family::default(),
+            behind_ended: Family::default(),
             replayed: Family::default(),
             undecodable: Family::default(),
             encrypted: Family::default(),
@@ -112,8 +129,8 @@ impl Default for Metrics {
             http2: Http2Metrics::default(),
             security: SecurityMetrics::default(),
         };
-        m.http2.register(&mut r);
-        m.security.register(&mut r);
+        m.http2.register(r);
+        m.security.register(r);
         r.register(
             "events_received",
             "Events received from etcd watches",
@@ -153,6 +170,16 @@ impl Default for Metrics {
             "watchers_fell_behind",
             "Times a watcher's queue filled: it went on from the event window by itself",
             m.fell_behind.clone(),
+        );
+        r.register(
+            "watchers_behind",
+            "Watchers whose queue filled and that read the event window now, by themselves",
+            m.behind.clone(),
+        );
+        r.register(
+            "watchers_behind_ended",
+            "How each watcher's time behind ended: caught_up (it read the window through and rejoined live delivery) or ended (its watch ended first: expired or gone)",
+            m.behind_ended.clone(),
         );
         r.register(
             "replayed_events",
@@ -287,7 +314,7 @@ impl Default for Metrics {
             m.authz_denied.clone(),
         );
         Self {
-            registry: Arc::new(r),
+            registry: Arc::new(root),
             ..m
         }
     }
@@ -310,6 +337,9 @@ impl Metrics {
                 .get_or_create(&l)
                 .clone(),
             fell_behind: self.fell_behind.get_or_create(&l).clone(),
+            behind: self.behind.get_or_create(&l).clone(),
+            behind_caught_up: self.behind_ended_as(name, BehindOutcome::caught_up),
+            behind_ended: self.behind_ended_as(name, BehindOutcome::ended),
             replayed: self.replayed.get_or_create(&l).clone(),
             undecodable: self.undecodable.get_or_create(&l).clone(),
             encrypted: self.encrypted.get_or_create(&l).clone(),
@@ -332,6 +362,14 @@ impl Metrics {
             watchers_ended: self.watchers_ended.clone(),
             etcd_requests: self.etcd_requests.clone(),
         }
+    }
+
+    fn behind_ended_as(&self, resource: &str, outcome: BehindOutcome) -> Counter {
+        let labels = BehindLabels {
+            resource: resource.to_owned(),
+            outcome,
+        };
+        self.behind_ended.get_or_create(&labels).clone()
     }
 
     pub fn tls_reload(&self, result: TlsOutcome) {
@@ -384,74 +422,5 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
-    }
-}
-
-/// The series of one resource.
-#[derive(Clone, Debug)]
-pub struct ResourceMetrics {
-    name: String,
-    pub events_received: Counter,
-    pub deliveries: Counter,
-    pub encodings: Counter,
-    pub initial_snapshots: Counter,
-    pub initial_snapshots_shared: Counter,
-    pub initial_snapshot_bytes: Counter,
-    pub initial_snapshot_compressed_bytes: Counter,
-    pub fell_behind: Counter,
-    pub replayed: Counter,
-    pub undecodable: Counter,
-    pub encrypted: Counter,
-    pub relists: Counter,
-    pub watchers: Gauge,
-    pub cache_objects: Gauge,
-    pub cache_revision: Gauge,
-    pub window_events: Gauge,
-    pub window_capacity: Gauge,
-    pub cache_bytes: Gauge,
-    pub window_bytes: Gauge,
-    pub snapshot_bytes: Gauge,
-    pub over_budget: Gauge,
-    pub window_shed: Counter,
-    pub consistent_read_fallbacks: Counter,
-    pub freshness_checks: Counter,
-    pub state_mismatch: Counter,
-    pub cache_lag: Gauge,
-    reflector_state: Family<StateLabels, Gauge>,
-    watchers_ended: Family<EndLabels, Counter>,
-    etcd_requests: Family<EtcdLabels, Counter>,
-}
-
-impl ResourceMetrics {
-    pub fn watcher_ended(&self, reason: EndReason) {
-        self.watchers_ended
-            .get_or_create(&EndLabels {
-                resource: self.name.clone(),
-                reason,
-            })
-            .inc();
-    }
-
-    /// Marks `state` as the reflector's only current state.
-    pub fn reflector_state(&self, state: ReflectorState) {
-        use ReflectorState::*;
-        for s in [listing, connecting, watching, backoff] {
-            let labels = StateLabels {
-                resource: self.name.clone(),
-                state: s,
-            };
-            self.reflector_state
-                .get_or_create(&labels)
-                .set(i64::from(s == state));
-        }
-    }
-
-    pub fn etcd_request(&self, request: EtcdRequest) {
-        self.etcd_requests
-            .get_or_create(&EtcdLabels {
-                resource: self.name.clone(),
-                request,
-            })
-            .inc();
     }
 }

@@ -5,6 +5,8 @@ mod exposition;
 mod http2;
 mod labels;
 mod metrics;
+mod process;
+mod resource;
 mod security;
 
 use tracing_subscriber::EnvFilter;
