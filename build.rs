@@ -30,8 +30,15 @@ fn build_info() {
     let commit = std::env::var("WATCHPROXY_GIT").ok().or_else(|| {
         let head = std::fs::read_to_string(".git/HEAD").ok()?;
         println!("cargo:rerun-if-changed=.git/HEAD");
-        let reference = head.trim().strip_prefix("ref: ").map(|r| format!(".git/{r}"));
-        for watched in reference.iter().map(String::as_str).chain([".git/packed-refs"]) {
+        let reference = head
+            .trim()
+            .strip_prefix("ref: ")
+            .map(|r| format!(".git/{r}"));
+        for watched in reference
+            .iter()
+            .map(String::as_str)
+            .chain([".git/packed-refs"])
+        {
             if std::path::Path::new(watched).exists() {
                 println!("cargo:rerun-if-changed={watched}");
             }

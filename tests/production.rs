@@ -160,7 +160,10 @@ async fn grpcurl_lists_and_calls_the_service_through_reflection() {
     assert_eq!(info["reason"], "BAD_SELECTOR", "{shown}");
     assert_eq!(info["domain"], "watchproxy.v1", "{shown}");
     let bad = detail("google.rpc.BadRequest");
-    assert_eq!(bad["fieldViolations"][0]["field"], "label_selector", "{shown}");
+    assert_eq!(
+        bad["fieldViolations"][0]["field"], "label_selector",
+        "{shown}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,17 @@ async fn scenario(path: ServePath) -> Vec<String> {
         let (kind, name, v) = summary(&e);
         seen.push(format!("n1 {kind:?} {name} +{}", rel(v)));
     }
+    // The live changes' delivery was timed, by the path that wrote them.
+    let (this, other) = match path {
+        ServePath::Fast => ("fast", "tonic"),
+        ServePath::Tonic => ("tonic", "fast"),
+    };
+    let timed = |p: &str| {
+        let labels = format!("serve_path=\"{p}\",api=\"watchproxy\"");
+        proxy.metric("watchproxy_event_delivery_seconds_count", &labels)
+    };
+    assert!(timed(this) >= 1.0, "no delivery timed on the {this} path");
+    assert_eq!(timed(other), 0.0, "a delivery timed on the {other} path");
 
     let page = client
         .list(pb::ListRequest {

@@ -27,6 +27,7 @@ use super::wire::WatchMessage;
 use super::{etcd, Api, WatchStream};
 use crate::config::LimitsConfig;
 use crate::pb;
+use crate::telemetry::{DeliveryLatency, ServePathLabel, WatchApi};
 
 pub const LIST_PATH: &str = "/watchproxy.v1.WatchProxy/List";
 pub const GET_PATH: &str = "/watchproxy.v1.WatchProxy/Get";
@@ -198,7 +199,8 @@ impl Service<http::Request<Body>> for Calls {
                 // message once for all the streams that send it.
                 _ => {
                     let codecs = api.watch_codecs().to_vec();
-                    let mut grpc = grpc(PreEncoded, max, max_request, &codecs);
+                    let latency = api.metrics().delivery_latency(ServePathLabel::tonic);
+                    let mut grpc = grpc(PreEncoded(latency), max, max_request, &codecs);
                     grpc.server_streaming(WatchCall(api), req).await
                 }
             })
@@ -255,9 +257,9 @@ impl ServerStreamingService<pb::WatchRequest> for WatchCall {
     }
 }
 
-/// Decodes requests with prost; writes responses that are already encoded.
-#[derive(Default)]
-struct PreEncoded;
+/// Decodes requests with prost; writes responses that are already
+/// encoded, timing each live change's delivery.
+struct PreEncoded(DeliveryLatency);
 
 impl Codec for PreEncoded {
     type Encode = WatchMessage;
@@ -266,7 +268,7 @@ impl Codec for PreEncoded {
     type Decoder = ProstDecoder<pb::WatchRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        PreEncoded
+        PreEncoded(self.0.clone())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -279,6 +281,9 @@ impl Encoder for PreEncoded {
     type Error = Status;
 
     fn encode(&mut self, item: WatchMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        if let Some(received) = item.received() {
+            self.0.observe(WatchApi::watchproxy, received);
+        }
         item.write_to(dst);
         Ok(())
     }

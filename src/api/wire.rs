@@ -60,6 +60,14 @@ impl WatchMessage {
         }
     }
 
+    /// When its change reached the cache, for a live change.
+    pub fn received(&self) -> Option<std::time::Instant> {
+        match self {
+            WatchMessage::Change(view) => view.received,
+            _ => None,
+        }
+    }
+
     /// Writes the message to `dst`.
     pub fn write_to(&self, dst: &mut impl BufMut) {
         let e = match self {

@@ -237,7 +237,9 @@ impl CacheWriter {
             .metrics
             .events_received
             .inc_by(events.len() as u64);
-        self.cache.dispatcher.dispatch(&events);
+        self.cache
+            .dispatcher
+            .dispatch_received(&events, now.into_std());
         if let Some(last) = events.last() {
             self.cache.dispatcher.progress(last.revision);
         }
@@ -317,6 +319,8 @@ impl CacheWriter {
     fn publish(&self, s: &State) {
         let m = &self.cache.metrics;
         m.cache_bytes.set(s.bytes as i64);
+        m.cache_max_bytes
+            .set(self.cache.resource.max_bytes.unwrap_or(0) as i64);
         m.window_bytes.set(s.ring.bytes() as i64);
         m.over_budget.set(i64::from(s.over_budget.is_some()));
         m.cache_objects.set(s.store.len() as i64);

@@ -274,6 +274,16 @@ impl Dispatcher {
     /// the batch's deliveries at once; a watcher whose queue is full falls
     /// behind there and is never waited for nor cut off.
     pub fn dispatch(&self, events: &[Arc<Event>]) {
+        self.deliver(events, None);
+    }
+
+    /// [`Dispatcher::dispatch`] of changes the cache took off its etcd
+    /// watch at `received`.
+    pub fn dispatch_received(&self, events: &[Arc<Event>], received: std::time::Instant) {
+        self.deliver(events, Some(received));
+    }
+
+    fn deliver(&self, events: &[Arc<Event>], received: Option<std::time::Instant>) {
         let Some(last) = events.last() else { return };
         let mut encodings = 0;
         let mut wakes = std::mem::take(&mut *self.wakes.lock());
@@ -306,7 +316,7 @@ impl Dispatcher {
                     None => {
                         encodings += u64::from(self.encode.is_some());
                         let projection = entry.projection.as_ref();
-                        slot.insert(self.view(kind, object, projection, event))
+                        slot.insert(self.view(kind, object, projection, event, received))
                     }
                 };
                 posts.send(entry.post, entry.to, Delivery::Event(view.clone()));
@@ -331,6 +341,7 @@ impl Dispatcher {
         object: Arc<Object>,
         projection: Option<&Arc<Projection>>,
         event: &Event,
+        received: Option<std::time::Instant>,
     ) -> Arc<View> {
         let object = match projection {
             Some(p) => self.cuts.cut(p, &object),
@@ -347,6 +358,7 @@ impl Dispatcher {
             encoded,
             compressed: Default::default(),
             etcd_encoded: Default::default(),
+            received,
         })
     }
 

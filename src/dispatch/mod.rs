@@ -97,6 +97,9 @@ pub struct View {
     /// The change as etcd's API encodes it, without and with the previous
     /// state: made by the first stream that sends it, for all of them.
     pub etcd_encoded: [OnceLock<Bytes>; 2],
+    /// When the cache took the change off its etcd watch; none for a
+    /// change read back from the window.
+    pub received: Option<std::time::Instant>,
 }
 
 /// Compressed forms of a message the API makes when a stream first needs

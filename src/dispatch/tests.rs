@@ -144,7 +144,11 @@ fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
     assert_eq!(revisions(&mut slow), [Some(1), Some(2), None]);
     let behind = |d: &Dispatcher| {
         let m = &d.metrics;
-        (m.behind.get(), m.behind_caught_up.get(), m.behind_ended.get())
+        (
+            m.behind.get(),
+            m.behind_caught_up.get(),
+            m.behind_ended.get(),
+        )
     };
     assert_eq!(behind(&d), (1, 0, 0), "one watcher behind now");
     send(6);

@@ -260,6 +260,7 @@ impl Watcher {
                     encoded: None,
                     compressed: Default::default(),
                     etcd_encoded: Default::default(),
+                    received: None,
                 })));
             }
             if let Some(end) = resync_end {

@@ -11,14 +11,15 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use prometheus_client::registry::Unit;
 
+use super::delivery::{delivery_histogram, DeliveryFamily, DeliveryLatency, ServePathLabel};
 use super::http2::Http2Metrics;
-use super::process::ProcessCollector;
-pub use super::resource::ResourceMetrics;
 use super::labels::{
     BehindLabels, BehindOutcome, CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels,
     OutcomeLabels, ReasonLabels, ResourceLabel, StateLabels,
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
+use super::process::ProcessCollector;
+pub use super::resource::ResourceMetrics;
 use super::security::SecurityMetrics;
 
 /// All metric families, registered once; [`Metrics::resource`] hands out
@@ -48,6 +49,7 @@ pub struct Metrics {
     window_events: Family<ResourceLabel, Gauge>,
     window_capacity: Family<ResourceLabel, Gauge>,
     cache_bytes: Family<ResourceLabel, Gauge>,
+    cache_max_bytes: Family<ResourceLabel, Gauge>,
     window_bytes: Family<ResourceLabel, Gauge>,
     snapshot_bytes: Family<ResourceLabel, Gauge>,
     over_budget: Family<ResourceLabel, Gauge>,
@@ -58,6 +60,7 @@ pub struct Metrics {
     cache_lag: Family<ResourceLabel, Gauge>,
     reflector_state: Family<StateLabels, Gauge>,
     calls: Family<CallLabels, Histogram, fn() -> Histogram>,
+    delivery: DeliveryFamily,
     tls_reloads: Family<OutcomeLabels, Counter>,
     tls_handshakes: Family<OutcomeLabels, Counter>,
     auth_failures: Family<ReasonLabels, Counter>,
@@ -116,6 +119,7 @@ impl Default for Metrics {
             window_events: Family::default(),
             window_capacity: Family::default(),
             cache_bytes: Family::default(),
+            cache_max_bytes: Family::default(),
             window_bytes: Family::default(),
             snapshot_bytes: Family::default(),
             over_budget: Family::default(),
@@ -126,6 +130,7 @@ impl Default for Metrics {
             cache_lag: Family::default(),
             reflector_state: Family::default(),
             calls: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            delivery: Family::new_with_constructor(delivery_histogram as fn() -> Histogram),
             http2: Http2Metrics::default(),
             security: SecurityMetrics::default(),
         };
@@ -238,6 +243,11 @@ impl Default for Metrics {
             m.cache_bytes.clone(),
         );
         r.register(
+            "cache_max_bytes",
+            "The resource's max_bytes; 0 when it has none",
+            m.cache_max_bytes.clone(),
+        );
+        r.register(
             "window_bytes",
             "Memory of the states the resume window's events carry (the current ones are in cache_bytes too)",
             m.window_bytes.clone(),
@@ -287,6 +297,12 @@ impl Default for Metrics {
             "Time to answer List and Get, and to start a Watch, by resource, method and status code",
             Unit::Seconds,
             m.calls.clone(),
+        );
+        r.register_with_unit(
+            "event_delivery",
+            "Time from etcd's event reaching its cache to the bytes carrying it written to a watcher's connection, by serve path and API (once per write, for the oldest change in it; replayed changes are not counted)",
+            Unit::Seconds,
+            m.delivery.clone(),
         );
         r.register(
             "etcd_api_forwarded",
@@ -350,6 +366,7 @@ impl Metrics {
             window_events: self.window_events.get_or_create(&l).clone(),
             window_capacity: self.window_capacity.get_or_create(&l).clone(),
             cache_bytes: self.cache_bytes.get_or_create(&l).clone(),
+            cache_max_bytes: self.cache_max_bytes.get_or_create(&l).clone(),
             window_bytes: self.window_bytes.get_or_create(&l).clone(),
             snapshot_bytes: self.snapshot_bytes.get_or_create(&l).clone(),
             over_budget: self.over_budget.get_or_create(&l).clone(),
@@ -370,6 +387,11 @@ impl Metrics {
             outcome,
         };
         self.behind_ended.get_or_create(&labels).clone()
+    }
+
+    /// The delivery histograms of one serve path.
+    pub fn delivery_latency(&self, serve_path: ServePathLabel) -> DeliveryLatency {
+        DeliveryLatency::of(&self.delivery, serve_path)
     }
 
     pub fn tls_reload(&self, result: TlsOutcome) {

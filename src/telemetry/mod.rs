@@ -1,6 +1,7 @@
 //! Logs and OTLP traces here; Prometheus metrics in `metrics.rs` (the
 //! HTTP/2 server's in `http2.rs`), served by `exposition.rs`.
 
+mod delivery;
 mod exposition;
 mod http2;
 mod labels;
@@ -11,6 +12,7 @@ mod security;
 
 use tracing_subscriber::EnvFilter;
 
+pub use delivery::{DeliveryLatency, ServePathLabel, WatchApi, WriteClock};
 pub use exposition::{prometheus_text, spawn_metrics_server};
 pub use http2::{Bound, Direction, Http2Metrics};
 pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, ResourceMetrics, TlsOutcome};

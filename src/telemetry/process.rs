@@ -72,7 +72,12 @@ impl Collector for ProcessCollector {
             ));
         }
         if let Ok(fds) = me.fd_count() {
-            gauges.push(("open_fds", "Number of open file descriptors", None, fds as f64));
+            gauges.push((
+                "open_fds",
+                "Number of open file descriptors",
+                None,
+                fds as f64,
+            ));
         }
         if let Ok(limits) = me.limits() {
             if let LimitValue::Value(max) = limits.max_open_files.soft_limit {

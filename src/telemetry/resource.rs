@@ -33,6 +33,7 @@ pub struct ResourceMetrics {
     pub window_events: Gauge,
     pub window_capacity: Gauge,
     pub cache_bytes: Gauge,
+    pub cache_max_bytes: Gauge,
     pub window_bytes: Gauge,
     pub snapshot_bytes: Gauge,
     pub over_budget: Gauge,

@@ -23,6 +23,8 @@ use crate::object::Revision;
 pub struct Encoded {
     pub revision: Revision,
     pub bytes: Bytes,
+    /// When the change reached its cache (live changes of a cache).
+    pub received: Option<std::time::Instant>,
 }
 
 /// A response of an etcd Watch stream, as it is written.
@@ -47,6 +49,14 @@ const FRAGMENT: u32 = 7;
 const EVENTS: u32 = 11;
 
 impl Outgoing {
+    /// When the oldest live change it carries reached its cache.
+    pub fn received(&self) -> Option<std::time::Instant> {
+        match self {
+            Outgoing::Message(_) => None,
+            Outgoing::Changes { events, .. } => events.iter().filter_map(|e| e.received).min(),
+        }
+    }
+
     fn header(events: &[Encoded]) -> ResponseHeader {
         header(events.last().map_or(0, |e| e.revision)).unwrap_or_default()
     }
@@ -227,6 +237,7 @@ mod tests {
         };
         Encoded {
             revision: revision as Revision,
+            received: None,
             bytes: e.encode_to_vec().into(),
         }
     }

@@ -40,6 +40,7 @@ use crate::config::LimitsConfig;
 use crate::etcdpb::etcdserverpb::{
     AuthenticateRequest, AuthenticateResponse, RangeRequest, RangeResponse, WatchRequest,
 };
+use crate::telemetry::{DeliveryLatency, ServePathLabel, WatchApi};
 use batch::Outgoing;
 pub use watch::Session;
 
@@ -182,7 +183,8 @@ pub(super) async fn answer(
             grpc.unary(LoginCall(api), req).await
         }
         _ => {
-            let mut grpc = grpc(WatchCodec, max, max_request, &ALL);
+            let latency = api.metrics().delivery_latency(ServePathLabel::tonic);
+            let mut grpc = grpc(WatchCodec(latency), max, max_request, &ALL);
             grpc.streaming(WatchCall { api, max }, req).await
         }
     }
@@ -190,7 +192,7 @@ pub(super) async fn answer(
 
 /// Watch's messages, in a buffer that starts small: a watch is idle most
 /// of its life, and tonic's default takes 8 KiB a stream up front.
-struct WatchCodec;
+struct WatchCodec(DeliveryLatency);
 
 impl Codec for WatchCodec {
     type Encode = Outgoing;
@@ -199,7 +201,7 @@ impl Codec for WatchCodec {
     type Decoder = ProstDecoder<WatchRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        OutgoingEncoder
+        OutgoingEncoder(self.0.clone())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -209,13 +211,16 @@ impl Codec for WatchCodec {
 
 /// Writes a Watch stream's responses, their changes encoded once for
 /// every stream.
-struct OutgoingEncoder;
+struct OutgoingEncoder(DeliveryLatency);
 
 impl Encoder for OutgoingEncoder {
     type Item = Outgoing;
     type Error = Status;
 
     fn encode(&mut self, item: Outgoing, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        if let Some(received) = item.received() {
+            self.0.observe(WatchApi::etcd, received);
+        }
         item.encode_raw(dst);
         Ok(())
     }

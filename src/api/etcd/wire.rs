@@ -47,6 +47,7 @@ pub fn encoded_event(view: &View, prev_kv: bool) -> Encoded {
     Encoded {
         revision: view.revision,
         bytes,
+        received: view.received,
     }
 }
 

@@ -40,7 +40,7 @@ use super::watches::Watches;
 use super::{Routes, Settings};
 use crate::api::auth::PeerCerts;
 use crate::api::{Api, WatchStream};
-use crate::telemetry::Bound;
+use crate::telemetry::{Bound, ServePathLabel, WriteClock};
 
 /// How long a connection that is closing waits for its last frames to be
 /// written.
@@ -193,6 +193,7 @@ impl<S: Routes> Driver<S> {
         let held = Arc::new(Held::new(metrics.held_response_bytes().clone()));
         let mut out = Out {
             metrics,
+            clock: WriteClock::new(api.metrics().delivery_latency(ServePathLabel::fast)),
             ..Out::default()
         };
         out.settings(&[
@@ -289,6 +290,9 @@ impl<S: Routes> Driver<S> {
             while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
             if let Poll::Ready(Err(e)) = self.socket.poll_write_out(cx, &mut self.out.buf) {
                 return Poll::Ready(Err(e.into()));
+            }
+            if self.out.buf.is_empty() {
+                self.out.clock.written();
             }
             // What was skipped for a full buffer is done once it has room:
             // the wakes that asked for it were spent.

@@ -22,6 +22,7 @@ use crate::api::etcd::Session;
 use crate::api::{Api, WatchStream};
 use crate::dispatch::Inbox;
 use crate::pb;
+use crate::telemetry::{WatchApi, WriteClock};
 
 /// Events ready together for one stream go out as one DATA frame of up to
 /// this size.
@@ -94,10 +95,12 @@ impl Source {
         &mut self,
         cx: &mut Context<'_>,
         dst: &mut BytesMut,
+        clock: &mut WriteClock,
     ) -> Poll<Option<Result<(), Status>>> {
         match self {
             Source::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
                 Some(Ok(message)) => {
+                    clock.note(WatchApi::watchproxy, message.received());
                     match events.codec().and_then(|c| message.compressed(c)) {
                         Some(packed) => put_compressed(dst, &packed),
                         None => put_message(dst, message.len_hint(), |b| message.write_to(b)),
@@ -109,6 +112,7 @@ impl Source {
             },
             Source::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
                 Some(Ok(response)) => {
+                    clock.note(WatchApi::etcd, response.received());
                     put_message(dst, response.encoded_len(), |b| response.encode_raw(b));
                     Poll::Ready(Some(Ok(())))
                 }
@@ -233,7 +237,7 @@ impl Drive for LiveWatch {
             let limit = room.min(BATCH_BYTES);
             let mut waiting = false;
             while out.buf.len() - start < limit {
-                match self.events.poll_put(cx, &mut out.buf) {
+                match self.events.poll_put(cx, &mut out.buf, &mut out.clock) {
                     Poll::Ready(Some(Ok(()))) => {}
                     Poll::Ready(Some(Err(status))) => {
                         self.ended = Some(status);

@@ -44,7 +44,15 @@ impl Session {
                 let put = e.r#type == mvccpb::event::EventType::Put as i32;
                 if !filtered(put) {
                     let bytes = e.encode_to_vec().into();
-                    batch.event(id, Encoded { revision, bytes });
+                    let received = None;
+                    batch.event(
+                        id,
+                        Encoded {
+                            revision,
+                            bytes,
+                            received,
+                        },
+                    );
                 }
             }
             Ok(Seen::Progress(revision, true)) if opened.progress_notify => {

@@ -5,7 +5,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::frame::{flag, kind, Reason, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD};
 use super::window::SendWindow;
-use crate::telemetry::{Direction, Http2Metrics};
+use crate::telemetry::{Direction, Http2Metrics, WriteClock};
 
 /// The frames a connection sends, gathered until its next write, and the
 /// room the peer's connection window leaves for DATA.
@@ -21,6 +21,8 @@ pub struct Out {
     pub closed: Vec<u32>,
     /// Where the RST_STREAM and GOAWAY frames sent are counted.
     pub metrics: Http2Metrics,
+    /// The oldest change in `buf`, for the delivery latency.
+    pub clock: WriteClock,
 }
 
 impl Default for Out {
@@ -32,6 +34,7 @@ impl Default for Out {
             starved: Vec::new(),
             closed: Vec::new(),
             metrics: Http2Metrics::default(),
+            clock: WriteClock::default(),
         }
     }
 }
