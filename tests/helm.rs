@@ -312,9 +312,24 @@ fn plain_text_takes_an_explicit_value_and_the_notes_warn_of_it() {
     assert!(!secure.contains("PLAIN TEXT"), "{secure}");
     assert!(secure.contains("no anonymous caller"), "{secure}");
     assert!(secure.contains("client certificate"), "{secure}");
+    // The commands to try it say what the TLS settings ask of a client.
+    assert!(
+        secure.contains("-cacert ca.crt -cert client.crt")
+            && secure.contains("--ca ca.crt --cert client.crt --key client.key"),
+        "{secure}"
+    );
+    let tokens = notes(&["tls.clientAuth="]);
+    assert!(
+        tokens.contains("--ca ca.crt --token-file") && !tokens.contains("-cert client.crt"),
+        "{tokens}"
+    );
     let plain = notes(&["tls.enabled=false"]);
     assert!(
         plain.contains("WARNING") && plain.contains("PLAIN TEXT"),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("grpcurl -plaintext") && !plain.contains("-cacert"),
         "{plain}"
     );
     let docs = documents(&{
@@ -437,6 +452,14 @@ fn values_that_break_the_schema_fail() {
         "logFormat=xml",
         "tls.clientAuth=sometimes",
         "config.authorization.rules[0].subjects[0]=alice",
+        // Keys nobody reads: a typo at the top, in config, in a resource.
+        "replicas=3",
+        "config.watch.bookmark_intervall=1s",
+        "config.resources[0].max_byte=1Gi",
+        // Durations watchproxy cannot read.
+        "config.shutdown_grace=soon",
+        "config.watch.bookmark_interval=10",
+        "config.limits.keepalive_timeout=5 seconds later",
     ] {
         let (ok, out) = run(
             Command::new(tool("helm")).args(["lint", "--strict", CHART, "--set", set]),
@@ -505,4 +528,179 @@ fn an_edge_release_takes_its_resources_from_the_core_release() {
     assert!(rendered_config(&documents(&render("default-values.yaml")))
         .upstream
         .is_none());
+}
+
+#[test]
+fn values_watchproxy_reads_pass_the_schema() {
+    for set in [
+        "config.shutdown_grace=1m 30s",
+        "config.watch.bookmark_interval=500ms",
+        "config.watch.state_check_interval=0s",
+        "config.limits.max_connection_age=2h",
+        "nameOverride=wp",
+        "podMonitor.enabled=true",
+    ] {
+        let (ok, out) = run(
+            Command::new(tool("helm")).args(["lint", "--strict", CHART, "--set", set]),
+            None,
+        );
+        assert!(ok, "{set} should pass: {out}");
+    }
+}
+
+/// `helm template` of the chart with `set`.
+fn render_set(set: &[&str]) -> Vec<serde_yaml_ng::Value> {
+    let mut cmd = Command::new(tool("helm"));
+    cmd.args(["template", "r", CHART]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let (ok, out) = run(&mut cmd, None);
+    assert!(ok, "helm template {set:?}:\n{out}");
+    documents(&out)
+}
+
+fn find<'a>(docs: &'a [serde_yaml_ng::Value], kind: &str) -> Option<&'a serde_yaml_ng::Value> {
+    docs.iter().find(|d| d["kind"] == kind)
+}
+
+#[test]
+fn the_prometheus_rule_is_the_rules_file_as_it_is() {
+    let file = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/prometheus/watchproxy-rules.yaml"
+    ))
+    .unwrap();
+    let mut groups: serde_yaml_ng::Value = serde_yaml_ng::from_str(&file).unwrap();
+    assert!(find(&render_set(&[]), "PrometheusRule").is_none());
+    let docs = render_set(&[
+        "prometheusRule.enabled=true",
+        "prometheusRule.labels.release=kps",
+    ]);
+    let rule = find(&docs, "PrometheusRule").expect("a PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    assert_eq!(rule["spec"]["groups"], groups["groups"]);
+    // Published runbooks: each alert's runbook_url under the base.
+    let docs = render_set(&[
+        "prometheusRule.enabled=true",
+        "prometheusRule.runbookBaseUrl=https://runbooks.example/wp/",
+    ]);
+    let rule = find(&docs, "PrometheusRule").unwrap();
+    for group in groups["groups"].as_sequence_mut().unwrap() {
+        for r in group["rules"].as_sequence_mut().unwrap() {
+            let url = format!(
+                "https://runbooks.example/wp/{}.md",
+                r["alert"].as_str().unwrap()
+            );
+            r["annotations"]["runbook_url"] = url.into();
+        }
+    }
+    assert_eq!(rule["spec"]["groups"], groups["groups"]);
+}
+
+#[test]
+fn a_sidecar_release_is_scraped_by_a_pod_monitor() {
+    let docs = render_set(&["sidecar.enabled=true", "serviceMonitor.enabled=true"]);
+    assert!(
+        find(&docs, "ServiceMonitor").is_none(),
+        "no Service to monitor"
+    );
+    let monitor = find(&docs, "PodMonitor").expect("a PodMonitor");
+    let pod_labels = &find(&docs, "Deployment").unwrap()["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(&pod_labels[k], v, "the monitor selects the pods");
+    }
+    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+    let standalone = render_set(&["serviceMonitor.enabled=true"]);
+    assert!(find(&standalone, "ServiceMonitor").is_some());
+    assert!(find(&standalone, "PodMonitor").is_none());
+}
+
+#[test]
+fn helm_test_lists_through_the_service_as_a_client_of_the_tls_settings() {
+    let args = |docs: &[serde_yaml_ng::Value]| -> Vec<String> {
+        let pod = docs
+            .iter()
+            .find(|d| d["kind"] == "Pod" && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .expect("a helm test pod");
+        pod["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let secure = args(&render_set(&[]));
+    assert_eq!(secure[..2], ["list", "pods"]);
+    assert!(
+        secure.contains(&"--server=r-watchproxy.default.svc:50051".to_owned()),
+        "{secure:?}"
+    );
+    assert!(
+        secure.contains(&"--ca=/etc/watchproxy/ca/ca.crt".to_owned()),
+        "{secure:?}"
+    );
+    let issued = render_set(&["tls.certManager.enabled=true"]);
+    assert!(args(&issued).iter().any(|a| a.starts_with("--cert=")));
+    assert!(issued.iter().any(|d| d["kind"] == "Certificate"
+        && d["spec"]["commonName"] == "watchproxy-helm-test"
+        && d["spec"]["issuerRef"]["name"] == "r-watchproxy-clients"));
+    let token = args(&render_set(&[
+        "tls.certManager.enabled=true",
+        "helmTest.tokenSecret.name=t",
+    ]));
+    assert!(
+        token.contains(&"--token-file=/etc/watchproxy/token/token".to_owned()),
+        "{token:?}"
+    );
+    assert!(!token.iter().any(|a| a.starts_with("--cert=")), "{token:?}");
+    let plain = args(&render_set(&[
+        "tls.enabled=false",
+        "config.auth.anonymous=true",
+    ]));
+    assert!(!plain.iter().any(|a| a.starts_with("--ca")), "{plain:?}");
+    let none = render_set(&["helmTest.enabled=false"]);
+    assert!(!none.iter().any(|d| d["kind"] == "Pod"));
+}
+
+#[test]
+fn names_follow_the_overrides() {
+    let named = |set: &[&str]| -> String {
+        let docs = render_set(set);
+        find(&docs, "Deployment").unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(named(&[]), "r-watchproxy");
+    assert_eq!(named(&["nameOverride=wp"]), "r-wp");
+    assert_eq!(named(&["fullnameOverride=edge-cache"]), "edge-cache");
+}
+
+#[test]
+fn the_packaged_chart_holds_the_rules_and_not_the_test_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = run(
+        Command::new(tool("helm")).args(["package", CHART, "-d", dir.path().to_str().unwrap()]),
+        None,
+    );
+    assert!(ok, "{out}");
+    let archive = dir.path().join("watchproxy-0.1.0.tgz");
+    let (ok, listing) = run(
+        Command::new("tar").args(["-tzf", archive.to_str().unwrap()]),
+        None,
+    );
+    assert!(ok, "{listing}");
+    assert!(
+        listing.contains("watchproxy/files/watchproxy-rules.yaml"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("watchproxy/templates/tests/list.yaml"),
+        "{listing}"
+    );
+    assert!(!listing.contains("watchproxy/ci/"), "{listing}");
 }

@@ -51,6 +51,16 @@ pub struct Http2Metrics {
 
 impl Http2Metrics {
     pub(super) fn register(&self, r: &mut Registry) {
+        // The series alerts and dashboards read start at 0, so that the
+        // first frame is an increase.
+        for code in [0x0, 0x1, 0xb] {
+            let labels = FrameLabels {
+                direction: Direction::sent,
+                code: code_name(code),
+            };
+            self.goaways.get_or_create(&labels);
+            self.resets.get_or_create(&labels);
+        }
         r.register(
             "http2_goaways",
             "GOAWAY frames of the service's own HTTP/2 server, by direction and error code",

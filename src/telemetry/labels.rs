@@ -45,6 +45,19 @@ pub(super) struct BehindLabels {
     pub(super) outcome: BehindOutcome,
 }
 
+impl EndReason {
+    pub const ALL: [EndReason; 8] = [
+        EndReason::expired,
+        EndReason::timeout,
+        EndReason::client_gone,
+        EndReason::shutdown,
+        EndReason::connection_aged,
+        EndReason::credential_expired,
+        EndReason::credential_revoked,
+        EndReason::access_changed,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct EndLabels {
     pub(super) resource: String,

@@ -341,6 +341,15 @@ impl Metrics {
         let l = ResourceLabel {
             resource: name.to_owned(),
         };
+        // The series alerts read start at 0, so that the first end is an
+        // increase.
+        for reason in EndReason::ALL {
+            let labels = EndLabels {
+                resource: name.to_owned(),
+                reason,
+            };
+            self.watchers_ended.get_or_create(&labels);
+        }
         ResourceMetrics {
             name: name.to_owned(),
             events_received: self.events_received.get_or_create(&l).clone(),
