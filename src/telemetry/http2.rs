@@ -58,8 +58,8 @@ impl Http2Metrics {
                 direction: Direction::sent,
                 code: code_name(code),
             };
-            self.goaways.get_or_create(&labels);
-            self.resets.get_or_create(&labels);
+            drop(self.goaways.get_or_create(&labels));
+            drop(self.resets.get_or_create(&labels));
         }
         r.register(
             "http2_goaways",

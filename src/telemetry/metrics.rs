@@ -348,7 +348,7 @@ impl Metrics {
                 resource: name.to_owned(),
                 reason,
             };
-            self.watchers_ended.get_or_create(&labels);
+            drop(self.watchers_ended.get_or_create(&labels));
         }
         ResourceMetrics {
             name: name.to_owned(),
