@@ -15,7 +15,10 @@ client_port=$(free_port)
 peer_port=$(free_port)
 dir=$(mktemp -d -t watchproxy-demo.XXXXXX)
 
-cargo build --release --locked
+# WATCHPROXY_BIN: a watchproxy binary already built (the tests run the
+# demo with theirs).
+BIN="${WATCHPROXY_BIN:-./target/release/watchproxy}"
+[ -n "${WATCHPROXY_BIN:-}" ] || cargo build --release --locked
 
 "$ETCD_BIN" --name demo --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$client_port" --advertise-client-urls "http://127.0.0.1:$client_port" \
@@ -32,22 +35,23 @@ for _ in $(seq 1 100); do
   ETCDCTL_API=3 etcdctl --endpoints "$endpoint" endpoint health >/dev/null 2>&1 && break
   sleep 0.1
 done
-./target/release/watchproxy demo-load --etcd-endpoints "$endpoint" --count "$PODS" --nodes 50 --namespaces 10
+"$BIN" demo-load --etcd-endpoints "$endpoint" --count "$PODS" --nodes 50 --namespaces 10
 
 cat <<MSG
 
 etcd:        $endpoint   (data in $dir)
 watchproxy:  $LISTEN    metrics: http://$METRICS/metrics
 
-Try, in another terminal:
-  ./target/release/watchproxy list pods --namespace ns-3 --limit 100
-  ./target/release/watchproxy list pods -l app=web,tier=frontend
-  ./target/release/watchproxy watch pods --field-selector spec.nodeName=node-7
-  ./target/release/watchproxy demo-load --etcd-endpoints $endpoint --count 200   # changes to watch
-or with grpcurl (through server reflection):
+Try, in another terminal (the README's quick start has more):
+  $BIN get pods -n ns-3 --limit 5 --server $LISTEN
+  $BIN list pods -l app=web,tier=frontend -o name --server $LISTEN
+  $BIN watch pods --field-selector spec.nodeName=node-7 --server $LISTEN
+  $BIN demo-load --etcd-endpoints $endpoint --count 200   # changes to watch
+or with grpcurl (through server reflection), or etcd's own client:
   grpcurl -plaintext $LISTEN list
   grpcurl -plaintext -d '{"resource":"pods","field_selector":"spec.nodeName=node-7"}' $LISTEN watchproxy.v1.WatchProxy/Watch
+  etcdctl --endpoints $LISTEN get --prefix /registry/pods/ns-5/ --keys-only --limit 3
 
 MSG
-./target/release/watchproxy serve --config examples/config.yaml \
+"$BIN" serve --config examples/config.yaml \
   --etcd-endpoints "$endpoint" --listen "$LISTEN" --metrics-listen "$METRICS"

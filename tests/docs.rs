@@ -1,6 +1,7 @@
-//! The proto's comments and the README's status table say what the code
+//! The proto's comments and the API page's status table say what the code
 //! sends: every ErrorInfo reason, with its status code; the clients know
-//! every reason, and the Python stubs are the proto's.
+//! every reason, and the Python stubs are the proto's. The README stays a
+//! page a person reads, and every link of it and of the docs resolves.
 
 mod common;
 
@@ -21,9 +22,9 @@ fn names(text: &str) -> Vec<&str> {
 }
 
 #[test]
-fn the_readme_status_table_names_every_reason_with_its_code() {
-    let readme = read("README.md");
-    let rows: Vec<Vec<&str>> = readme
+fn the_api_pages_status_table_names_every_reason_with_its_code() {
+    let page = read("docs/api.md");
+    let rows: Vec<Vec<&str>> = page
         .lines()
         .filter(|l| l.starts_with("| ") && l.contains('_'))
         .map(|l| l.split('|').map(str::trim).collect())
@@ -37,7 +38,7 @@ fn the_readme_status_table_names_every_reason_with_its_code() {
         });
         assert!(
             row.is_some(),
-            "README: no status row with {code} and {reason}"
+            "docs/api.md: no status row with {code} and {reason}"
         );
     }
 }
@@ -97,4 +98,77 @@ fn the_python_stubs_are_generated_from_the_proto() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_readme_is_short_and_leads_to_a_page_for_each_reader() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 300, "the README has {lines} lines");
+    for page in [
+        "docs/api.md",
+        "docs/clients.md",
+        "docs/consistency.md",
+        "docs/operating.md",
+        "docs/tiers.md",
+        "docs/checker.md",
+        "docs/architecture.md",
+        "docs/benchmarks.md",
+        "docs/etcd-api.md",
+        "docs/runbooks/",
+    ] {
+        assert!(
+            readme.contains(&format!("]({page})")),
+            "the README does not link {page}"
+        );
+    }
+    let benchmarks = read("docs/benchmarks.md");
+    let first = benchmarks
+        .lines()
+        .filter(|l| l.starts_with("## "))
+        .take(2)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        first,
+        [
+            "## How to measure",
+            "## Current figures: both APIs against grpc-proxy and the floor"
+        ]
+    );
+    assert!(
+        !benchmarks.contains("(issue "),
+        "the benchmarks page is by topic, not by issue"
+    );
+}
+
+/// The relative links (`](path)` and `](path#anchor)`) of a Markdown file.
+fn links(text: &str) -> Vec<&str> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|target| target.split('#').next().unwrap())
+        .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+        .collect()
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_the_docs_resolves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "docs/runbooks"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 12, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for link in links(&text) {
+            let target = file.parent().unwrap().join(link);
+            assert!(target.exists(), "{}: {link} does not exist", file.display());
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub const CURRENT_VERSION_KEY: &str = "watchproxy-current-resource-version";
 pub const DOMAIN: &str = "watchproxy.v1";
 
 /// Every `ErrorInfo` reason, with the code it comes with: the proto's
-/// comments and the README's status table name the same (a test reads
+/// comments and the status table of docs/api.md name the same (a test reads
 /// them against this list).
 pub const REASONS: &[(&str, Code)] = &[
     ("UNKNOWN_RESOURCE", Code::NotFound),

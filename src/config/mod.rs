@@ -222,11 +222,11 @@ pub struct ResourceConfig {
     #[serde(default = "default_true")]
     pub namespaced: bool,
     /// Another watchproxy to take the resource from (its List and Watch)
-    /// instead of etcd, e.g. `http://core:50051`; see the README's tiers.
+    /// instead of etcd, e.g. `http://core:50051`; see docs/tiers.md.
     #[serde(default)]
     pub upstream: Option<String>,
     /// The most memory the resource's cache may take (objects and event
-    /// window): bytes, or a string such as `512Mi` or `2G`. See the README.
+    /// window): bytes, or a string such as `512Mi` or `2G`. See docs/operating.md.
     #[serde(default, deserialize_with = "bytes::optional")]
     pub max_bytes: Option<u64>,
     /// Where the key, after the prefix, holds the namespace and name, e.g.
