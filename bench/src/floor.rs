@@ -70,7 +70,7 @@ pub async fn serve(
     while let Some(response) = stream.message().await? {
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
-            let node = node_index(super::parse(kv.value()).1);
+            let node = node_index(crate::load::parse(kv.value()).1);
             for conn in &mut conns {
                 let copies = conn.every
                     + node
