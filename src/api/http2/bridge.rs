@@ -22,7 +22,7 @@ use tonic::Status;
 use tower::{Service, ServiceExt};
 use tracing::{debug, Instrument};
 
-use super::framing::grpc_timeout;
+use super::grpc_framing::grpc_timeout;
 use super::held::{Held, HeldBytes};
 use super::protocol::frame::Reason;
 use super::protocol::hpack::write_fields;
@@ -289,7 +289,7 @@ impl RequestBody {
         }
     }
 
-    fn give_back(&mut self) {
+    fn release_read(&mut self) {
         if self.held > 0 {
             let _ = self
                 .released
@@ -300,7 +300,7 @@ impl RequestBody {
 
 impl Drop for RequestBody {
     fn drop(&mut self) {
-        self.give_back();
+        self.release_read();
     }
 }
 
@@ -319,12 +319,12 @@ impl HttpBody for RequestBody {
                 // requests, one after another) gets its credit back as it
                 // goes; an unfinished request holds at most this much.
                 if self.held >= STREAMING_BODY {
-                    self.give_back();
+                    self.release_read();
                 }
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             None => {
-                self.give_back();
+                self.release_read();
                 Poll::Ready(None)
             }
         }

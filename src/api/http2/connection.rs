@@ -31,10 +31,10 @@ use super::protocol::hpack::MAX_HEADER_LIST;
 use super::protocol::keepalive::KeepAlive;
 use super::protocol::out::Out;
 use super::protocol::repoll::Repoll;
-use super::protocol::socket::{give_back, lend, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
+use super::protocol::socket::{lend, return_lent, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::protocol::state::Session;
 use super::protocol::window::RECEIVE_WINDOW;
-use super::stream::LiveWatch;
+use super::live_watch::LiveWatch;
 use super::table::{Entry, State};
 use super::watches::Watches;
 use super::{Routes, Settings};
@@ -243,8 +243,8 @@ impl<S: Routes> Driver<S> {
         lend(&OUTGOING, &mut self.out.buf);
         lend(&INCOMING, &mut self.rbuf);
         let polled = self.poll_passes(cx);
-        give_back(&OUTGOING, &mut self.out.buf);
-        give_back(&INCOMING, &mut self.rbuf);
+        return_lent(&OUTGOING, &mut self.out.buf);
+        return_lent(&INCOMING, &mut self.rbuf);
         polled
     }
 
@@ -276,8 +276,8 @@ impl<S: Routes> Driver<S> {
                 }
             }
             while let Poll::Ready(Some((id, n))) = self.released.poll_recv(cx) {
-                self.give_back(id, n as u32);
-                self.give_back_connection(n as u32);
+                self.release_stream_window(id, n as u32);
+                self.release_connection_window(n as u32);
             }
             let full = full || self.out.buf.len() >= WRITE_LIMIT;
             if !full {

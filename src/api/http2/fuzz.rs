@@ -138,7 +138,7 @@ pub fn header_block(input: &[u8]) {
 /// bound, or waited for, or refused with a status a client can act on.
 pub fn grpc_framing(input: &[u8]) {
     let mut buf = BytesMut::from(input);
-    match super::framing::take_message(&mut buf, 1024) {
+    match super::grpc_framing::take_message(&mut buf, 1024) {
         Ok(Some(message)) => assert_eq!(message.len() + 5 + buf.len(), input.len()),
         Ok(None) => assert_eq!(buf.len(), input.len()),
         Err(e) => {

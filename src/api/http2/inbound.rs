@@ -179,7 +179,7 @@ impl<S: Routes> Driver<S> {
             return Err(Reason::FLOW_CONTROL_ERROR.into());
         }
         let Some(entry) = self.streams.get_mut(&id) else {
-            self.give_back_connection(len);
+            self.release_connection_window(len);
             return match self.h2.closed_state(id) {
                 Closed::Idle => Err(Reason::PROTOCOL_ERROR.into()),
                 // In flight when the server reset it: dropped.
@@ -191,7 +191,7 @@ impl<S: Routes> Driver<S> {
             .recv
             .recv_data(len, frame.data.len(), frame.end_stream)
         {
-            self.give_back_connection(len);
+            self.release_connection_window(len);
             return Err(reason.on(id));
         }
         let (data, end) = (frame.data, frame.end_stream);
@@ -239,8 +239,8 @@ impl<S: Routes> Driver<S> {
         } else if whole {
             self.begin_watch(id);
         }
-        self.give_back(id, now);
-        self.give_back_connection(now);
+        self.release_stream_window(id, now);
+        self.release_connection_window(now);
         Ok(())
     }
 

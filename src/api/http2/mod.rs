@@ -17,7 +17,7 @@
 //!   inbox names, and those the client gave room, from a ready list
 //!   ([`watches`]);
 //! - each watch frames its ready events straight into the connection's
-//!   outgoing buffer ([`stream`], [`framing`]), within the client's
+//!   outgoing buffer ([`live_watch`], [`grpc_framing`]), within the client's
 //!   windows, and the pass's frames go out in one system call after it; a
 //!   task woken during its own poll is polled again in place.
 //!
@@ -63,14 +63,14 @@
 
 mod bridge;
 mod connection;
-mod framing;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
+mod grpc_framing;
 mod held;
 mod inbound;
+mod live_watch;
 mod protocol;
 mod requests;
-mod stream;
 mod streams;
 mod table;
 mod watches;

@@ -16,7 +16,7 @@ use super::protocol::frame::{Error, Reason};
 use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::protocol::state::{Closed, Continuing, RecvSide};
 use super::protocol::window::SendWindow;
-use super::stream::{start_watch, write_refusal, LiveWatch, Source};
+use super::live_watch::{start_watch, write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::Routes;
 use crate::api::admission::Identified;
@@ -284,7 +284,7 @@ impl<S: Routes> Driver<S> {
         };
         let held = reading.body.len() as u32;
         let _ = reading.whole.send(reading.body);
-        self.give_back_connection(held);
+        self.release_connection_window(held);
     }
 
     /// Answers a stream that is not kept with `status` alone; a request

@@ -7,7 +7,7 @@ use tonic::Status;
 use super::connection::{Driver, Fail};
 use super::protocol::frame::Reason;
 use super::protocol::state::Closed;
-use super::stream::{write_refusal, LiveWatch, Source};
+use super::live_watch::{write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::watches::Drive;
 use super::Routes;
@@ -94,7 +94,7 @@ impl<S: Routes> Driver<S> {
         match entry.state {
             State::Reading(Reading { abort, body, .. }) => {
                 abort.abort();
-                self.give_back_connection(body.len() as u32);
+                self.release_connection_window(body.len() as u32);
             }
             State::Starting(abort) => abort.abort(),
             State::Watch(place) | State::Session { place, .. } => {
@@ -110,7 +110,7 @@ impl<S: Routes> Driver<S> {
 
     /// Gives `n` bytes read on stream `id` back to the client's window for
     /// it, once half its window is owed.
-    pub(super) fn give_back(&mut self, id: u32, n: u32) {
+    pub(super) fn release_stream_window(&mut self, id: u32, n: u32) {
         let Some(entry) = self.streams.get_mut(&id).filter(|e| e.recv.is_open()) else {
             return;
         };
@@ -119,7 +119,7 @@ impl<S: Routes> Driver<S> {
         }
     }
 
-    pub(super) fn give_back_connection(&mut self, n: u32) {
+    pub(super) fn release_connection_window(&mut self, n: u32) {
         if let Some(increment) = self.h2.recv.release(n) {
             self.out.window_update(0, increment);
         }

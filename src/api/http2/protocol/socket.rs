@@ -52,7 +52,7 @@ pub fn lend(lent: &'static Lent, buf: &mut BytesMut) {
 
 /// Gives the buffer back once it is empty; a connection with bytes still
 /// to write, or a frame half read, keeps its own.
-pub fn give_back(lent: &'static Lent, buf: &mut BytesMut) {
+pub fn return_lent(lent: &'static Lent, buf: &mut BytesMut) {
     if buf.is_empty() && buf.capacity() > 0 {
         buf.clear();
         lent.set(std::mem::take(buf));

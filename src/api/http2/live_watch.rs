@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use prost::Message;
 use tonic::Status;
 
-use super::framing::{grpc_timeout, put_compressed, put_message, request_message};
+use super::grpc_framing::{grpc_timeout, put_compressed, put_message, request_message};
 use super::protocol::hpack::{write_fields, RequestHead};
 use super::protocol::out::Out;
 use super::protocol::window::SendWindow;
