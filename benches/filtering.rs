@@ -9,27 +9,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use watchproxy::cache::{Change, WatchCache};
-use watchproxy::config::{CacheConfig, KeyLayout, ValueFormat};
+use watchproxy::config::CacheConfig;
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, Object, Resource};
 use watchproxy::selector::Predicate;
 use watchproxy::telemetry::Metrics;
 
 fn resource(indexed: bool) -> Resource {
-    Resource {
-        name: "pods".into(),
-        prefix: "/registry/pods".into(),
-        namespaced: true,
-        layout: KeyLayout::standard(true),
-        max_bytes: None,
-        format: ValueFormat::Json,
-        selectable_fields: vec!["spec.nodeName".into()],
-        indexed_fields: if indexed {
-            vec!["spec.nodeName".into()]
-        } else {
-            vec![]
-        },
-    }
+    let indexed: &[&str] = if indexed { &["spec.nodeName"] } else { &[] };
+    Resource::namespaced_json("pods", "/registry/pods", &["spec.nodeName"], indexed)
 }
 
 fn pod(r: &Resource, i: usize, node: usize, revision: u64) -> Object {

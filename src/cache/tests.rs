@@ -1,17 +1,14 @@
 //! The cache's own unit tests.
 
 use super::*;
-use crate::config::{OnHistoryLost, ValueFormat};
+use crate::config::OnHistoryLost;
 use crate::dispatch::Next;
 use crate::object::{EventType, Projection};
 use crate::telemetry::Metrics;
 use futures::FutureExt;
 
 fn resource() -> Arc<Resource> {
-    Arc::new(Resource {
-        format: ValueFormat::Raw,
-        ..Resource::for_tests(&[])
-    })
+    Arc::new(Resource::raw_for_tests())
 }
 
 fn obj(key: &str, revision: Revision) -> Object {

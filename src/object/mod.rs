@@ -65,18 +65,40 @@ impl From<&ResourceConfig> for Resource {
 }
 
 impl Resource {
-    /// A namespaced JSON resource under `/p`, for unit tests.
-    #[cfg(test)]
-    pub(crate) fn for_tests(selectable_fields: &[&str]) -> Self {
+    /// A namespaced JSON resource under `prefix`, keyed
+    /// `<prefix>/<namespace>/<name>`, with no memory budget: Kubernetes'
+    /// pods, as the benchmarks and tests write them.
+    pub fn namespaced_json(
+        name: &str,
+        prefix: &str,
+        selectable_fields: &[&str],
+        indexed_fields: &[&str],
+    ) -> Self {
+        let owned = |fields: &[&str]| fields.iter().map(|f| f.to_string()).collect();
         Self {
-            name: "pods".into(),
-            prefix: "/p".into(),
+            name: name.into(),
+            prefix: prefix.into(),
             namespaced: true,
             layout: KeyLayout::standard(true),
             max_bytes: None,
             format: ValueFormat::Json,
-            selectable_fields: selectable_fields.iter().map(|f| f.to_string()).collect(),
-            indexed_fields: vec![],
+            selectable_fields: owned(selectable_fields),
+            indexed_fields: owned(indexed_fields),
+        }
+    }
+
+    /// Pods under `/p`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(selectable_fields: &[&str]) -> Self {
+        Self::namespaced_json("pods", "/p", selectable_fields, &[])
+    }
+
+    /// Opaque values under `/p`, for unit tests of what does not read them.
+    #[cfg(test)]
+    pub(crate) fn raw_for_tests() -> Self {
+        Self {
+            format: ValueFormat::Raw,
+            ..Self::for_tests(&[])
         }
     }
 
@@ -363,10 +385,7 @@ mod tests {
     #[test]
     fn the_wire_is_the_messages_own_encoding_with_the_value_at_its_end() {
         use prost::Message;
-        let r = Resource {
-            format: ValueFormat::Raw,
-            ..Resource::for_tests(&[])
-        };
+        let r = Resource::raw_for_tests();
         for value in [&b""[..], b"v", &[7u8; 300]] {
             let o = r.decode(b"/p/ns/a", value, 42).unwrap();
             let whole = crate::pb::Object {

@@ -111,7 +111,7 @@ mod tests {
     use watchproxy_testkit::Etcd as TestEtcd;
 
     use super::*;
-    use crate::config::{CacheConfig, ValueFormat};
+    use crate::config::CacheConfig;
     use crate::dispatch::Dispatcher;
     use crate::object::Resource;
     use crate::telemetry::Metrics;
@@ -139,10 +139,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let resource = Arc::new(Resource {
-            format: ValueFormat::Raw,
-            ..Resource::for_tests(&[])
-        });
+        let resource = Arc::new(Resource::raw_for_tests());
         let metrics = Metrics::default().resource("p");
         let cache_with = |objects: &[(String, Revision)]| {
             let d = Dispatcher::new(4, Duration::from_secs(60), metrics.clone());

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use watchproxy::config::{KeyLayout, ValueFormat};
 use watchproxy::dispatch::{Dispatcher, Inbox, Trigger};
 use watchproxy::object::{Event, Resource};
 use watchproxy::selector::Predicate;
@@ -16,16 +15,8 @@ fn main() {
         .map(|a| a.parse().expect("usage: dispatch_icount WATCHERS EVENTS"))
         .collect();
     let (watchers, events_n) = (args[0], args[1]);
-    let r = Resource {
-        name: "pods".into(),
-        prefix: "/registry/pods".into(),
-        namespaced: true,
-        layout: KeyLayout::standard(true),
-        max_bytes: None,
-        format: ValueFormat::Json,
-        selectable_fields: vec!["spec.nodeName".into()],
-        indexed_fields: vec!["spec.nodeName".into()],
-    };
+    let node = ["spec.nodeName"];
+    let r = Resource::namespaced_json("pods", "/registry/pods", &node, &node);
     let d = Arc::new(Dispatcher::new(
         64,
         Duration::from_secs(3600),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use watchproxy::cache::{Change, WatchCache};
-use watchproxy::config::{CacheConfig, KeyLayout, ValueFormat};
+use watchproxy::config::CacheConfig;
 use watchproxy::dispatch::Dispatcher;
 use watchproxy::object::{Object, Resource};
 use watchproxy::telemetry::Metrics;
@@ -37,16 +37,13 @@ fn pod(r: &Resource, i: usize, generation: usize, revision: u64) -> Object {
 }
 
 fn run(keep_snapshots: bool) -> (f64, f64) {
-    let r = Arc::new(Resource {
-        name: "pods".into(),
-        prefix: "/registry/pods".into(),
-        namespaced: true,
-        layout: KeyLayout::standard(true),
-        max_bytes: None,
-        format: ValueFormat::Json,
-        selectable_fields: vec!["spec.nodeName".into()],
-        indexed_fields: vec!["spec.nodeName".into()],
-    });
+    let node = ["spec.nodeName"];
+    let r = Arc::new(Resource::namespaced_json(
+        "pods",
+        "/registry/pods",
+        &node,
+        &node,
+    ));
     let m = Metrics::default().resource("pods");
     let config = CacheConfig {
         min_events: 1024,

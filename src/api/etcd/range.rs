@@ -298,10 +298,7 @@ mod tests {
     use crate::object::{KvMeta, Resource};
 
     fn objects() -> Vec<mvccpb::KeyValue> {
-        let r = Resource {
-            format: crate::config::ValueFormat::Raw,
-            ..Resource::for_tests(&[])
-        };
+        let r = Resource::raw_for_tests();
         // (name, value, mod revision, create revision, version)
         [
             ("a", "3", 7, 2, 3),

@@ -26,6 +26,7 @@ use tracing::{debug, info};
 
 use super::bridge::{Links, Part};
 use super::held::Held;
+use super::live_watch::LiveWatch;
 use super::protocol::frame::{setting, Reason, DEFAULT_WINDOW};
 use super::protocol::hpack::MAX_HEADER_LIST;
 use super::protocol::keepalive::KeepAlive;
@@ -34,7 +35,6 @@ use super::protocol::repoll::Repoll;
 use super::protocol::socket::{lend, return_lent, Socket, INCOMING, OUTGOING, WRITE_LIMIT};
 use super::protocol::state::Session;
 use super::protocol::window::RECEIVE_WINDOW;
-use super::live_watch::LiveWatch;
 use super::table::{Entry, State};
 use super::watches::Watches;
 use super::{Routes, Settings};

@@ -12,11 +12,11 @@ use tonic_prost::ProstDecoder;
 
 use super::bridge::{self, Call};
 use super::connection::Driver;
+use super::live_watch::{start_watch, write_refusal, LiveWatch, Source};
 use super::protocol::frame::{Error, Reason};
 use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::protocol::state::{Closed, Continuing, RecvSide};
 use super::protocol::window::SendWindow;
-use super::live_watch::{start_watch, write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::Routes;
 use crate::api::admission::Identified;

@@ -5,9 +5,9 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::connection::{Driver, Fail};
+use super::live_watch::{write_refusal, LiveWatch, Source};
 use super::protocol::frame::Reason;
 use super::protocol::state::Closed;
-use super::live_watch::{write_refusal, LiveWatch, Source};
 use super::table::{Entry, Reading, State};
 use super::watches::Drive;
 use super::Routes;

@@ -3,7 +3,7 @@
 
 use crate::api::wire::{encode_bookmark, encode_event};
 use crate::cache::{CacheWriter, Change, WatchCache, WatchFrom};
-use crate::config::{CacheConfig, ValueFormat};
+use crate::config::CacheConfig;
 use crate::dispatch::{Dispatcher, Inbox, Next, Watcher};
 use crate::object::{Event, Object, Resource, Revision};
 use crate::pb;
@@ -22,10 +22,7 @@ pub(super) type State = BTreeMap<String, (Vec<u8>, Revision)>;
 pub(super) const KEYS: usize = 5;
 
 pub(super) fn resource() -> Arc<Resource> {
-    Arc::new(Resource {
-        format: ValueFormat::Raw,
-        ..Resource::for_tests(&[])
-    })
+    Arc::new(Resource::raw_for_tests())
 }
 
 pub(super) fn key(k: usize) -> String {

@@ -15,7 +15,7 @@ use watchproxy_testkit::Etcd as TestEtcd;
 
 use super::*;
 use crate::cache::{Progress, WatchCache, WatchFrom};
-use crate::config::{CacheConfig, ValueFormat};
+use crate::config::CacheConfig;
 use crate::dispatch::{Dispatcher, Inbox, Next, Watcher};
 use crate::object::Resource;
 use crate::selector::Predicate;
@@ -98,10 +98,7 @@ async fn a_key_that_came_and_went_while_the_watch_lagged_is_never_skipped() {
     let mut client = server.client().await;
     client.put("/p/ns/a", "a", None).await.unwrap();
 
-    let resource = Arc::new(Resource {
-        format: ValueFormat::Raw,
-        ..Resource::for_tests(&[])
-    });
+    let resource = Arc::new(Resource::raw_for_tests());
     let metrics = Metrics::default().resource("pods");
     let dispatcher = Dispatcher::new(64, Duration::from_secs(60), metrics.clone());
     let (cache, writer) = WatchCache::new(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cache::{Change, WatchCache};
-use crate::config::{CacheConfig, ValueFormat};
+use crate::config::CacheConfig;
 use crate::dispatch::Dispatcher;
 use crate::object::{Object, Resource};
 use crate::source::history::History;
@@ -49,10 +49,7 @@ impl Upstream for Script {
 }
 
 fn resource() -> Arc<Resource> {
-    Arc::new(Resource {
-        format: ValueFormat::Raw,
-        ..Resource::for_tests(&[])
-    })
+    Arc::new(Resource::raw_for_tests())
 }
 
 fn object(key: &str, revision: Revision) -> Object {
