@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use watchproxy::config::Config;
 
 /// `watchproxy ARGS`: its exit code, stdout and stderr.
 async fn run(args: &[&str]) -> (i32, String, String) {
@@ -305,10 +304,9 @@ async fn a_token_file_names_the_caller() {
         "- {token: alice-token, user: alice, groups: [tenant-b]}\n",
     )
     .unwrap();
-    let yaml = PODS_CONFIG
-        .replace("ETCD", &etcd.client_url)
-        .replace("QUEUE", "64")
-        + &format!(
+    let config = pods_config_and(
+        &etcd.client_url,
+        &format!(
             r#"
 auth:
   tokens_file: {}
@@ -321,8 +319,9 @@ authorization:
       verbs: ["list", "get", "watch"]
 "#,
             tokens.display()
-        );
-    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+        ),
+    );
+    let proxy = Proxy::start_config(config).await;
     let token = dir.path().join("token");
     std::fs::write(&token, "alice-token\n").unwrap();
     let s = proxy.addr.to_string();

@@ -392,7 +392,7 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
     assert_eq!(
         proxy.metric(
             "watchproxy_watchers_ended_total",
-            "reason=\"credential_revoked\""
+            "resource=\"pods\",reason=\"credential_revoked\""
         ),
         3.0
     );

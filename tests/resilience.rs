@@ -373,7 +373,10 @@ async fn a_stalled_watcher_falls_behind_and_catches_up_from_the_window_without_l
     let e = next_event(&mut stalled).await.unwrap().unwrap();
     assert_eq!(summary(&e), (Added, "ns/after".into(), live));
     assert_eq!(
-        proxy.metric("watchproxy_watchers_ended_total", "reason=\"expired\""),
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "resource=\"pods\",reason=\"expired\""
+        ),
         0.0
     );
 }
@@ -405,7 +408,10 @@ async fn a_watcher_behind_the_window_is_ended_out_of_range_and_relists() {
     );
     assert!(delivered.len() < revs.len());
     assert_eq!(
-        proxy.metric("watchproxy_watchers_ended_total", "reason=\"expired\""),
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "resource=\"pods\",reason=\"expired\""
+        ),
         1.0
     );
     // The client re-lists and watches from the list: nothing is lost.
@@ -576,7 +582,7 @@ async fn an_aged_connection_ends_its_watches_with_the_version_to_resume_from() {
     assert_eq!(
         proxy.metric(
             "watchproxy_watchers_ended_total",
-            "reason=\"connection_aged\""
+            "resource=\"pods\",reason=\"connection_aged\""
         ),
         1.0
     );

@@ -297,7 +297,7 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
     let ended = |reason: &str| {
         proxy.metric(
             "watchproxy_watchers_ended_total",
-            &format!("reason=\"{reason}\""),
+            &format!("resource=\"pods\",reason=\"{reason}\""),
         )
     };
     assert_eq!(ended("credential_expired"), 1.0);
@@ -508,7 +508,9 @@ async fn config_reload(path: ServePath) {
         "config.yaml",
         &format!("{good}\nunknown_key: 1\n"),
     );
-    wait_until("the invalid file is counted", || reloads("invalid") == 1.0).await;
+    // At least once: the other serve path's test, in this process, sends
+    // SIGHUP, which reads this file again too.
+    wait_until("the invalid file is counted", || reloads("invalid") >= 1.0).await;
     let err = list_as(&mut client, "nobody").await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
     assert!(list_as(&mut client, "alice-1").await.is_ok());
@@ -520,7 +522,7 @@ async fn config_reload(path: ServePath) {
         &good.replace("shutdown_grace: 5s", "shutdown_grace: 6s"),
     );
     wait_until("the restart is counted", || {
-        reloads("restart_needed") == 1.0
+        reloads("restart_needed") >= 1.0
     })
     .await;
     assert_eq!(reloads("applied"), 1.0);
@@ -543,7 +545,7 @@ async fn config_reload(path: ServePath) {
     assert_eq!(
         proxy.metric(
             "watchproxy_watchers_ended_total",
-            "reason=\"access_changed\""
+            "resource=\"pods\",reason=\"access_changed\""
         ),
         1.0
     );

@@ -218,7 +218,10 @@ async fn watch_timeout_ends_the_stream_with_ok() {
     );
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert_eq!(
-        proxy.metric("watchproxy_watchers_ended_total", "reason=\"timeout\""),
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "resource=\"pods\",reason=\"timeout\""
+        ),
         1.0
     );
 }
@@ -228,7 +231,12 @@ async fn a_watch_the_client_cancels_ends_even_when_nothing_is_sent_to_it() {
     let (etcd, proxy, mut client) = start_ready().await;
     let mut ec = etcd.client().await;
     let watchers = || proxy.metric("watchproxy_watchers", "resource=\"pods\"");
-    let gone = || proxy.metric("watchproxy_watchers_ended_total", "reason=\"client_gone\"");
+    let gone = || {
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "resource=\"pods\",reason=\"client_gone\"",
+        )
+    };
     // Both on one connection, which stays open: one watch sees every
     // change, the other's selector matches nothing, so nothing is sent
     // on its stream after the client resets it.

@@ -37,6 +37,13 @@ pub fn pods_config_with_limits(etcd_url: &str, limits: &str) -> Config {
     Config::from_yaml(&yaml).unwrap()
 }
 
+/// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64, and `more`
+/// (top-level YAML: `auth`, `authorization`, …) after it.
+pub fn pods_config_and(etcd_url: &str, more: &str) -> Config {
+    let yaml = PODS_CONFIG.replace("ETCD", etcd_url).replace("QUEUE", "64") + more;
+    Config::from_yaml(&yaml).unwrap()
+}
+
 pub const PODS_CONFIG: &str = r#"
 etcd:
   endpoints: ["ETCD"]
