@@ -10,6 +10,10 @@ details, and an informer that mirrors a resource into an indexed store.
 
 from watchproxy.client import TLS, Client, Obj, Shard, Watch
 from watchproxy.errors import DOMAIN, StatusError
+from watchproxy.factory import InformerFactory, wait_for_sync
+from watchproxy.handlers import EventHandler, Registration
 from watchproxy.informer import Informer, Store
+from watchproxy.lister import Lister, label_selector
 
-__all__ = ["Client", "Informer", "Obj", "Shard", "Store", "StatusError", "TLS", "Watch", "DOMAIN"]
+__all__ = ["Client", "EventHandler", "Informer", "InformerFactory", "Lister", "Obj", "Registration", "Shard",
+           "Store", "StatusError", "TLS", "Watch", "DOMAIN", "label_selector", "wait_for_sync"]

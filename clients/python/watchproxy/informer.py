@@ -15,6 +15,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from watchproxy.client import Client, Obj, Shard, Watch
 from watchproxy.errors import StatusError
+from watchproxy.handlers import Registration
+from watchproxy.lister import Lister
 from watchproxy.v1 import watchproxy_pb2 as pb
 
 log = logging.getLogger("watchproxy")
@@ -48,6 +50,17 @@ class Store:
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)
+
+    def _add_indexers(self, indexers: Dict[str, IndexFn]) -> None:
+        with self._lock:
+            for name, index in indexers.items():
+                if name in self._indexers:
+                    continue
+                self._indexers[name] = index
+                self._indices[name] = {}
+                for key, obj in self._objects.items():
+                    for value in index(obj):
+                        self._indices[name].setdefault(value, set()).add(key)
 
     def _file(self, key: Key, obj: Obj, add: bool) -> None:
         for name, index in self._indexers.items():
@@ -156,6 +169,13 @@ class Informer:
         self._page_size = page_size
         self.store = Store(indexers)
         self._handlers: List[dict] = []
+        # add_event_handler's registrations; a change is taken by the store
+        # and queued to them under `_dispatch`, so one added meanwhile gets
+        # each object once: in its first adds or as a change after them.
+        self._dispatch = threading.RLock()
+        self._registrations: List[Registration] = []
+        # The first list is in the store (set under `_dispatch`).
+        self._listed = False
         self._stopping = threading.Event()
         self._synced = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -178,6 +198,43 @@ class Informer:
         `resource_version`."""
         self._handlers.append(dict(add=on_add, update=on_update, delete=on_delete, relist=on_relist))
 
+    def add_event_handler(self, handler, queue_size: int = 1024,
+                          on_fall_behind: Optional[Callable[[Registration], None]] = None) -> Registration:
+        """client-go's AddEventHandler: `handler` (an `EventHandler`, or any
+        object with some of `on_add(obj, is_in_initial_list)`,
+        `on_update(old, new)`, `on_delete(obj)`) is called on a thread of
+        its own, from a queue of `queue_size` changes. Added after the
+        informer synced, it first gets every object the store holds as an
+        add. A handler that lets its queue fill never holds the watch up: it
+        falls behind (`on_fall_behind(registration)` is told, on the
+        informer's thread: keep it quick) and, once it has worked through
+        its queue, gets the difference between what it was told and the
+        store."""
+        with self._dispatch:
+            initial = self.store.list() if self._listed else []
+            registration = Registration(self.resource, handler, queue_size, self.store, self._dispatch,
+                                        on_fall_behind, initial)
+            self._registrations.append(registration)
+        return registration
+
+    def remove_event_handler(self, registration: Registration) -> None:
+        """No more calls to that handler once the one under way returns."""
+        with self._dispatch:
+            if registration in self._registrations:
+                self._registrations.remove(registration)
+        registration._close()
+
+    def lister(self) -> Lister:
+        return Lister(self.store)
+
+    def add_indexers(self, indexers: Dict[str, IndexFn]) -> None:
+        """More indexes on the store, filled from what it holds."""
+        self.store._add_indexers(indexers)
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
     @property
     def resource_version(self) -> str:
         """The version of the last change or bookmark the store took."""
@@ -198,6 +255,8 @@ class Informer:
         return True
 
     def start(self) -> None:
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.resource}", daemon=True)
         self._thread.start()
 
@@ -208,6 +267,10 @@ class Informer:
             watch.cancel()
         if self._thread is not None:
             self._thread.join(timeout)
+        with self._dispatch:
+            registrations, self._registrations = self._registrations, []
+        for registration in registrations:
+            registration._close(timeout)
 
     def _notify(self, kind: str, *args) -> None:
         for h in self._handlers:
@@ -246,10 +309,24 @@ class Informer:
                 self.resource, what, verb, err.code.name, err.reason, wait, err.message)
         return not self._stopping.wait(wait)
 
+    def _queue(self, change, initial: bool = False) -> None:
+        """Queues a change the store took to every registration; under
+        `_dispatch`."""
+        if change is None:
+            return
+        if change[0] == "add":
+            change = ("add", change[1], initial)
+        for registration in self._registrations:
+            registration._offer(change)
+
     def _relist(self) -> int:
         started = time.monotonic()
         items, version = self.client.list_all(self.resource, page_size=self._page_size, **self._query)
-        changes = self.store._replace(items)
+        with self._dispatch:
+            changes = self.store._replace(items)
+            for change in changes:
+                self._queue(change, initial=not self._listed)
+            self._listed = True
         log.info("%s listed %d objects at %s (%d changes)", self.resource, len(items), version, len(changes))
         for change in changes:
             self._changed(change)
@@ -277,7 +354,10 @@ class Informer:
                 # A resync's events resume from where its lost history
                 # starts; their objects keep their own versions.
                 cursor.event(int(ev.resume_resource_version or rv))
-                self._changed(self.store._apply(Obj(ev.object), ev.type == pb.EVENT_TYPE_DELETED))
+                with self._dispatch:
+                    change = self.store._apply(Obj(ev.object), ev.type == pb.EVENT_TYPE_DELETED)
+                    self._queue(change)
+                self._changed(change)
             else:
                 log.warning("%s: skipped an event of unknown type %d", self.resource, ev.type)
                 continue

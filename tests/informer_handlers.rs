@@ -1,0 +1,95 @@
+//! The Python informer's handlers as client-go's AddEventHandler has them,
+//! its listers and its shared informers, against a real etcd and
+//! watchproxy (`tests/python/informer_handlers.py` does the driving).
+
+mod common;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_run_off_the_watch_and_a_late_or_slow_one_ends_with_every_object() {
+    let etcd = Etcd::start().await;
+    let mut c = etcd.client().await;
+    for i in 0..5 {
+        let app = if i % 2 == 0 { "web" } else { "db" };
+        put_pod(
+            &mut c,
+            "ns-a",
+            &format!("p{i}"),
+            &[("app", app)],
+            &format!("node-{}", i % 3),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        put_pod(
+            &mut c,
+            "ns-b",
+            &format!("q{i}"),
+            &[("app", "web")],
+            "node-0",
+        )
+        .await;
+    }
+    let proxy = Proxy::start(&etcd.client_url).await;
+    wait_ready(&mut proxy.client().await, "pods").await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/informer_handlers.py"
+    );
+    let out = tokio::task::block_in_place(|| {
+        python3()
+            .arg(script)
+            .arg(proxy.addr.to_string())
+            .arg(&etcd.client_url)
+            .output()
+            .unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    eprintln!("{r}");
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&r["first_list"]),
+        ["p0", "p1", "p2", "p3", "p4", "q0", "q1", "q2"]
+    );
+    // Had the slow handler run on the watch's thread, it would have made
+    // every call (the list's 8, the burst's and 2 more) before the store
+    // took the marker.
+    let changes = 8 + r["burst"].as_u64().unwrap() + 2;
+    let slow_then = r["slow_calls_when_fast_done"].as_u64().unwrap();
+    assert!(
+        slow_then < changes,
+        "the slow handler held the watch up: {r}"
+    );
+    assert!(r["slow_fell_behind"].as_u64().unwrap() >= 1, "{r}");
+    // Caught up with fewer calls than there were changes: the difference.
+    assert!(r["slow_calls"].as_u64().unwrap() < changes, "{r}");
+    assert_eq!(r["late_adds"], r["store"].as_u64().unwrap() - 1, "{r}");
+    assert_eq!(
+        names(&r["web_adds"]),
+        ["p0", "p2", "p4", "q0", "q1", "q2"],
+        "{r}"
+    );
+    assert_eq!(
+        names(&r["lister_ns_a_web"]),
+        ["marker", "p0", "p2", "p4", "p6", "p8"],
+        "{r}"
+    );
+    assert_eq!(
+        names(&r["lister_every_db"]),
+        ["p1", "p3", "p5", "p7", "p9"],
+        "{r}"
+    );
+    assert_eq!(r["lister_get"], "after");
+    assert_eq!(r["lister_missing"], true);
+    assert!(names(&r["on_node_0"]).contains(&"marker".to_owned()), "{r}");
+}
