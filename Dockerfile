@@ -28,6 +28,7 @@ COPY src src
 ARG WATCHPROXY_GIT=unknown
 # The command line's get, list and watch are made through the Rust client.
 COPY clients/rust/build.rs clients/rust/build.rs
+COPY clients/rust/proto clients/rust/proto
 COPY clients/rust/src clients/rust/src
 RUN touch src/main.rs src/lib.rs clients/rust/src/lib.rs && cargo build --release --locked -p watchproxy --bin watchproxy
 

@@ -12,5 +12,9 @@ cargo fmt --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ./scripts/deny.sh
 cargo test --workspace --all-targets --locked
+# The Rust client as it would be published: its README's examples compile,
+# and the packaged crate builds on its own.
+cargo test -p watchproxy-client --doc --locked
+cargo package -p watchproxy-client --locked --allow-dirty
 # A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
 ./scripts/fuzz.sh 10

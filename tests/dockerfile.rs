@@ -133,7 +133,7 @@ fn the_images_build_compiles_the_real_sources_of_everything_the_binary_uses() {
     assert!(used.len() > 1, "the binary uses the Rust client: {used:?}");
     let mut missing = Vec::new();
     for crate_dir in &used {
-        for part in ["src", "build.rs"] {
+        for part in ["src", "build.rs", "proto"] {
             let from = root.join(crate_dir).join(part);
             if from.exists() {
                 differences(&from, &dir.path().join(crate_dir).join(part), &mut missing);

@@ -145,6 +145,7 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a connection may take to open (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -216,6 +217,7 @@ impl Client {
         }
     }
 
+    /// A plain-text client of `endpoint`, connected now.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
         Client::builder(endpoint).connect().await
     }
@@ -244,10 +246,13 @@ impl Client {
         }
     }
 
+    /// One object by namespace and name.
     pub async fn get(&self, request: GetRequest) -> Result<Object, Error> {
         Ok(self.stub.clone().get(request).await?.into_inner())
     }
 
+    /// A watch's stream of events; an error here is the server refusing
+    /// it, one from [`Watch::next`] the server ending it.
     pub async fn watch(&self, request: WatchRequest) -> Result<Watch, Error> {
         let stream = self.stub.clone().watch(request).await?.into_inner();
         Ok(Watch { stream })

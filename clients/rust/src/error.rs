@@ -22,7 +22,10 @@ macro_rules! reasons {
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum Reason {
-            $($variant,)*
+            $(
+                #[allow(missing_docs)] // named by the proto, which says when each is sent
+                $variant,
+            )*
             /// A reason this client does not know yet.
             Other(String),
         }
@@ -31,6 +34,7 @@ macro_rules! reasons {
             /// Every reason this client knows.
             pub const KNOWN: &[Reason] = &[$(Reason::$variant,)*];
 
+            /// The reason as the server spells it.
             pub fn as_str(&self) -> &str {
                 match self {
                     $(Reason::$variant => $name,)*
@@ -38,6 +42,8 @@ macro_rules! reasons {
                 }
             }
 
+            /// A reason as the server spells it; [`Reason::Other`] when
+            /// this client does not know it.
             pub fn parse(s: &str) -> Reason {
                 match s {
                     $($name => Reason::$variant,)*
@@ -89,7 +95,9 @@ impl fmt::Display for Reason {
 /// A request field the server refused, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldViolation {
+    /// The request's field, e.g. `label_selector`.
     pub field: String,
+    /// What is wrong with it.
     pub description: String,
 }
 
@@ -105,10 +113,12 @@ pub struct Error {
 }
 
 impl Error {
+    /// The gRPC status code.
     pub fn code(&self) -> Code {
         self.code
     }
 
+    /// The status message, for people.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -125,12 +135,14 @@ impl Error {
         &self.metadata
     }
 
+    /// The server's current version, on a version too new or too old.
     pub fn current_resource_version(&self) -> Option<&str> {
         self.metadata
             .get("current_resource_version")
             .map(String::as_str)
     }
 
+    /// The oldest version the server can still resume from.
     pub fn oldest_resource_version(&self) -> Option<&str> {
         self.metadata
             .get("oldest_resource_version")

@@ -28,9 +28,13 @@ use crate::store::{Change, IndexFn, Store};
 /// What subscribers are told, in the order the store took it.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// An object the store did not hold.
     Added(Arc<Object>),
+    /// A new state of an object the store held.
     Modified {
+        /// The state the store held.
         old: Arc<Object>,
+        /// The state it holds now.
         new: Arc<Object>,
     },
     /// The object's last state.
@@ -40,7 +44,9 @@ pub enum Event {
     /// `resync` when the server sent the difference on the watch (its
     /// history was lost), not a list of ours.
     Relisted {
+        /// The version the store is at.
         resource_version: String,
+        /// The server's resync, not a list of ours.
         resync: bool,
     },
 }
@@ -92,6 +98,8 @@ struct Shared {
 }
 
 impl Informer {
+    /// An informer of `resource` (every namespace, no selector), not
+    /// started.
     pub fn new(client: Client, resource: impl Into<String>) -> Informer {
         Informer {
             client,
@@ -112,11 +120,13 @@ impl Informer {
         self
     }
 
+    /// Only the objects whose labels match, e.g. `app=web,tier!=db`.
     pub fn label_selector(mut self, selector: impl Into<String>) -> Informer {
         self.query.label_selector = selector.into();
         self
     }
 
+    /// Only the objects whose fields match, e.g. `spec.nodeName=node-7`.
     pub fn field_selector(mut self, selector: impl Into<String>) -> Informer {
         self.query.field_selector = selector.into();
         self
@@ -255,6 +265,7 @@ impl Running {
         self.shared.version.lock().clone()
     }
 
+    /// Lists, resumes and relists so far.
     pub fn stats(&self) -> Stats {
         Stats {
             lists: self.shared.lists.load(Ordering::Relaxed),

@@ -85,6 +85,7 @@ impl Store {
         store
     }
 
+    /// One object by namespace and name.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
         let key = (namespace.to_owned(), name.to_owned());
         self.inner.read().objects.get(&key).cloned()
@@ -118,10 +119,12 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// How many objects it holds.
     pub fn len(&self) -> usize {
         self.inner.read().objects.len()
     }
 
+    /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
