@@ -24,13 +24,75 @@ async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
-    informer_follows_etcd(node_informer()).await;
+    let seen = informer_follows_etcd(node_informer()).await;
+    // It waits as the server's RetryInfo advises (1 s for NOT_READY), not
+    // a fixed pause.
+    let waited: Vec<serde_json::Value> = seen
+        .iter()
+        .filter(|l| l.contains("list unavailable"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!waited.is_empty(), "{seen:#?}");
+    for w in waited {
+        assert_eq!(w["advised_ms"], 1000, "{w}");
+        assert!(w["retry_ms"].as_f64().unwrap() >= 1000.0, "{w}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_informer_prints_each_change_without_until() {
+    let (etcd, proxy, _client) = start_ready().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "ns", "before", &[("app", "web")], "").await;
+    let mut child = node_informer()
+        .args([&proxy.addr.to_string(), "pods", "--selector", "app=web"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        rx
+    };
+    let rx = lines_of(Box::new(child.stdout.take().unwrap()));
+    let log = lines_of(Box::new(child.stderr.take().unwrap()));
+    // Changes after its list, which it does not print.
+    loop {
+        let line = log
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the informer lists");
+        if line.contains("\"listed\"") {
+            break;
+        }
+    }
+    let added = put_pod(&mut ec, "ns", "after", &[("app", "web")], "").await;
+    delete_key(&mut ec, "/registry/pods/ns/before").await;
+    let mut printed = Vec::new();
+    while printed.len() < 2 {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("printed only {printed:?}"));
+        printed.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(printed[0]["type"], "ADDED", "{printed:?}");
+    assert_eq!(printed[0]["key"], "/registry/pods/ns/after");
+    assert_eq!(printed[0]["resource_version"], added.to_string());
+    assert_eq!(printed[1]["type"], "DELETED", "{printed:?}");
+    assert_eq!(printed[1]["key"], "/registry/pods/ns/before");
 }
 
 /// Runs `informer` (its command and script) through a start before the
 /// cache is ready, writes, a restart, and a restart after etcd compacted
 /// past its version.
-async fn informer_follows_etcd(informer: Command) {
+async fn informer_follows_etcd(informer: Command) -> Vec<String> {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for i in 0..10 {
@@ -107,6 +169,7 @@ async fn informer_follows_etcd(informer: Command) {
             "{event} with {reason}: {seen:#?}"
         );
     }
+    seen
 }
 
 /// The Rust informer's copy: key → value.

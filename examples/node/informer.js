@@ -9,13 +9,17 @@
 // version") it lists again. A watch the server ends for its credential
 // (CREDENTIAL_EXPIRED, CREDENTIAL_REVOKED) or a change of the rules
 // (ACCESS_CHANGED) resumes from the version the status names, with the
-// token read again from --token-file. The proto is loaded at start.
+// token read again from --token-file. Between retries it waits as the
+// server's RetryInfo advises, never less, with jittered exponential backoff.
+// The proto is loaded at start.
 //
 //     npm ci --prefix examples/node
 //     node examples/node/informer.js 127.0.0.1:50051 pods --selector app=web
 //
-// It logs one JSON object per line on stderr and, with --until NAME, exits
-// once an object of that name is seen, printing the copy on stdout.
+// It logs one JSON object per line on stderr and prints each change on
+// stdout as a JSON line ({"type","key","resource_version"}); with --until
+// NAME it prints nothing until an object of that name is seen, then exits,
+// printing the copy.
 'use strict';
 
 const fs = require('fs');
@@ -51,35 +55,67 @@ function parseArgs(argv) {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const ERROR_INFO = 'type.googleapis.com/google.rpc.ErrorInfo';
+const RETRY_INFO = 'type.googleapis.com/google.rpc.RetryInfo';
 
-/** The fields of a protobuf message: number -> [values] (strings and bytes). */
+/** The fields of a protobuf message: number -> [values] (bytes, and varints as numbers). */
 function fields(bytes) {
   const r = Reader.create(bytes);
   const out = {};
   while (r.pos < r.len) {
     const tag = r.uint32();
     const [field, wire] = [tag >>> 3, tag & 7];
-    const value = wire === 2 ? r.bytes() : r.skipType(wire) && null;
+    let value = null;
+    if (wire === 2) value = r.bytes();
+    else if (wire === 0) value = Number(r.uint64().toString());
+    else r.skipType(wire);
     (out[field] = out[field] || []).push(value);
   }
   return out;
 }
 
-/**
- * The ErrorInfo reason of a watchproxy status: google.rpc.Status in the
- * `grpc-status-details-bin` trailer, its `details` (field 3) holding Any
- * messages (type URL 1, value 2), an ErrorInfo's reason being field 1.
- */
-function reason(err) {
+/** The `details` of a status (google.rpc.Status in the `grpc-status-details-bin` trailer, field 3): type URL -> value. */
+function details(err) {
   const [bin] = (err.metadata && err.metadata.get('grpc-status-details-bin')) || [];
-  if (!bin) return null;
+  const out = {};
+  if (!bin) return out;
   for (const any of fields(bin)[3] || []) {
     const f = fields(any);
-    if (f[1] && Buffer.from(f[1][0]).toString() === ERROR_INFO) {
-      return Buffer.from(fields(f[2][0])[1][0]).toString();
-    }
+    if (f[1] && f[2]) out[Buffer.from(f[1][0]).toString()] = f[2][0];
   }
-  return null;
+  return out;
+}
+
+/** The ErrorInfo reason of a watchproxy status (its field 1). */
+function reason(err) {
+  const info = details(err)[ERROR_INFO];
+  return info ? Buffer.from(fields(info)[1][0]).toString() : null;
+}
+
+/** The wait a status' RetryInfo advises, in ms (its retry_delay, a Duration of seconds and nanos). */
+function retryMs(err) {
+  const info = details(err)[RETRY_INFO];
+  if (!info) return 0;
+  const delay = fields(info)[1];
+  if (!delay) return 0;
+  const d = fields(delay[0]);
+  return ((d[1] && d[1][0]) || 0) * 1000 + ((d[2] && d[2][0]) || 0) / 1e6;
+}
+
+/** Doubling waits up to 30 s, jittered in the upper half, never shorter than the server advises. */
+class Backoff {
+  constructor() {
+    this.step = 200;
+  }
+
+  next(advisedMs) {
+    const step = this.step;
+    this.step = Math.min(step * 2, 30000);
+    return Math.max(step / 2 + Math.random() * (step / 2), advisedMs || 0);
+  }
+
+  reset() {
+    this.step = 200;
+  }
 }
 
 // Ends the server gives an open watch for its credential or the rules: a
@@ -98,6 +134,7 @@ class Informer {
     this.seen = null;
     this.lists = 0;
     this.resumes = 0;
+    this.backoff = new Backoff();
   }
 
   /** The call's metadata: the token, read from its file for every call. */
@@ -129,10 +166,12 @@ class Informer {
         );
       } catch (err) {
         // Not ready yet, or a replica going away: the status says when to
-        // retry (RetryInfo); a short pause does here.
+        // retry (RetryInfo).
         if (err.code !== grpc.status.UNAVAILABLE) throw err;
-        log({ event: 'list unavailable; retrying', reason: reason(err), details: err.details });
-        await sleep(500);
+        const wait = this.backoff.next(retryMs(err));
+        log({ event: 'list unavailable; retrying', reason: reason(err), details: err.details,
+              advised_ms: retryMs(err), retry_ms: Math.round(wait) });
+        await sleep(wait);
         objects.clear();
         token = '';
         continue;
@@ -144,6 +183,7 @@ class Informer {
     this.objects = objects;
     this.version = this.seen = resp.resource_version;
     this.lists += 1;
+    this.backoff.reset();
     log({ event: 'listed', objects: objects.size, resource_version: this.version });
   }
 
@@ -159,6 +199,7 @@ class Informer {
         allow_bookmarks: true,
       }, this.metadata());
       call.on('data', (ev) => {
+        this.backoff.reset();
         const rv = ev.object.resource_version;
         // Where to resume after the event: a resync's events name the
         // version its lost history starts from, while their objects keep
@@ -174,6 +215,10 @@ class Informer {
         }
         if (ev.type === 'EVENT_TYPE_DELETED') this.objects.delete(ev.object.key);
         else this.objects.set(ev.object.key, rv);
+        if (!until) {
+          const type = ev.type.replace('EVENT_TYPE_', '');
+          process.stdout.write(JSON.stringify({ type, key: ev.object.key, resource_version: rv }) + '\n');
+        }
         if (until && ev.object.name === until && !done) {
           done = true;
           call.cancel();
@@ -205,8 +250,10 @@ class Informer {
           const named = err.metadata && err.metadata.get('watchproxy-resume-resource-version')[0];
           if (named) this.version = this.seen = String(named);
           this.resumes += 1;
-          log({ event: 'resuming', code: grpc.status[err.code], reason: why, resource_version: this.version });
-          await sleep(200);
+          const wait = this.backoff.next(retryMs(err));
+          log({ event: 'resuming', code: grpc.status[err.code], reason: why, resource_version: this.version,
+                advised_ms: retryMs(err), retry_ms: Math.round(wait) });
+          await sleep(wait);
           continue;
         }
         throw err;
