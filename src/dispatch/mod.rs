@@ -6,6 +6,8 @@
 mod cuts;
 mod dispatcher;
 mod inbox;
+#[cfg(test)]
+mod inbox_tests;
 mod posts;
 mod shards;
 #[cfg(test)]

@@ -2,18 +2,17 @@
 
 use std::task::Waker;
 
-use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::*;
 use crate::object::Resource;
 use crate::telemetry::Metrics;
 
-fn resource() -> Resource {
+pub(super) fn resource() -> Resource {
     Resource::for_tests(&["spec.nodeName"])
 }
 
-fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {
+pub(super) fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {
     let key = format!("/p/ns/{name}");
     Arc::new(Object::bare(
         &key,
@@ -25,7 +24,7 @@ fn obj(name: &str, node: &str, revision: Revision) -> Arc<Object> {
     ))
 }
 
-fn ev(
+pub(super) fn ev(
     kind: EventType,
     object: Option<Arc<Object>>,
     prev: Option<Arc<Object>>,
@@ -36,11 +35,11 @@ fn ev(
     Arc::new(e)
 }
 
-fn on_node(node: &str) -> Predicate {
+pub(super) fn on_node(node: &str) -> Predicate {
     Predicate::new(&resource(), "", "", "", &format!("spec.nodeName={node}")).unwrap()
 }
 
-fn dispatcher(queue: usize) -> Arc<Dispatcher> {
+pub(super) fn dispatcher(queue: usize) -> Arc<Dispatcher> {
     Arc::new(Dispatcher::new(
         queue,
         Duration::from_secs(60),
@@ -92,7 +91,7 @@ fn watchers_get_only_events_after_their_start() {
 }
 
 /// Registers a watcher of every object, live after `start`.
-fn everything(
+pub(super) fn everything(
     d: &Arc<Dispatcher>,
     inbox: &Arc<Inbox>,
     start: Revision,
@@ -109,7 +108,7 @@ fn everything(
 }
 
 /// Dispatches one new object at `rev`.
-fn add_one(d: &Dispatcher, rev: Revision) {
+pub(super) fn add_one(d: &Dispatcher, rev: Revision) {
     d.dispatch(&[ev(
         EventType::Added,
         Some(obj(&rev.to_string(), "", rev)),
@@ -118,7 +117,7 @@ fn add_one(d: &Dispatcher, rev: Revision) {
     )])
 }
 
-fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
+pub(super) fn revisions(s: &mut Subscription) -> Vec<Option<Revision>> {
     std::iter::from_fn(|| s.mailbox.try_recv())
         .map(|d| match d {
             Delivery::Event(v) => Some(v.revision),
@@ -174,176 +173,9 @@ fn a_full_queue_marks_only_that_watcher_behind_until_it_rejoins() {
     assert!(d.is_empty());
 }
 
-/// Records each wake, and whether the dispatcher's lock was free then.
-struct Woken {
-    dispatcher: Arc<Dispatcher>,
-    unlocked: Mutex<Vec<bool>>,
-}
-
-impl std::task::Wake for Woken {
-    fn wake(self: Arc<Self>) {
-        let free = self.dispatcher.watchers.try_lock().is_some();
-        self.unlocked.lock().push(free);
-    }
-}
-
-#[test]
-fn a_batch_wakes_each_waiting_watcher_once_after_queuing_all_of_it() {
-    let d = dispatcher(16);
-    let mut subs: Vec<_> = (0..2)
-        .map(|_| everything(&d, &Inbox::solo(), 0, false))
-        .collect();
-    let woken = Arc::new(Woken {
-        dispatcher: d.clone(),
-        unlocked: Mutex::default(),
-    });
-    let waker = Waker::from(woken.clone());
-    let mut cx = std::task::Context::from_waker(&waker);
-    for s in &mut subs {
-        assert!(s.mailbox.poll_recv(&mut cx).is_pending());
-    }
-    d.dispatch(&[
-        ev(EventType::Added, Some(obj("a", "", 1)), None, 1),
-        ev(EventType::Added, Some(obj("b", "", 2)), None, 2),
-        ev(EventType::Added, Some(obj("c", "", 3)), None, 3),
-    ]);
-    assert_eq!(*woken.unlocked.lock(), [true, true], "once each, unlocked");
-    for s in &mut subs {
-        assert_eq!(revisions(s), [Some(1), Some(2), Some(3)]);
-    }
-}
-
-fn ended(s: &Subscription) -> bool {
+pub(super) fn ended(s: &Subscription) -> bool {
     let mut cx = std::task::Context::from_waker(Waker::noop());
     matches!(s.mailbox.poll_recv(&mut cx), std::task::Poll::Ready(None))
-}
-
-fn counting() -> Arc<Woken> {
-    Arc::new(Woken {
-        dispatcher: dispatcher(1),
-        unlocked: Mutex::default(),
-    })
-}
-
-fn woken(w: &Woken) -> usize {
-    w.unlocked.lock().len()
-}
-
-#[test]
-fn watchers_sharing_an_inbox_get_each_batch_through_one_wake_of_their_reader() {
-    let d = dispatcher(16);
-    let inbox = Inbox::shared();
-    let mut subs: Vec<_> = (0..3).map(|_| everything(&d, &inbox, 0, false)).collect();
-    let places =
-        |subs: &[Subscription]| -> Vec<Place> { subs.iter().map(|s| s.mailbox.place()).collect() };
-    let reader = counting();
-    let reader_waker = Waker::from(reader.clone());
-    let mut ready = Vec::new();
-    inbox.collect(&reader_waker, &mut ready);
-    assert!(ready.is_empty());
-    add_one(&d, 1);
-    add_one(&d, 2);
-    assert_eq!(woken(&reader), 1, "once for both batches");
-    inbox.collect(&reader_waker, &mut ready);
-    ready.sort();
-    assert_eq!(ready, places(&subs), "each watcher named once");
-    for s in &mut subs {
-        assert_eq!(revisions(s), [Some(1), Some(2)]);
-    }
-
-    // A watcher that leaves with deliveries on their way: its place is
-    // taken by a new one, which does not get them.
-    add_one(&d, 3);
-    let left = subs.pop().unwrap().mailbox.place();
-    let mut late = everything(&d, &inbox, 3, false);
-    add_one(&d, 4);
-    ready.clear();
-    inbox.collect(&reader_waker, &mut ready);
-    assert_ne!(late.mailbox.place(), left, "the same slot, another version");
-    ready.sort();
-    let mut expected = places(&subs);
-    expected.push(late.mailbox.place());
-    expected.sort();
-    assert_eq!(ready, expected);
-    for s in &mut subs {
-        assert_eq!(revisions(s), [Some(3), Some(4)]);
-    }
-    assert_eq!(revisions(&mut late), [Some(4)]);
-    assert_eq!(d.metrics.deliveries.get(), 2 * 3 + 2 * 2 + 1);
-}
-
-#[test]
-fn queues_read_by_one_stream_name_its_place_and_a_sort_now_keeps_the_names_for_the_reader() {
-    let d = dispatcher(16);
-    let inbox = Inbox::shared();
-    let stream = inbox.reserve();
-    let mut subs: Vec<_> = (0..2).map(|_| everything(&d, &inbox, 0, false)).collect();
-    subs.iter()
-        .for_each(|s| s.mailbox.report_as(stream.place()));
-    let reader = counting();
-    let reader_waker = Waker::from(reader.clone());
-    let mut ready = Vec::new();
-    inbox.collect(&reader_waker, &mut ready);
-    add_one(&d, 1);
-    inbox.collect(&reader_waker, &mut ready);
-    assert_eq!(
-        ready,
-        [stream.place(), stream.place()],
-        "the stream, for each"
-    );
-    for s in &mut subs {
-        assert_eq!(revisions(s), [Some(1)]);
-    }
-
-    // The stream sorts what was posted itself: its queues hold it at
-    // once, and the reader, woken by the post, is given the names at its
-    // collection.
-    let before = woken(&reader);
-    add_one(&d, 2);
-    inbox.sort_now();
-    for s in &mut subs {
-        assert_eq!(s.mailbox.try_recv().map(|d| d.revision()), Some(2));
-    }
-    assert_eq!(woken(&reader), before + 1, "the reader is woken once");
-    ready.clear();
-    inbox.collect(&reader_waker, &mut ready);
-    assert_eq!(ready, [stream.place(), stream.place()]);
-}
-
-#[test]
-fn an_inbox_without_room_puts_all_its_watchers_behind_until_each_rejoins() {
-    let d = dispatcher(4);
-    let inbox = Inbox::shared();
-    let mut subs: Vec<_> = (0..2).map(|_| everything(&d, &inbox, 0, false)).collect();
-    let reader = Waker::noop();
-    let ready = &mut Vec::new();
-    // Ten deliveries for a room of eight: none is posted.
-    d.dispatch(
-        &(1..=5)
-            .map(|r| ev(EventType::Added, Some(obj(&r.to_string(), "", r)), None, r))
-            .collect::<Vec<_>>(),
-    );
-    inbox.collect(reader, ready);
-    for s in &mut subs {
-        assert_eq!(revisions(s), [None]);
-    }
-    add_one(&d, 6);
-    inbox.collect(reader, ready);
-    assert_eq!(revisions(&mut subs[0]), [], "skipped while behind");
-    // Each rejoins after reading the window through 6.
-    subs[0].rejoin(6);
-    add_one(&d, 7);
-    inbox.collect(reader, ready);
-    assert_eq!(revisions(&mut subs[0]), [Some(7)]);
-    assert_eq!(revisions(&mut subs[1]), []);
-    assert_eq!(
-        d.metrics.deliveries.get(),
-        1,
-        "what was skipped is not counted"
-    );
-    d.close();
-    inbox.collect(reader, ready);
-    assert!(subs.iter().all(ended));
 }
 
 #[test]
