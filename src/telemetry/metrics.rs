@@ -14,8 +14,8 @@ use prometheus_client::registry::Unit;
 use super::delivery::{delivery_histogram, DeliveryFamily, DeliveryLatency, ServePathLabel};
 use super::http2::Http2Metrics;
 use super::labels::{
-    BehindLabels, BehindOutcome, CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels,
-    OutcomeLabels, ReasonLabels, ResourceLabel, StateLabels,
+    BehindLabels, CallLabel, CallLabels, DeniedLabels, EndLabels, EtcdLabels, OutcomeLabels,
+    ReasonLabels, ResourceLabel, StateLabels,
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
 use super::process::ProcessCollector;
@@ -26,46 +26,46 @@ use super::security::SecurityMetrics;
 /// the per-resource series.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Arc<Registry>,
-    events_received: Family<ResourceLabel, Counter>,
-    deliveries: Family<ResourceLabel, Counter>,
-    encodings: Family<ResourceLabel, Counter>,
-    initial_snapshots: Family<ResourceLabel, Counter>,
-    initial_snapshots_shared: Family<ResourceLabel, Counter>,
-    initial_snapshot_bytes: Family<ResourceLabel, Counter>,
-    initial_snapshot_compressed_bytes: Family<ResourceLabel, Counter>,
-    fell_behind: Family<ResourceLabel, Counter>,
-    behind: Family<ResourceLabel, Gauge>,
-    behind_ended: Family<BehindLabels, Counter>,
-    replayed: Family<ResourceLabel, Counter>,
-    undecodable: Family<ResourceLabel, Counter>,
-    encrypted: Family<ResourceLabel, Counter>,
-    relists: Family<ResourceLabel, Counter>,
-    watchers: Family<ResourceLabel, Gauge>,
-    watchers_ended: Family<EndLabels, Counter>,
-    etcd_requests: Family<EtcdLabels, Counter>,
-    cache_objects: Family<ResourceLabel, Gauge>,
-    cache_revision: Family<ResourceLabel, Gauge>,
-    window_events: Family<ResourceLabel, Gauge>,
-    window_capacity: Family<ResourceLabel, Gauge>,
-    cache_bytes: Family<ResourceLabel, Gauge>,
-    cache_max_bytes: Family<ResourceLabel, Gauge>,
-    window_bytes: Family<ResourceLabel, Gauge>,
-    snapshot_bytes: Family<ResourceLabel, Gauge>,
-    over_budget: Family<ResourceLabel, Gauge>,
-    window_shed: Family<ResourceLabel, Counter>,
-    consistent_read_fallbacks: Family<ResourceLabel, Counter>,
-    freshness_checks: Family<ResourceLabel, Counter>,
-    state_mismatch: Family<ResourceLabel, Counter>,
-    cache_lag: Family<ResourceLabel, Gauge>,
-    reflector_state: Family<StateLabels, Gauge>,
-    calls: Family<CallLabels, Histogram, fn() -> Histogram>,
-    delivery: DeliveryFamily,
-    tls_reloads: Family<OutcomeLabels, Counter>,
-    tls_handshakes: Family<OutcomeLabels, Counter>,
-    auth_failures: Family<ReasonLabels, Counter>,
-    authz_denied: Family<DeniedLabels, Counter>,
-    etcd_api_forwarded: Family<CallLabel, Counter>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) events_received: Family<ResourceLabel, Counter>,
+    pub(super) deliveries: Family<ResourceLabel, Counter>,
+    pub(super) encodings: Family<ResourceLabel, Counter>,
+    pub(super) initial_snapshots: Family<ResourceLabel, Counter>,
+    pub(super) initial_snapshots_shared: Family<ResourceLabel, Counter>,
+    pub(super) initial_snapshot_bytes: Family<ResourceLabel, Counter>,
+    pub(super) initial_snapshot_compressed_bytes: Family<ResourceLabel, Counter>,
+    pub(super) fell_behind: Family<ResourceLabel, Counter>,
+    pub(super) behind: Family<ResourceLabel, Gauge>,
+    pub(super) behind_ended: Family<BehindLabels, Counter>,
+    pub(super) replayed: Family<ResourceLabel, Counter>,
+    pub(super) undecodable: Family<ResourceLabel, Counter>,
+    pub(super) encrypted: Family<ResourceLabel, Counter>,
+    pub(super) relists: Family<ResourceLabel, Counter>,
+    pub(super) watchers: Family<ResourceLabel, Gauge>,
+    pub(super) watchers_ended: Family<EndLabels, Counter>,
+    pub(super) etcd_requests: Family<EtcdLabels, Counter>,
+    pub(super) cache_objects: Family<ResourceLabel, Gauge>,
+    pub(super) cache_revision: Family<ResourceLabel, Gauge>,
+    pub(super) window_events: Family<ResourceLabel, Gauge>,
+    pub(super) window_capacity: Family<ResourceLabel, Gauge>,
+    pub(super) cache_bytes: Family<ResourceLabel, Gauge>,
+    pub(super) cache_max_bytes: Family<ResourceLabel, Gauge>,
+    pub(super) window_bytes: Family<ResourceLabel, Gauge>,
+    pub(super) snapshot_bytes: Family<ResourceLabel, Gauge>,
+    pub(super) over_budget: Family<ResourceLabel, Gauge>,
+    pub(super) window_shed: Family<ResourceLabel, Counter>,
+    pub(super) consistent_read_fallbacks: Family<ResourceLabel, Counter>,
+    pub(super) freshness_checks: Family<ResourceLabel, Counter>,
+    pub(super) state_mismatch: Family<ResourceLabel, Counter>,
+    pub(super) cache_lag: Family<ResourceLabel, Gauge>,
+    pub(super) reflector_state: Family<StateLabels, Gauge>,
+    pub(super) calls: Family<CallLabels, Histogram, fn() -> Histogram>,
+    pub(super) delivery: DeliveryFamily,
+    pub(super) tls_reloads: Family<OutcomeLabels, Counter>,
+    pub(super) tls_handshakes: Family<OutcomeLabels, Counter>,
+    pub(super) auth_failures: Family<ReasonLabels, Counter>,
+    pub(super) authz_denied: Family<DeniedLabels, Counter>,
+    pub(super) etcd_api_forwarded: Family<CallLabel, Counter>,
     /// The HTTP/2 server's.
     pub http2: Http2Metrics,
     /// The configuration's, and the listener's exposure.
@@ -337,67 +337,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn resource(&self, name: &str) -> ResourceMetrics {
-        let l = ResourceLabel {
-            resource: name.to_owned(),
-        };
-        // The series alerts read start at 0, so that the first end is an
-        // increase.
-        for reason in EndReason::ALL {
-            let labels = EndLabels {
-                resource: name.to_owned(),
-                reason,
-            };
-            drop(self.watchers_ended.get_or_create(&labels));
-        }
-        ResourceMetrics {
-            name: name.to_owned(),
-            events_received: self.events_received.get_or_create(&l).clone(),
-            deliveries: self.deliveries.get_or_create(&l).clone(),
-            encodings: self.encodings.get_or_create(&l).clone(),
-            initial_snapshots: self.initial_snapshots.get_or_create(&l).clone(),
-            initial_snapshots_shared: self.initial_snapshots_shared.get_or_create(&l).clone(),
-            initial_snapshot_bytes: self.initial_snapshot_bytes.get_or_create(&l).clone(),
-            initial_snapshot_compressed_bytes: (self.initial_snapshot_compressed_bytes)
-                .get_or_create(&l)
-                .clone(),
-            fell_behind: self.fell_behind.get_or_create(&l).clone(),
-            behind: self.behind.get_or_create(&l).clone(),
-            behind_caught_up: self.behind_ended_as(name, BehindOutcome::caught_up),
-            behind_ended: self.behind_ended_as(name, BehindOutcome::ended),
-            replayed: self.replayed.get_or_create(&l).clone(),
-            undecodable: self.undecodable.get_or_create(&l).clone(),
-            encrypted: self.encrypted.get_or_create(&l).clone(),
-            relists: self.relists.get_or_create(&l).clone(),
-            watchers: self.watchers.get_or_create(&l).clone(),
-            cache_objects: self.cache_objects.get_or_create(&l).clone(),
-            cache_revision: self.cache_revision.get_or_create(&l).clone(),
-            window_events: self.window_events.get_or_create(&l).clone(),
-            window_capacity: self.window_capacity.get_or_create(&l).clone(),
-            cache_bytes: self.cache_bytes.get_or_create(&l).clone(),
-            cache_max_bytes: self.cache_max_bytes.get_or_create(&l).clone(),
-            window_bytes: self.window_bytes.get_or_create(&l).clone(),
-            snapshot_bytes: self.snapshot_bytes.get_or_create(&l).clone(),
-            over_budget: self.over_budget.get_or_create(&l).clone(),
-            window_shed: self.window_shed.get_or_create(&l).clone(),
-            consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
-            freshness_checks: self.freshness_checks.get_or_create(&l).clone(),
-            state_mismatch: self.state_mismatch.get_or_create(&l).clone(),
-            cache_lag: self.cache_lag.get_or_create(&l).clone(),
-            reflector_state: self.reflector_state.clone(),
-            watchers_ended: self.watchers_ended.clone(),
-            etcd_requests: self.etcd_requests.clone(),
-        }
-    }
-
-    fn behind_ended_as(&self, resource: &str, outcome: BehindOutcome) -> Counter {
-        let labels = BehindLabels {
-            resource: resource.to_owned(),
-            outcome,
-        };
-        self.behind_ended.get_or_create(&labels).clone()
-    }
-
     /// The delivery histograms of one serve path.
     pub fn delivery_latency(&self, serve_path: ServePathLabel) -> DeliveryLatency {
         DeliveryLatency::of(&self.delivery, serve_path)

@@ -5,7 +5,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::labels::{EndLabels, EndReason, EtcdLabels, EtcdRequest, ReflectorState, StateLabels};
+use super::labels::{
+    BehindLabels, BehindOutcome, EndLabels, EndReason, EtcdLabels, EtcdRequest, ReflectorState,
+    ResourceLabel, StateLabels,
+};
+use super::metrics::Metrics;
 
 /// The series of one resource.
 #[derive(Clone, Debug)]
@@ -78,5 +82,69 @@ impl ResourceMetrics {
                 request,
             })
             .inc();
+    }
+}
+
+/// Each resource's handles, made once when its cache starts.
+impl Metrics {
+    pub fn resource(&self, name: &str) -> ResourceMetrics {
+        let l = ResourceLabel {
+            resource: name.to_owned(),
+        };
+        // The series alerts read start at 0, so that the first end is an
+        // increase.
+        for reason in EndReason::ALL {
+            let labels = EndLabels {
+                resource: name.to_owned(),
+                reason,
+            };
+            drop(self.watchers_ended.get_or_create(&labels));
+        }
+        ResourceMetrics {
+            name: name.to_owned(),
+            events_received: self.events_received.get_or_create(&l).clone(),
+            deliveries: self.deliveries.get_or_create(&l).clone(),
+            encodings: self.encodings.get_or_create(&l).clone(),
+            initial_snapshots: self.initial_snapshots.get_or_create(&l).clone(),
+            initial_snapshots_shared: self.initial_snapshots_shared.get_or_create(&l).clone(),
+            initial_snapshot_bytes: self.initial_snapshot_bytes.get_or_create(&l).clone(),
+            initial_snapshot_compressed_bytes: (self.initial_snapshot_compressed_bytes)
+                .get_or_create(&l)
+                .clone(),
+            fell_behind: self.fell_behind.get_or_create(&l).clone(),
+            behind: self.behind.get_or_create(&l).clone(),
+            behind_caught_up: self.behind_ended_as(name, BehindOutcome::caught_up),
+            behind_ended: self.behind_ended_as(name, BehindOutcome::ended),
+            replayed: self.replayed.get_or_create(&l).clone(),
+            undecodable: self.undecodable.get_or_create(&l).clone(),
+            encrypted: self.encrypted.get_or_create(&l).clone(),
+            relists: self.relists.get_or_create(&l).clone(),
+            watchers: self.watchers.get_or_create(&l).clone(),
+            cache_objects: self.cache_objects.get_or_create(&l).clone(),
+            cache_revision: self.cache_revision.get_or_create(&l).clone(),
+            window_events: self.window_events.get_or_create(&l).clone(),
+            window_capacity: self.window_capacity.get_or_create(&l).clone(),
+            cache_bytes: self.cache_bytes.get_or_create(&l).clone(),
+            cache_max_bytes: self.cache_max_bytes.get_or_create(&l).clone(),
+            window_bytes: self.window_bytes.get_or_create(&l).clone(),
+            snapshot_bytes: self.snapshot_bytes.get_or_create(&l).clone(),
+            over_budget: self.over_budget.get_or_create(&l).clone(),
+            window_shed: self.window_shed.get_or_create(&l).clone(),
+            consistent_read_fallbacks: self.consistent_read_fallbacks.get_or_create(&l).clone(),
+            freshness_checks: self.freshness_checks.get_or_create(&l).clone(),
+            state_mismatch: self.state_mismatch.get_or_create(&l).clone(),
+            cache_lag: self.cache_lag.get_or_create(&l).clone(),
+            reflector_state: self.reflector_state.clone(),
+            watchers_ended: self.watchers_ended.clone(),
+            etcd_requests: self.etcd_requests.clone(),
+        }
+    }
+
+    fn behind_ended_as(&self, resource: &str, outcome: BehindOutcome) -> Counter {
+        let labels = BehindLabels {
+            resource: resource.to_owned(),
+            outcome,
+        };
+        self.behind_ended.get_or_create(&labels).clone()
     }
 }
