@@ -198,3 +198,64 @@ async fn the_demo_loads_pods_as_the_apiserver_stores_them() {
         assert!(o.labels.contains_key("app"));
     }
 }
+
+/// The Rust client's watcher decodes the stored protobuf into `k8s-pb`'s
+/// types once per object; a watch event carries the new state decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_decodes_protobuf_pods_into_k8s_pb_types() {
+    use tokio_stream::StreamExt;
+    use watchproxy_client::watcher::{watcher, Config as WatcherConfig, Event};
+    use watchproxy_client::{Client, Protobuf};
+
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for (name, node) in [("web-0", "node-0"), ("web-1", "node-1")] {
+        let key = format!("/registry/pods/ns/{name}");
+        ec.put(key, pod("ns", name, node), None).await.unwrap();
+    }
+    let config = Config::from_yaml(&CONFIG.replace("ETCD", &etcd.client_url)).unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let client = Client::builder(format!("http://{}", proxy.addr))
+        .connect_lazy()
+        .unwrap();
+    let on_node_1 = WatcherConfig::new("pods").field_selector("spec.nodeName=node-1");
+    let stream = watcher::<Protobuf<core::Pod>>(client, on_node_1);
+    tokio::pin!(stream);
+    let mut next = async || {
+        loop {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next());
+            match item.await.expect("an event").expect("the stream goes on") {
+                Ok(Event::Bookmark { .. } | Event::Init) => continue,
+                // The cache is not ready yet: retried.
+                Err(e) if e.code() == tonic::Code::Unavailable => continue,
+                other => return other.unwrap(),
+            }
+        }
+    };
+    let Event::InitApply(listed) = next().await else {
+        panic!("the list's pod")
+    };
+    assert_eq!(listed.meta.name, "web-1");
+    let node = |pod: &core::Pod| pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    assert_eq!(node(&listed).as_deref(), Some("node-1"));
+    assert!(matches!(next().await, Event::InitDone { .. }));
+    let moved = ec
+        .put(
+            "/registry/pods/ns/web-0",
+            pod("ns", "web-0", "node-1"),
+            None,
+        )
+        .await
+        .unwrap();
+    let Event::Apply(scheduled) = next().await else {
+        panic!("the pod scheduled on node-1")
+    };
+    assert_eq!(scheduled.meta.name, "web-0");
+    let version = moved.header().unwrap().revision().to_string();
+    assert_eq!(scheduled.meta.resource_version, version);
+    assert_eq!(node(&scheduled).as_deref(), Some("node-1"));
+    assert_eq!(
+        scheduled.metadata.as_ref().unwrap().uid.as_deref(),
+        Some("uid-web-0")
+    );
+}

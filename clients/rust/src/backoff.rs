@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+/// Waits between retries, as a watcher takes them.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     first: Duration,
@@ -14,6 +15,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Starting at `first`, doubling up to `ceiling`.
     pub fn new(first: Duration, ceiling: Duration) -> Backoff {
         Backoff {
             first,

@@ -110,6 +110,8 @@ pub struct Error {
     metadata: BTreeMap<String, String>,
     retry_delay: Option<Duration>,
     violations: Vec<FieldViolation>,
+    /// Made here: an object whose value is not the type asked for.
+    undecodable: bool,
 }
 
 impl Error {
@@ -206,7 +208,22 @@ impl Error {
             metadata: BTreeMap::new(),
             retry_delay: None,
             violations: Vec::new(),
+            undecodable: false,
         }
+    }
+
+    pub(crate) fn undecodable(message: impl Into<String>) -> Error {
+        Error {
+            undecodable: true,
+            ..Error::local(Code::DataLoss, message)
+        }
+    }
+
+    /// An object whose value could not be decoded into the type asked
+    /// for (DATA_LOSS, made by this client): a watcher leaves it out and
+    /// goes on.
+    pub fn is_undecodable(&self) -> bool {
+        self.undecodable
     }
 }
 

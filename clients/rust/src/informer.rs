@@ -1,8 +1,8 @@
-//! An informer, as Kubernetes' client-go has it (Reflector, Indexer,
-//! SharedInformer): it lists a resource, watches from the list's version,
-//! keeps an indexed local copy, and tells subscribers what changed. It
-//! resumes a broken watch from the last version it has every event of, so
-//! a restart or a move between replicas costs no list; it lists again only
+//! An informer, as Kubernetes' client-go has it (SharedInformer): a
+//! [`watcher`] kept in a [`Store`] by a reflector's
+//! [`Writer`], telling subscribers each change the store took. It resumes
+//! a broken watch from the last version it has every event of, so a
+//! restart or a move between replicas costs no list; it lists again only
 //! when the server says its version is gone, and then delivers just the
 //! difference.
 
@@ -12,18 +12,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
-use tracing::{info, warn};
 
-use crate::backoff::Backoff;
 use crate::client::Client;
-use crate::error::{Error, Reason};
-use crate::pb::{EventType, HashRange, ListRequest, Object, ShardSelector, WatchRequest};
+use crate::error::Error;
+use crate::pb::Object;
+use crate::reflector::{store_with_indexes, Writer};
 use crate::store::{Change, IndexFn, Store};
+use crate::watcher::{self, recovery, watcher, Config, Recovery};
 
 /// What subscribers are told, in the order the store took it.
 #[derive(Debug, Clone)]
@@ -67,10 +68,9 @@ pub type EventStream = ReceiverStream<Event>;
 /// An informer to be started; the builder methods say what it follows.
 pub struct Informer {
     client: Client,
-    query: ListRequest,
+    config: Config,
     indexers: BTreeMap<String, IndexFn>,
     subscribers: Vec<mpsc::Sender<Event>>,
-    backoff: Backoff,
 }
 
 /// Counts of what a running informer did.
@@ -89,7 +89,6 @@ pub struct Stats {
 
 #[derive(Default)]
 struct Shared {
-    version: Mutex<String>,
     failed: Mutex<Option<Error>>,
     lists: AtomicU64,
     resumes: AtomicU64,
@@ -101,78 +100,66 @@ impl Informer {
     /// An informer of `resource` (every namespace, no selector), not
     /// started.
     pub fn new(client: Client, resource: impl Into<String>) -> Informer {
+        Informer::with_config(client, Config::new(resource))
+    }
+
+    /// An informer of what `config` says.
+    pub fn with_config(client: Client, config: Config) -> Informer {
         Informer {
             client,
-            query: ListRequest {
-                resource: resource.into(),
-                limit: 500,
-                ..Default::default()
-            },
+            config,
             indexers: BTreeMap::new(),
             subscribers: Vec::new(),
-            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(30)),
         }
     }
 
-    /// Only this namespace (all namespaces when empty).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Informer {
-        self.query.namespace = namespace.into();
+    fn set(mut self, change: impl FnOnce(Config) -> Config) -> Informer {
+        self.config = change(self.config);
         self
     }
 
-    /// Only the objects whose labels match, e.g. `app=web,tier!=db`.
-    pub fn label_selector(mut self, selector: impl Into<String>) -> Informer {
-        self.query.label_selector = selector.into();
-        self
+    /// [`Config::namespace`].
+    pub fn namespace(self, namespace: impl Into<String>) -> Informer {
+        self.set(|c| c.namespace(namespace))
     }
 
-    /// Only the objects whose fields match, e.g. `spec.nodeName=node-7`.
-    pub fn field_selector(mut self, selector: impl Into<String>) -> Informer {
-        self.query.field_selector = selector.into();
-        self
+    /// [`Config::label_selector`].
+    pub fn label_selector(self, selector: impl Into<String>) -> Informer {
+        self.set(|c| c.label_selector(selector))
     }
 
-    /// Keeps only these dotted paths of each value (`spec.nodeName`,
-    /// `status.phase`); selectors still see whole objects.
-    pub fn fields(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Informer {
-        self.query.fields = paths.into_iter().map(Into::into).collect();
-        self
+    /// [`Config::field_selector`].
+    pub fn field_selector(self, selector: impl Into<String>) -> Informer {
+        self.set(|c| c.field_selector(selector))
     }
 
-    /// Keeps only the `metadata` of each value.
-    pub fn metadata_only(mut self) -> Informer {
-        self.query.metadata_only = true;
-        self
+    /// [`Config::fields`].
+    pub fn fields(self, paths: impl IntoIterator<Item = impl Into<String>>) -> Informer {
+        self.set(|c| c.fields(paths))
     }
 
-    /// Only the objects whose `field` (`metadata.uid`, `metadata.name`,
-    /// `metadata.namespace` or a selectable field) hashes into one of
-    /// `ranges`: `[start, end)` of 64-bit FNV-1a, `end` 0 for 2^64, as
-    /// Kubernetes' sharded List and Watch.
+    /// [`Config::metadata_only`].
+    pub fn metadata_only(self) -> Informer {
+        self.set(Config::metadata_only)
+    }
+
+    /// [`Config::shard`].
     pub fn shard(
-        mut self,
+        self,
         field: impl Into<String>,
         ranges: impl IntoIterator<Item = (u64, u64)>,
     ) -> Informer {
-        self.query.shard = Some(ShardSelector {
-            field: field.into(),
-            ranges: (ranges.into_iter())
-                .map(|(start, end)| HashRange { start, end })
-                .collect(),
-        });
-        self
+        self.set(|c| c.shard(field, ranges))
     }
 
-    /// Items per List page.
-    pub fn page_size(mut self, items: i64) -> Informer {
-        self.query.limit = items;
-        self
+    /// [`Config::page_size`].
+    pub fn page_size(self, items: i64) -> Informer {
+        self.set(|c| c.page_size(items))
     }
 
-    /// The first and the longest wait between retries.
-    pub fn backoff(mut self, first: Duration, ceiling: Duration) -> Informer {
-        self.backoff = Backoff::new(first, ceiling);
-        self
+    /// [`Config::backoff`].
+    pub fn backoff(self, first: Duration, ceiling: Duration) -> Informer {
+        self.set(|c| c.backoff(first, ceiling))
     }
 
     /// An index of the store: `values` says which values an object is
@@ -198,30 +185,26 @@ impl Informer {
     /// returned handle is stopped or dropped, or at an error no retry can
     /// mend (a bad selector, an unknown resource, no permission).
     pub fn start(self) -> Running {
-        let store = Store::with_indexers(self.indexers);
+        let (store, writer) = store_with_indexes(self.indexers);
         let shared = Arc::new(Shared::default());
-        let (synced_tx, synced) = watch::channel(false);
         let cancel = CancellationToken::new();
-        let reflector = Reflector {
-            client: self.client,
-            query: self.query,
-            store: store.clone(),
+        let follow = Follow {
+            renewable: self.client.renewable(),
+            stream: Box::pin(watcher(self.client, self.config)),
+            writer,
             subscribers: self.subscribers,
-            backoff: self.backoff,
             shared: shared.clone(),
-            synced: synced_tx,
         };
         let stop = cancel.clone();
         let task = tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => Ok(()),
-                ended = reflector.run() => ended,
+                ended = follow.run() => ended,
             }
         });
         Running {
             store,
             shared,
-            synced,
             cancel,
             task: Some(task),
         }
@@ -232,7 +215,6 @@ impl Informer {
 pub struct Running {
     store: Store,
     shared: Arc<Shared>,
-    synced: watch::Receiver<bool>,
     cancel: CancellationToken,
     task: Option<JoinHandle<Result<(), Error>>>,
 }
@@ -245,14 +227,13 @@ impl Running {
 
     /// Whether the first list is in the store.
     pub fn has_synced(&self) -> bool {
-        *self.synced.borrow()
+        self.store.is_ready()
     }
 
     /// Waits for the first list to be in the store; the informer's error
     /// if it stopped before.
     pub async fn wait_until_synced(&self) -> Result<(), Error> {
-        let mut synced = self.synced.clone();
-        if synced.wait_for(|s| *s).await.is_ok() {
+        if self.store.wait_until_ready().await.is_ok() {
             return Ok(());
         }
         Err(self.shared.failed.lock().clone().unwrap_or_else(|| {
@@ -262,7 +243,7 @@ impl Running {
 
     /// The version of the last change or bookmark the store took.
     pub fn resource_version(&self) -> String {
-        self.shared.version.lock().clone()
+        self.store.resource_version()
     }
 
     /// Lists, resumes and relists so far.
@@ -293,201 +274,80 @@ impl Drop for Running {
     }
 }
 
-/// Where a watch resumes: `complete` is the last version with all its
-/// events here. One version can carry several events (a transaction), so
-/// the latest one seen is complete only once a later version or a
-/// bookmark arrives.
-#[derive(Debug, Clone, Copy)]
-struct Cursor {
-    complete: u64,
-    seen: u64,
-}
+type WatcherStream = std::pin::Pin<
+    Box<dyn futures_core::Stream<Item = Result<watcher::Event<Object>, Error>> + Send>,
+>;
 
-impl Cursor {
-    fn at(version: u64) -> Cursor {
-        Cursor {
-            complete: version,
-            seen: version,
-        }
-    }
-
-    fn event(&mut self, version: u64) {
-        if version > self.seen {
-            self.complete = self.seen;
-            self.seen = version;
-        }
-    }
-
-    fn bookmark(&mut self, version: u64) {
-        self.seen = self.seen.max(version);
-        self.complete = self.seen;
-    }
-}
-
-/// The running part: list, watch, resume, list again.
-struct Reflector {
-    client: Client,
-    query: ListRequest,
-    store: Store,
+/// The running part: the watcher's events into the store, the store's
+/// changes to the subscribers.
+struct Follow {
+    stream: WatcherStream,
+    renewable: bool,
+    writer: Writer<Object>,
     subscribers: Vec<mpsc::Sender<Event>>,
-    backoff: Backoff,
     shared: Arc<Shared>,
-    synced: watch::Sender<bool>,
 }
 
-fn version_of(text: &str) -> Result<u64, Error> {
-    text.parse().map_err(|_| {
-        Error::local(
-            Code::Internal,
-            format!("the server sent resource version {text:?}"),
-        )
-    })
-}
-
-impl Reflector {
+impl Follow {
     async fn run(mut self) -> Result<(), Error> {
-        let mut resume = None;
-        loop {
-            let from = match resume {
-                Some(version) => version,
-                None => match self.relist().await {
-                    Ok(version) => version,
-                    Err(e) => {
-                        self.pause("list", &e).await?;
+        let mut listing = Some(Instant::now());
+        while let Some(item) = self.stream.next().await {
+            let event = match item {
+                Ok(event) => event,
+                Err(e) => match recovery(&e, self.renewable) {
+                    Recovery::Stop => {
+                        *self.shared.failed.lock() = Some(e.clone());
+                        return Err(e);
+                    }
+                    Recovery::Relist => {
+                        listing = Some(Instant::now());
+                        continue;
+                    }
+                    Recovery::Skip => continue,
+                    Recovery::Retry => {
+                        if listing.is_none() {
+                            self.shared.resumes.fetch_add(1, Ordering::Relaxed);
+                        }
                         continue;
                     }
                 },
             };
-            let mut cursor = Cursor::at(from);
-            resume = match self.follow(&mut cursor).await {
-                Ok(()) => {
-                    self.pause_after_end().await;
-                    Some(cursor.complete)
-                }
-                Err(e) if e.is_gone() => {
-                    info!(resource = %self.query.resource, error = %e, "listing again");
-                    None
-                }
-                Err(e) => {
-                    self.pause("watch", &e).await?;
-                    let named = e.resume_resource_version().and_then(|v| v.parse().ok());
-                    self.shared.resumes.fetch_add(1, Ordering::Relaxed);
-                    Some(cursor.complete.max(named.unwrap_or(0)))
-                }
-            };
-        }
-    }
-
-    /// Waits before a retry, or gives up on an error no retry mends.
-    async fn pause(&mut self, call: &str, e: &Error) -> Result<(), Error> {
-        // A fixed token that expired or was revoked stays so.
-        let fixed = !self.client.renewable()
-            && matches!(
-                e.reason(),
-                Some(Reason::CredentialExpired | Reason::CredentialRevoked)
-            );
-        if e.is_permanent() || fixed {
-            warn!(resource = %self.query.resource, call, error = %e, "informer stopped");
-            *self.shared.failed.lock() = Some(e.clone());
-            return Err(e.clone());
-        }
-        let wait = self.backoff.next(e.retry_delay());
-        // A replica going away or a connection reaching its age is a
-        // planned move.
-        if matches!(
-            e.reason(),
-            Some(Reason::ShuttingDown | Reason::ConnectionAged)
-        ) || e.is_credential_end()
-        {
-            info!(resource = %self.query.resource, call, error = %e, ?wait, "moving");
-        } else {
-            warn!(resource = %self.query.resource, call, error = %e, ?wait, "retrying");
-        }
-        tokio::time::sleep(wait).await;
-        Ok(())
-    }
-
-    /// A watch the server ended cleanly resumes at once, unless it keeps
-    /// ending before any event.
-    async fn pause_after_end(&mut self) {
-        tokio::time::sleep(self.backoff.next(None)).await;
-    }
-
-    /// Lists every page at one version into the store and tells
-    /// subscribers the difference; the list's version.
-    async fn relist(&mut self) -> Result<u64, Error> {
-        let started = Instant::now();
-        let (items, version) = self.client.list_all(self.query.clone()).await?;
-        let at = version_of(&version)?;
-        let changes = self.store.replace(items);
-        // Synced means the store holds the list: a subscriber that waits
-        // for it before reading its events must not hold up their sending.
-        *self.shared.version.lock() = version.clone();
-        self.shared.lists.fetch_add(1, Ordering::Relaxed);
-        self.synced.send_replace(true);
-        info!(resource = %self.query.resource, version = at, changes = changes.len(), "listed");
-        for change in changes {
-            self.emit(change.into()).await;
-        }
-        self.emit(Event::Relisted {
-            resource_version: version,
-            resync: false,
-        })
-        .await;
-        *self.shared.last_list.lock() = started.elapsed();
-        Ok(at)
-    }
-
-    /// Follows a watch from `cursor` until it ends.
-    async fn follow(&mut self, cursor: &mut Cursor) -> Result<(), Error> {
-        let request = WatchRequest {
-            resource: self.query.resource.clone(),
-            namespace: self.query.namespace.clone(),
-            label_selector: self.query.label_selector.clone(),
-            field_selector: self.query.field_selector.clone(),
-            fields: self.query.fields.clone(),
-            metadata_only: self.query.metadata_only,
-            shard: self.query.shard.clone(),
-            resource_version: cursor.complete.to_string(),
-            allow_bookmarks: true,
-            ..Default::default()
-        };
-        let mut watch = self.client.watch(request).await?;
-        while let Some(event) = watch.next().await? {
-            self.backoff.reset();
-            self.shared.events.fetch_add(1, Ordering::Relaxed);
-            let Some(object) = event.object else { continue };
-            // Where to resume after the event: a resync's events name the
-            // version its lost history starts from, while their objects
-            // keep their own. A server that does not say: the object's.
-            let version = match event.resume_resource_version.as_str() {
-                "" => version_of(&object.resource_version)?,
-                resume => version_of(resume)?,
-            };
-            match EventType::try_from(event.r#type) {
-                Ok(EventType::Bookmark) => {
-                    cursor.bookmark(version);
-                    if event.resync {
-                        let resource_version = object.resource_version.clone();
-                        self.emit(Event::Relisted {
-                            resource_version,
-                            resync: true,
-                        })
-                        .await;
-                    }
-                }
-                Ok(kind @ (EventType::Added | EventType::Modified | EventType::Deleted)) => {
-                    cursor.event(version);
-                    if let Some(change) = self.store.apply(object, kind == EventType::Deleted) {
-                        self.emit(change.into()).await;
-                    }
-                }
-                _ => {
-                    warn!(resource = %self.query.resource, kind = event.r#type, "skipped an event of an unknown type");
-                    continue;
-                }
+            if matches!(
+                event,
+                watcher::Event::Apply(_)
+                    | watcher::Event::Delete(_)
+                    | watcher::Event::Bookmark { .. }
+            ) {
+                self.shared.events.fetch_add(1, Ordering::Relaxed);
             }
-            *self.shared.version.lock() = cursor.seen.to_string();
+            let applied = self.writer.apply(event);
+            for change in applied.changes {
+                self.emit(change.into()).await;
+            }
+            match applied.event {
+                watcher::Event::InitDone { resource_version } => {
+                    self.shared.lists.fetch_add(1, Ordering::Relaxed);
+                    self.emit(Event::Relisted {
+                        resource_version,
+                        resync: false,
+                    })
+                    .await;
+                    if let Some(started) = listing.take() {
+                        *self.shared.last_list.lock() = started.elapsed();
+                    }
+                }
+                watcher::Event::Bookmark {
+                    resource_version,
+                    resync: true,
+                } => {
+                    self.emit(Event::Relisted {
+                        resource_version,
+                        resync: true,
+                    })
+                    .await;
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -501,27 +361,5 @@ impl Reflector {
                 self.subscribers.swap_remove(i);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_version_is_complete_once_a_later_one_or_a_bookmark_arrives() {
-        let mut c = Cursor::at(10);
-        c.event(12);
-        assert_eq!((c.complete, c.seen), (10, 12));
-        c.event(12);
-        assert_eq!((c.complete, c.seen), (10, 12));
-        c.event(13);
-        assert_eq!((c.complete, c.seen), (12, 13));
-        c.bookmark(15);
-        assert_eq!((c.complete, c.seen), (15, 15));
-        // A resync's events resume from the version its lost history
-        // starts from: no later than what the cursor has.
-        c.event(15);
-        assert_eq!((c.complete, c.seen), (15, 15));
     }
 }

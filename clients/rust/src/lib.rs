@@ -5,7 +5,10 @@ mod backoff;
 mod client;
 mod error;
 mod informer;
+mod object;
+pub mod reflector;
 mod store;
+pub mod watcher;
 
 /// The generated messages and stub of `watchproxy.v1`.
 #[allow(missing_docs)] // generated: the proto's comments are the docs it has
@@ -31,9 +34,12 @@ pub mod pb {
 pub use client::{Client, ClientBuilder, Watch};
 pub use error::{Error, FieldViolation, Reason, DOMAIN};
 pub use informer::{Event, EventStream, Informer, Running, Stats};
-pub use store::{IndexFn, ObjectKey, Store};
+pub use object::{Codec, Decoded, Json, KubernetesProtobuf, Meta, Protobuf, Resource, Typed};
+pub use reflector::reflector;
+pub use store::{Change, IndexFn, ObjectKey, Store, WriterDropped};
 pub use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 pub use tonic::Code;
+pub use watcher::watcher;
 
 #[cfg(test)]
 mod tests {

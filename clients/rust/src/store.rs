@@ -1,51 +1,81 @@
-//! The informer's local copy of a resource, with user-defined indexes:
-//! readable from any thread while the informer keeps it up to date.
+//! The local copy of a resource, with user-defined indexes: readable from
+//! any thread while its writer (a reflector, an informer) keeps it up to
+//! date.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use tokio::sync::watch;
 
+use crate::object::Resource;
 use crate::pb::Object;
 
 /// The values an object is filed under in one index.
-pub type IndexFn = Arc<dyn Fn(&Object) -> Vec<String> + Send + Sync>;
+pub type IndexFn<K = Object> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
-/// An object's identity within its resource.
+/// An object's identity within its resource: namespace and name.
 pub type ObjectKey = (String, String);
 
-fn key_of(object: &Object) -> ObjectKey {
-    (object.namespace.clone(), object.name.clone())
+fn key_of<K: Resource>(object: &K) -> ObjectKey {
+    (object.namespace().to_owned(), object.name().to_owned())
 }
 
-/// A change the store took, as handlers see it.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Added(Arc<Object>),
+/// A change the store took.
+#[derive(Debug)]
+pub enum Change<K = Object> {
+    /// An object it did not hold.
+    Added(Arc<K>),
+    /// A new state of an object it held.
     Modified {
-        old: Arc<Object>,
-        new: Arc<Object>,
+        /// The state it held.
+        old: Arc<K>,
+        /// The state it holds now.
+        new: Arc<K>,
     },
     /// The object's last state (on a watch, with the deletion's version).
-    Deleted(Arc<Object>),
+    Deleted(Arc<K>),
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Added(o) => Change::Added(o.clone()),
+            Change::Modified { old, new } => Change::Modified {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Change::Deleted(o) => Change::Deleted(o.clone()),
+        }
+    }
 }
 
 /// A shared handle on the store; clones see the same objects.
-#[derive(Clone, Default)]
-pub struct Store {
-    inner: Arc<RwLock<Inner>>,
+pub struct Store<K = Object> {
+    inner: Arc<RwLock<Inner<K>>>,
+    ready: watch::Receiver<bool>,
 }
 
-#[derive(Default)]
-struct Inner {
-    objects: HashMap<ObjectKey, Arc<Object>>,
-    indexers: BTreeMap<String, IndexFn>,
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Store {
+            inner: self.inner.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+struct Inner<K> {
+    objects: HashMap<ObjectKey, Arc<K>>,
+    indexers: BTreeMap<String, IndexFn<K>>,
     /// index name → value → objects filed under it.
     indices: HashMap<String, HashMap<String, HashSet<ObjectKey>>>,
+    /// The version of the last change, list or bookmark taken.
+    version: String,
 }
 
-impl Inner {
-    fn file(&mut self, key: &ObjectKey, object: &Object, add: bool) {
+impl<K: Resource> Inner<K> {
+    fn file(&mut self, key: &ObjectKey, object: &K, add: bool) {
         for (name, index) in &self.indexers {
             let values = self.indices.entry(name.clone()).or_default();
             for value in index(object) {
@@ -61,8 +91,8 @@ impl Inner {
         }
     }
 
-    fn put(&mut self, object: Arc<Object>) -> Option<Arc<Object>> {
-        let key = key_of(&object);
+    fn put(&mut self, object: Arc<K>) -> Option<Arc<K>> {
+        let key = key_of(&*object);
         let old = self.objects.insert(key.clone(), object.clone());
         if let Some(old) = &old {
             self.file(&key, old, false);
@@ -71,33 +101,54 @@ impl Inner {
         old
     }
 
-    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<Object>> {
+    /// A resync's objects keep their own, older versions: the store's
+    /// only moves forward.
+    fn advance(&mut self, version: &str) {
+        let number = |v: &str| v.parse::<u64>().unwrap_or(0);
+        if number(version) > number(&self.version) {
+            self.version = version.to_owned();
+        }
+    }
+
+    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
         let old = self.objects.remove(key)?;
         self.file(key, &old, false);
         Some(old)
     }
 }
 
-impl Store {
-    pub(crate) fn with_indexers(indexers: BTreeMap<String, IndexFn>) -> Store {
-        let store = Store::default();
-        store.inner.write().indexers = indexers;
-        store
+impl<K: Resource> Store<K> {
+    /// A store with these indexes and the sender that marks it ready.
+    pub(crate) fn new(indexers: BTreeMap<String, IndexFn<K>>) -> (Store<K>, watch::Sender<bool>) {
+        let (ready_tx, ready) = watch::channel(false);
+        let inner = Inner {
+            objects: HashMap::new(),
+            indexers,
+            indices: HashMap::new(),
+            version: String::new(),
+        };
+        let inner = Arc::new(RwLock::new(inner));
+        (Store { inner, ready }, ready_tx)
     }
 
     /// One object by namespace and name.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         let key = (namespace.to_owned(), name.to_owned());
         self.inner.read().objects.get(&key).cloned()
     }
 
     /// Every object, in no particular order.
-    pub fn list(&self) -> Vec<Arc<Object>> {
+    pub fn state(&self) -> Vec<Arc<K>> {
         self.inner.read().objects.values().cloned().collect()
     }
 
+    /// Every object, in no particular order (as [`Store::state`]).
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.state()
+    }
+
     /// The objects `index` files under `value`.
-    pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<Object>> {
+    pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<K>> {
         let inner = self.inner.read();
         let keys = inner
             .indices
@@ -129,37 +180,53 @@ impl Store {
         self.len() == 0
     }
 
+    /// The version of the last change, list or bookmark it took (empty
+    /// before the first list).
+    pub fn resource_version(&self) -> String {
+        self.inner.read().version.clone()
+    }
+
+    /// Whether the first list is in.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits until the first list is in; an error when its writer went
+    /// away before.
+    pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
+        let mut ready = self.ready.clone();
+        let waited = ready.wait_for(|r| *r).await.map(|_| ());
+        waited.map_err(|_| WriterDropped)
+    }
+
     /// Takes one watch event's object.
-    pub(crate) fn apply(&self, object: Object, deleted: bool) -> Option<Change> {
+    pub(crate) fn apply(&self, object: Arc<K>, deleted: bool) -> Option<Change<K>> {
         let mut inner = self.inner.write();
+        inner.advance(object.resource_version());
         if deleted {
-            inner.remove(&key_of(&object))?;
-            return Some(Change::Deleted(Arc::new(object)));
+            inner.remove(&key_of(&*object))?;
+            return Some(Change::Deleted(object));
         }
-        let new = Arc::new(object);
-        Some(match inner.put(new.clone()) {
-            Some(old) => Change::Modified { old, new },
-            None => Change::Added(new),
+        Some(match inner.put(object.clone()) {
+            Some(old) => Change::Modified { old, new: object },
+            None => Change::Added(object),
         })
     }
 
-    /// Replaces the contents with a list's items: the difference, as the
-    /// changes that make the old contents the new (objects whose version
-    /// is unchanged are no change).
-    pub(crate) fn replace(&self, items: Vec<Object>) -> Vec<Change> {
+    /// Replaces the contents with a list's items at `version`: the
+    /// difference, as the changes that make the old contents the new
+    /// (objects in the same state are no change).
+    pub(crate) fn replace(&self, items: Vec<Arc<K>>, version: &str) -> Vec<Change<K>> {
         let mut inner = self.inner.write();
+        inner.version = version.to_owned();
         let mut gone: HashSet<ObjectKey> = inner.objects.keys().cloned().collect();
         let mut changes = Vec::new();
-        for object in items {
-            let key = key_of(&object);
+        for new in items {
+            let key = key_of(&*new);
             gone.remove(&key);
-            let same = inner.objects.get(&key).is_some_and(|o| {
-                o.resource_version == object.resource_version && o.value == object.value
-            });
-            if same {
+            if inner.objects.get(&key).is_some_and(|o| o.same_state(&new)) {
                 continue;
             }
-            let new = Arc::new(object);
             changes.push(match inner.put(new.clone()) {
                 Some(old) => Change::Modified { old, new },
                 None => Change::Added(new),
@@ -172,4 +239,21 @@ impl Store {
         }
         changes
     }
+
+    /// A bookmark: the store has every change up to `version`.
+    pub(crate) fn advance(&self, version: &str) {
+        self.inner.write().advance(version);
+    }
 }
+
+/// The store's writer went away before the first list was in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterDropped;
+
+impl std::fmt::Display for WriterDropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the store's writer went away before the first list was in")
+    }
+}
+
+impl std::error::Error for WriterDropped {}
