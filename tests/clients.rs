@@ -23,6 +23,11 @@ async fn the_python_informer_resumes_across_restarts_and_relists_when_too_old() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_aio_informer_resumes_across_restarts_and_relists_when_too_old() {
+    informer_follows_etcd(python_aio_informer()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_informer_resumes_across_restarts_and_relists_when_too_old() {
     let seen = informer_follows_etcd(node_informer()).await;
     // It waits as the server's RetryInfo advises (1 s for NOT_READY), not
@@ -409,6 +414,7 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
     let running = informer.start();
     let token = ["--token-file", presented.to_str().unwrap()];
     let mut python = External::spawn_with(python_informer(), &addr, "app=web", "stop", &token);
+    let mut aio = External::spawn_with(python_aio_informer(), &addr, "app=web", "stop", &token);
     let mut node = External::spawn_with(node_informer(), &addr, "app=web", "stop", &token);
     tokio::time::timeout(Duration::from_secs(20), running.wait_until_synced())
         .await
@@ -416,13 +422,14 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
         .unwrap();
     tokio::task::block_in_place(|| {
         python.wait_for_log("listed", 1);
+        aio.wait_for_log("listed", 1);
         node.wait_for_log("listed", 1);
     });
 
     // Each informer's watch is open with the old token (a watch opened
     // after the rotation would carry the new one and never end).
-    wait_until("the three informers watch", || {
-        proxy.metric("watchproxy_watchers", "resource=\"pods\"") == 3.0
+    wait_until("the four informers watch", || {
+        proxy.metric("watchproxy_watchers", "resource=\"pods\"") == 4.0
     })
     .await;
     // The token rotates: the clients' file first, then the server's.
@@ -430,6 +437,7 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
     replace_file(&served, "- {token: t2, user: reader}\n");
     tokio::task::block_in_place(|| {
         python.wait_for_log("CREDENTIAL_REVOKED", 1);
+        aio.wait_for_log("CREDENTIAL_REVOKED", 1);
         node.wait_for_log("CREDENTIAL_REVOKED", 1);
     });
     wait_until("the Rust informer resumed", || running.stats().resumes >= 1).await;
@@ -438,7 +446,7 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
     put_pod(&mut ec, "ns", "stop", &[("app", "web")], "").await;
 
     let want = web_pods(&mut ec).await;
-    for informer in [python, node] {
+    for informer in [python, aio, node] {
         let (result, seen) = tokio::task::block_in_place(|| informer.finish());
         let got: BTreeMap<String, String> =
             serde_json::from_value(result["objects"].clone()).unwrap();
@@ -457,6 +465,6 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
             "watchproxy_watchers_ended_total",
             "resource=\"pods\",reason=\"credential_revoked\""
         ),
-        3.0
+        4.0
     );
 }

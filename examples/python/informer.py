@@ -18,10 +18,10 @@ import sys
 import threading
 
 try:
-    from watchproxy import Client, Informer
+    from watchproxy import TLS, Client, Informer
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-    from watchproxy import Client, Informer
+    from watchproxy import TLS, Client, Informer
 
 
 class JsonLines(logging.Formatter):
@@ -37,13 +37,17 @@ def main():
     p.add_argument("--field-selector", default="")
     p.add_argument("--until", help="exit once an object of this name is seen")
     p.add_argument("--token-file", help="a file holding a bearer token; read again when it changes")
+    p.add_argument("--ca", help="TLS: the CA file to trust")
+    p.add_argument("--cert", help="TLS: a client certificate file, read again when the server ends a watch for it")
+    p.add_argument("--key", help="TLS: the client certificate's key file")
     args = p.parse_args()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
-    inf = Informer(Client(args.server, token_file=args.token_file), args.resource, label_selector=args.selector,
-                   field_selector=args.field_selector)
+    tls = TLS(ca=args.ca, cert=args.cert, key=args.key) if args.ca else None
+    inf = Informer(Client(args.server, tls=tls, token_file=args.token_file), args.resource,
+                   label_selector=args.selector, field_selector=args.field_selector)
     arrived = threading.Event()
     inf.add_handler(on_add=lambda obj: obj.name == args.until and arrived.set())
     inf.start()

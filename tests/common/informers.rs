@@ -37,6 +37,16 @@ pub fn python_informer() -> Command {
     c
 }
 
+/// The Python example on asyncio (`watchproxy.aio`).
+pub fn python_aio_informer() -> Command {
+    let mut c = python3();
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/python/informer_aio.py"
+    ));
+    c
+}
+
 pub fn node_informer() -> Command {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node");
     let ok = Command::new("node")

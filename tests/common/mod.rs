@@ -24,7 +24,9 @@ pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, Ev, Kv};
 #[allow(unused_imports)]
 pub use forwarder::Forwarder;
 #[allow(unused_imports)]
-pub use informers::{node_informer, python3, python_informer, External, Mirror};
+pub use informers::{
+    node_informer, python3, python_aio_informer, python_informer, External, Mirror,
+};
 pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
 /// [`PODS_CONFIG`] for `etcd_url` with a watcher queue of 64 and `limits`

@@ -100,10 +100,12 @@ class Watch:
         self._call.cancel()
 
 
-class Client:
-    """`target` is "host:port", or any gRPC target: "dns:///name:port" (a
-    headless Service: every replica) or "ipv4:10.0.0.1:50051,10.0.0.2:50051".
-    Calls are balanced round robin over what the target names."""
+class _Connection:
+    """What the blocking and the asyncio clients share: the target and its
+    options, TLS, and the token sent with every call."""
+
+    _secure_channel = staticmethod(grpc.secure_channel)
+    _insecure_channel = staticmethod(grpc.insecure_channel)
 
     def __init__(self, target: str, tls: Union[TLS, bool, None] = None,
                  token: Union[str, Callable[[], str], None] = None, token_file: Optional[str] = None,
@@ -134,9 +136,9 @@ class Client:
     def _connect(self) -> None:
         if self._tls:
             creds = (self._tls if isinstance(self._tls, TLS) else TLS()).credentials()
-            self.channel = grpc.secure_channel(self._target, creds, options=self._options)
+            self.channel = self._secure_channel(self._target, creds, options=self._options)
         else:
-            self.channel = grpc.insecure_channel(self._target, options=self._options)
+            self.channel = self._insecure_channel(self._target, options=self._options)
         self.stub = pb_grpc.WatchProxyStub(self.channel)
 
     def renew_credentials(self) -> None:
@@ -146,7 +148,10 @@ class Client:
             # In-flight calls on the old connection finish or fail there.
             old = self.channel
             self._connect()
-            old.close()
+            self._retire(old)
+
+    def _retire(self, channel) -> None:
+        channel.close()
 
     @property
     def renewable(self) -> bool:
@@ -172,6 +177,33 @@ class Client:
             return self._token()
         return self._token
 
+
+def list_request(resource: str, namespace: str = "", label_selector: str = "", field_selector: str = "",
+                 resource_version: str = "", match: str = "", limit: int = 0, continue_token: str = "",
+                 fields: Sequence[str] = (), metadata_only: bool = False,
+                 shard: Optional[Shard] = None) -> "pb.ListRequest":
+    return pb.ListRequest(resource=resource, namespace=namespace, label_selector=label_selector,
+                          field_selector=field_selector, resource_version=resource_version,
+                          resource_version_match=MATCH[match], limit=limit, continue_token=continue_token,
+                          fields=fields, metadata_only=metadata_only, shard=_shard(shard))
+
+
+def watch_request(resource: str, resource_version: str = "", namespace: str = "", name: str = "",
+                  label_selector: str = "", field_selector: str = "", allow_bookmarks: bool = True,
+                  send_initial_events: bool = False, timeout_seconds: int = 0, fields: Sequence[str] = (),
+                  metadata_only: bool = False, shard: Optional[Shard] = None) -> "pb.WatchRequest":
+    return pb.WatchRequest(resource=resource, namespace=namespace, name=name, label_selector=label_selector,
+                           field_selector=field_selector, resource_version=resource_version,
+                           allow_bookmarks=allow_bookmarks, send_initial_events=send_initial_events,
+                           timeout_seconds=timeout_seconds, fields=fields, metadata_only=metadata_only,
+                           shard=_shard(shard))
+
+
+class Client(_Connection):
+    """`target` is "host:port", or any gRPC target: "dns:///name:port" (a
+    headless Service: every replica) or "ipv4:10.0.0.1:50051,10.0.0.2:50051".
+    Calls are balanced round robin over what the target names."""
+
     def close(self) -> None:
         self.channel.close()
 
@@ -188,10 +220,8 @@ class Client:
         """One page of a List (`match`: "", "not-older-than" or "exact";
         `fields`/`metadata_only`: the paths of each value to keep; `shard`:
         see `Shard`)."""
-        req = pb.ListRequest(resource=resource, namespace=namespace, label_selector=label_selector,
-                             field_selector=field_selector, resource_version=resource_version,
-                             resource_version_match=MATCH[match], limit=limit, continue_token=continue_token,
-                             fields=fields, metadata_only=metadata_only, shard=_shard(shard))
+        req = list_request(resource, namespace, label_selector, field_selector, resource_version, match, limit,
+                           continue_token, fields, metadata_only, shard)
         try:
             return self.stub.List(req, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
@@ -221,9 +251,6 @@ class Client:
               label_selector: str = "", field_selector: str = "", allow_bookmarks: bool = True,
               send_initial_events: bool = False, timeout_seconds: int = 0, fields: Sequence[str] = (),
               metadata_only: bool = False, shard: Optional[Shard] = None) -> Watch:
-        req = pb.WatchRequest(resource=resource, namespace=namespace, name=name, label_selector=label_selector,
-                              field_selector=field_selector, resource_version=resource_version,
-                              allow_bookmarks=allow_bookmarks, send_initial_events=send_initial_events,
-                              timeout_seconds=timeout_seconds, fields=fields, metadata_only=metadata_only,
-                              shard=_shard(shard))
+        req = watch_request(resource, resource_version, namespace, name, label_selector, field_selector,
+                            allow_bookmarks, send_initial_events, timeout_seconds, fields, metadata_only, shard)
         return Watch(self.stub.Watch(req, metadata=self._metadata))

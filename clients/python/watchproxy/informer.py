@@ -153,6 +153,29 @@ class _Backoff:
         self.step = self.first
 
 
+def after_failure(client, resource: str, what: str, err: StatusError, backoff: _Backoff) -> Optional[float]:
+    """The wait before retrying `what` after `err`, with the client's
+    credential renewed when the server ended it; None when no retry can
+    mend it (logged either way)."""
+    if err.is_credential_end and err.reason != "ACCESS_CHANGED":
+        if not client.renewable:
+            log.error("%s %s failed (%s %s) and the credential is fixed; informer stopped: %s",
+                      resource, what, err.code.name, err.reason, err.message)
+            return None
+        client.renew_credentials()
+    elif err.is_permanent:
+        log.error("%s %s failed (%s %s); informer stopped: %s", resource, what, err.code.name,
+                  err.reason, err.message)
+        return None
+    wait = backoff.next(err.retry_delay)
+    verb = "unavailable" if err.code.name == "UNAVAILABLE" else "failed"
+    # A replica going away or a connection reaching its age is a planned move.
+    planned = err.reason in ("SHUTTING_DOWN", "CONNECTION_AGED") or err.is_credential_end
+    log.log(logging.INFO if planned else logging.WARNING, "%s %s %s (%s %s); retrying in %.2fs: %s",
+            resource, what, verb, err.code.name, err.reason, wait, err.message)
+    return wait
+
+
 class Informer:
     """Mirrors `resource` (optionally one namespace and selectors) into
     `store`, calling the handlers on its own thread in the order the store
@@ -288,25 +311,10 @@ class Informer:
 
     def _pause(self, what: str, err: StatusError) -> bool:
         """Waits before a retry; False when none can help."""
-        if err.is_credential_end and err.reason != "ACCESS_CHANGED":
-            if self.client.renewable:
-                self.client.renew_credentials()
-            else:
-                self.error = err
-                log.error("%s %s failed (%s %s) and the credential is fixed; informer stopped: %s",
-                          self.resource, what, err.code.name, err.reason, err.message)
-                return False
-        elif err.is_permanent:
-            log.error("%s %s failed (%s %s); informer stopped: %s", self.resource, what, err.code.name,
-                      err.reason, err.message)
+        wait = after_failure(self.client, self.resource, what, err, self._backoff)
+        if wait is None:
             self.error = err
             return False
-        wait = self._backoff.next(err.retry_delay)
-        verb = "unavailable" if err.code.name == "UNAVAILABLE" else "failed"
-        # A replica going away or a connection reaching its age is a planned move.
-        planned = err.reason in ("SHUTTING_DOWN", "CONNECTION_AGED") or err.is_credential_end
-        log.log(logging.INFO if planned else logging.WARNING, "%s %s %s (%s %s); retrying in %.2fs: %s",
-                self.resource, what, verb, err.code.name, err.reason, wait, err.message)
         return not self._stopping.wait(wait)
 
     def _queue(self, change, initial: bool = False) -> None:
