@@ -468,3 +468,77 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
         4.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_informers_resume_with_a_renewed_client_certificate_when_the_old_one_expires() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..6 {
+        let app = if i % 2 == 0 { "web" } else { "db" };
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        replace_file(&path, text);
+        path.to_str().unwrap().to_owned()
+    };
+    let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
+    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tls = format!(
+        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
+        file("tls.crt", &cert),
+        file("tls.key", &key),
+        file("client-ca.crt", &client_ca.pem()),
+    );
+    let proxy = Proxy::start_config(pods_config_and(&etcd.client_url, &tls)).await;
+    let target = format!("localhost:{}", proxy.addr.port());
+
+    // A certificate that expires soon, as cert-manager renews them: the
+    // files are rewritten in place before it does.
+    let now = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.unwrap().as_secs()
+    };
+    let (short, short_key) = leaf_until(&client_ca, "agent", now() + 6);
+    let ca = file("ca.crt", &server_ca.pem());
+    let (cert, key) = (file("client.crt", &short), file("client.key", &short_key));
+    let options = ["--ca", &ca, "--cert", &cert, "--key", &key];
+    let mut python = External::spawn_with(python_informer(), &target, "app=web", "stop", &options);
+    let mut aio = External::spawn_with(python_aio_informer(), &target, "app=web", "stop", &options);
+    tokio::task::block_in_place(|| {
+        python.wait_for_log("listed", 1);
+        aio.wait_for_log("listed", 1);
+    });
+    wait_until("both informers watch", || {
+        proxy.metric("watchproxy_watchers", "resource=\"pods\"") == 2.0
+    })
+    .await;
+    let (fresh, fresh_key) = leaf_until(&client_ca, "agent", now() + 600);
+    file("client.key", &fresh_key);
+    file("client.crt", &fresh);
+    tokio::task::block_in_place(|| {
+        python.wait_for_log("CREDENTIAL_EXPIRED", 1);
+        aio.wait_for_log("CREDENTIAL_EXPIRED", 1);
+    });
+    put_pod(&mut ec, "ns", "p0", &[("app", "web"), ("v", "2")], "").await;
+    put_pod(&mut ec, "ns", "p1", &[("app", "web")], "").await;
+    put_pod(&mut ec, "ns", "stop", &[("app", "web")], "").await;
+
+    let want = web_pods(&mut ec).await;
+    for informer in [python, aio] {
+        let (result, seen) = tokio::task::block_in_place(|| informer.finish());
+        let got: BTreeMap<String, String> =
+            serde_json::from_value(result["objects"].clone()).unwrap();
+        assert_eq!(got, want, "{seen:#?}");
+        assert_eq!(result["lists"], 1, "resumed, not listed again: {result}");
+        assert!(result["resumes"].as_u64().unwrap() >= 1, "{result}");
+    }
+    assert_eq!(
+        proxy.metric(
+            "watchproxy_watchers_ended_total",
+            "resource=\"pods\",reason=\"credential_expired\""
+        ),
+        2.0
+    );
+}

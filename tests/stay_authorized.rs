@@ -562,24 +562,6 @@ async fn the_configuration_read_again_ends_only_the_watches_it_no_longer_allows_
     config_reload(ServePath::Tonic).await;
 }
 
-/// A client certificate from `ca` for user `cn`, valid until `not_after`
-/// (whole seconds since the epoch).
-fn leaf_until(
-    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    cn: &str,
-    not_after: u64,
-) -> (String, String) {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(not_after);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, ca).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
 async fn tls_client(
     proxy: &Proxy,
     ca: &str,

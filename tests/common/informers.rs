@@ -123,12 +123,35 @@ impl External {
         }
     }
 
-    /// Waits (blocking) for it to exit; what it printed on stdout.
+    /// Waits (blocking, up to a minute) for it to exit; what it printed
+    /// on stdout.
     pub fn finish(mut self) -> (serde_json::Value, Vec<String>) {
-        let out = self.child.wait_with_output().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.seen.extend(self.lines.try_iter());
+                panic!("the informer did not finish in a minute: {:#?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let status = self.child.wait().unwrap();
+        let mut stdout = Vec::new();
+        let pipe = self.child.stdout.take().unwrap();
+        std::io::Read::read_to_end(&mut { pipe }, &mut stdout).unwrap();
         self.seen.extend(self.lines.try_iter());
-        assert!(out.status.success(), "informer failed: {:#?}", self.seen);
-        (serde_json::from_slice(&out.stdout).unwrap(), self.seen)
+        assert!(status.success(), "informer failed: {:#?}", self.seen);
+        let seen = std::mem::take(&mut self.seen);
+        (serde_json::from_slice(&stdout).unwrap(), seen)
+    }
+}
+
+impl Drop for External {
+    /// A test that fails leaves no informer behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -412,6 +412,24 @@ pub fn test_leaf(
     (cert.pem(), key.serialize_pem())
 }
 
+/// A client certificate from `ca` for user `cn`, valid until `not_after`
+/// (whole seconds since the epoch).
+pub fn leaf_until(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    cn: &str,
+    not_after: u64,
+) -> (String, String) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, cn);
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
 /// etcd's pods labelled app=web: key → mod revision, as an informer with
 /// the selector `app=web` must end up holding.
 pub async fn web_pods(c: &mut Client) -> std::collections::BTreeMap<String, String> {
