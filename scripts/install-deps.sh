@@ -67,6 +67,11 @@ if ! PYTHONPATH=clients/python "$py" -c 'import grpc_tools, watchproxy.v1.watchp
   echo "installing the Python client package (grpcio, grpcio-status, protobuf) and grpcio-tools ..." >&2
   pip ./clients/python grpcio-tools
 fi
+# build, which makes the client package's wheel as its users would.
+if ! "$py" -c 'import build' >/dev/null 2>&1; then
+  echo "installing build (Python's package builder) ..." >&2
+  pip build
+fi
 # aetcd, etcd's asyncio client for Python: the tests read watchproxy's etcd
 # API with it as from etcd.
 if ! "$py" -c 'import aetcd' >/dev/null 2>&1; then

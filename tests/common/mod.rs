@@ -420,9 +420,7 @@ pub fn leaf_until(
     not_after: u64,
 ) -> (String, String) {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, cn);
+    params.distinguished_name.push(DnType::CommonName, cn);
     params.not_before = rcgen::date_time_ymd(2000, 1, 1);
     params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
     let key = KeyPair::generate().unwrap();
