@@ -195,6 +195,7 @@ async fn the_wheel_installs_with_its_oldest_and_newest_dependencies_and_its_read
                 }
             }
             let _ = child.kill();
+            let _ = child.wait();
             panic!("{name}: the asyncio example did not end");
         });
         assert_eq!(
