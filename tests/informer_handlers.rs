@@ -93,3 +93,55 @@ async fn handlers_run_off_the_watch_and_a_late_or_slow_one_ends_with_every_objec
     assert_eq!(r["lister_missing"], true);
     assert!(names(&r["on_node_0"]).contains(&"marker".to_owned()), "{r}");
 }
+
+/// `watchproxy.aio`'s readers (`tests/python/informer_aio.py`): a slow
+/// one falls behind without holding up the informer or the others and
+/// catches up with the store; one made after sync gets every object once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aio_readers_never_hold_the_informer_and_a_late_or_slow_one_ends_with_every_object() {
+    let etcd = Etcd::start().await;
+    let mut c = etcd.client().await;
+    for i in 0..5 {
+        put_pod(
+            &mut c,
+            "ns-b",
+            &format!("q{i}"),
+            &[("app", "web")],
+            "node-0",
+        )
+        .await;
+    }
+    let proxy = Proxy::start(&etcd.client_url).await;
+    wait_ready(&mut proxy.client().await, "pods").await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/informer_aio.py");
+    let out = tokio::task::block_in_place(|| {
+        python3()
+            .arg(script)
+            .arg(proxy.addr.to_string())
+            .arg(&etcd.client_url)
+            .output()
+            .unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    eprintln!("{r}");
+    assert_eq!(
+        r["first_list"],
+        serde_json::json!(["q0", "q1", "q2", "q3", "q4"])
+    );
+    // Had the slow reader held the informer up, it would have read every
+    // change before the fast one saw the marker.
+    let changes = r["changes"].as_u64().unwrap();
+    assert!(
+        r["slow_calls_when_fast_done"].as_u64().unwrap() < changes,
+        "{r}"
+    );
+    assert!(r["slow_fell_behind"].as_u64().unwrap() >= 1, "{r}");
+    assert!(
+        r["slow_calls"].as_u64().unwrap() < changes,
+        "the difference, not every change: {r}"
+    );
+    assert_eq!(r["late_adds"], r["store"].as_u64().unwrap() - 1, "{r}");
+}

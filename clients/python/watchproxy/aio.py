@@ -12,7 +12,8 @@ coroutines, and an informer is iterated.
 The informer follows as the blocking one does (resumes a broken watch
 from its version, lists again only when the server says it is gone, waits
 as the server advises, renews a credential the server ended) with its
-store, lister and indexes.
+store, lister and indexes. Each iterator reads from a bounded queue of its
+own, so a slow reader never holds up the watch or the other readers.
 """
 
 from __future__ import annotations
@@ -22,19 +23,20 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AsyncIterator, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import grpc
 
 from watchproxy.client import Obj, Shard, _Connection, list_request, watch_request
 from watchproxy.errors import StatusError
+from watchproxy.handlers import difference, remember
 from watchproxy.informer import IndexFn, Store, _Backoff, _Cursor, after_failure
 from watchproxy.lister import Lister
 from watchproxy.v1 import watchproxy_pb2 as pb
 
 log = logging.getLogger("watchproxy")
 
-__all__ = ["Client", "Event", "Informer", "Watch"]
+__all__ = ["Client", "Event", "Informer", "Subscription", "Watch"]
 
 
 class Watch:
@@ -133,46 +135,90 @@ class Event:
     initial: bool = False
 
 
-def _event(change, initial: bool = False) -> Event:
+def _event(change) -> Event:
     if change[0] == "add":
-        return Event("ADDED", change[1], initial=initial)
+        return Event("ADDED", change[1], initial=change[2])
     if change[0] == "update":
         return Event("MODIFIED", change[2], old=change[1])
     return Event("DELETED", change[1])
 
 
-class _Subscription:
-    """One reader of the informer's events: a bounded queue the informer
-    waits on when it is full, so a reader slower than the watch slows the
-    informer, never loses a change."""
+class Subscription:
+    """One reader of an informer's events, from `informer.events()`. Its
+    queue is bounded and the informer never waits on it: a reader that lets
+    it fill falls behind (`fell_behind` counts it; `on_fall_behind(self)`
+    is told), the changes it would have been given are dropped, and once it
+    has read what was queued it is given the difference between what it
+    was told and the store, so it ends with every object as the store
+    holds it."""
 
-    _END = object()
-
-    def __init__(self, informer: "Informer", queue_size: int, initial: List[Obj]):
+    def __init__(self, informer: "Informer", queue_size: int, on_fall_behind, initial: List[Obj]):
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
         self._informer = informer
-        self._initial: Deque[Event] = deque(Event("ADDED", o, initial=True) for o in initial)
-        self._queue: "asyncio.Queue" = asyncio.Queue(maxsize=max(1, queue_size))
-        self._closed = False
+        self._size = queue_size
+        self._on_fall_behind = on_fall_behind
+        # Changes: ("add", obj, initial) | ("update", old, new) | ("delete", obj) | ("relisted", rv, resync).
+        self._initial: Deque[tuple] = deque(("add", o, True) for o in initial)
+        self._queue: Deque[tuple] = deque()
+        self._behind = self._closed = False
+        self._wakeup = asyncio.Event()
+        # What it was told: each key's object, for the difference.
+        self._seen: Dict[Tuple[str, str], Obj] = {}
+        self.fell_behind = 0
+
+    @property
+    def is_behind(self) -> bool:
+        return self._behind
+
+    def _offer(self, change: tuple) -> None:
+        if self._closed or self._behind:
+            return
+        if len(self._queue) >= self._size:
+            self._behind = True
+            self.fell_behind += 1
+            log.warning("an event reader of %s fell behind: its queue of %d is full; it gets the difference "
+                        "once it catches up", self._informer.resource, self._size)
+            if self._on_fall_behind is not None:
+                try:
+                    self._on_fall_behind(self)
+                except Exception:
+                    log.exception("on_fall_behind failed")
+        else:
+            self._queue.append(change)
+        self._wakeup.set()
 
     def _close(self) -> None:
         self._closed = True
-        # A full queue is not read from an empty one: its reader sees the
-        # end when it has drained it.
-        if not self._queue.full():
-            self._queue.put_nowait(self._END)
+        self._wakeup.set()
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> Event:
-        if self._initial:
-            return self._initial.popleft()
-        item = self._END if self._closed and self._queue.empty() else await self._queue.get()
-        if item is self._END:
-            if self._informer.error is not None:
-                raise self._informer.error
-            raise StopAsyncIteration
-        return item
+        while True:
+            if self._initial:
+                change = self._initial.popleft()
+            elif self._queue:
+                change = self._queue.popleft()
+            elif self._behind and not self._closed:
+                # The store as it is now; changes after it are queued again.
+                self._behind = False
+                now = {(o.namespace, o.name): o for o in self._informer.store.list()}
+                self._queue.extend(difference(self._seen, now))
+                continue
+            elif self._closed:
+                if self._informer.error is not None:
+                    raise self._informer.error
+                raise StopAsyncIteration
+            else:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            if change[0] == "relisted":
+                return Event("RELISTED", resource_version=change[1], resync=change[2])
+            remember(self._seen, change)
+            return _event(change)
 
 
 class Informer:
@@ -187,7 +233,7 @@ class Informer:
                            fields=tuple(fields), metadata_only=metadata_only, shard=shard)
         self._page_size = page_size
         self.store = Store(indexers)
-        self._subscriptions: List[_Subscription] = []
+        self._subscriptions: List[Subscription] = []
         self._synced = asyncio.Event()
         self._done = asyncio.Event()
         self._task: Optional["asyncio.Task"] = None
@@ -199,18 +245,27 @@ class Informer:
         self.lists = self.resumes = 0
         self.last_list_seconds = 0.0
 
-    def events(self, queue_size: int = 1024) -> _Subscription:
+    def events(self, queue_size: int = 1024,
+               on_fall_behind: Optional[Callable[[Subscription], None]] = None) -> Subscription:
         """An iterator of every change from now on; made after the first
         list, it first gives the store's objects as ADDED (`initial`).
         Iteration ends when the informer stops, raising the error that
-        stopped it, if one did."""
-        subscription = _Subscription(self, queue_size, self.store.list() if self._synced.is_set() else [])
+        stopped it, if one did. A reader slower than the changes falls
+        behind and then gets the difference (see `Subscription`)."""
+        subscription = Subscription(self, queue_size, on_fall_behind,
+                                    self.store.list() if self._synced.is_set() else [])
         if self._done.is_set():
             subscription._close()
         self._subscriptions.append(subscription)
         return subscription
 
-    def __aiter__(self) -> _Subscription:
+    def remove_events(self, subscription: Subscription) -> None:
+        """Ends that iterator; the informer gives it nothing more."""
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+        subscription._close()
+
+    def __aiter__(self) -> Subscription:
         return self.events()
 
     def lister(self) -> Lister:
@@ -262,9 +317,9 @@ class Informer:
             for subscription in self._subscriptions:
                 subscription._close()
 
-    async def _emit(self, event: Event) -> None:
-        for subscription in list(self._subscriptions):
-            await subscription._queue.put(event)
+    def _offer(self, change: tuple) -> None:
+        for subscription in self._subscriptions:
+            subscription._offer(change)
 
     async def _pause(self, what: str, err: StatusError) -> bool:
         wait = after_failure(self.client, self.resource, what, err, self._backoff)
@@ -278,14 +333,16 @@ class Informer:
         started = time.monotonic()
         items, version = await self.client.list_all(self.resource, page_size=self._page_size, **self._query)
         first = not self._synced.is_set()
+        # Taken and offered with no await between: a reader made meanwhile
+        # gets each object once, in its first adds or as a change.
         changes = self.store._replace(items)
         self._version = version
         self.lists += 1
         self._synced.set()
         log.info("%s listed %d objects at %s (%d changes)", self.resource, len(items), version, len(changes))
         for change in changes:
-            await self._emit(_event(change, initial=first))
-        await self._emit(Event("RELISTED", resource_version=version))
+            self._offer(("add", change[1], first) if change[0] == "add" else change)
+        self._offer(("relisted", version, False))
         self.last_list_seconds = time.monotonic() - started
         self._backoff.reset()
         return int(version)
@@ -300,7 +357,7 @@ class Informer:
                 cursor.bookmark(int(rv))
                 self._version = str(cursor.seen)
                 if ev.resync:
-                    await self._emit(Event("RELISTED", resource_version=rv, resync=True))
+                    self._offer(("relisted", rv, True))
             elif ev.type in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED, pb.EVENT_TYPE_DELETED):
                 # A resync's events resume from where its lost history
                 # starts; their objects keep their own versions.
@@ -308,7 +365,7 @@ class Informer:
                 self._version = str(cursor.seen)
                 change = self.store._apply(Obj(ev.object), ev.type == pb.EVENT_TYPE_DELETED)
                 if change is not None:
-                    await self._emit(_event(change))
+                    self._offer(("add", change[1], False) if change[0] == "add" else change)
             else:
                 log.warning("%s: skipped an event of unknown type %d", self.resource, ev.type)
 

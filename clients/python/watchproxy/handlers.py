@@ -52,6 +52,29 @@ class EventHandler:
 Change = tuple
 
 
+def remember(seen: Dict[Key, Obj], change: Change) -> None:
+    """Keeps `seen`, what a reader was told, as `change` leaves it."""
+    if change[0] == "add":
+        seen[(change[1].namespace, change[1].name)] = change[1]
+    elif change[0] == "update":
+        seen[(change[2].namespace, change[2].name)] = change[2]
+    elif change[0] == "delete":
+        seen.pop((change[1].namespace, change[1].name), None)
+
+
+def difference(seen: Dict[Key, Obj], now: Dict[Key, Obj]) -> List[Change]:
+    """The changes that make what a reader was told the store as it is
+    `now`: what a reader that fell behind is given."""
+    changes: List[Change] = [("delete", old) for key, old in seen.items() if key not in now]
+    for key, obj in now.items():
+        old = seen.get(key)
+        if old is None:
+            changes.append(("add", obj, False))
+        elif old.resource_version != obj.resource_version or old.value != obj.value:
+            changes.append(("update", old, obj))
+    return changes
+
+
 class Registration:
     """One handler added to an informer: what `remove_event_handler` takes.
     `fell_behind` counts the times its queue filled; `delivered` the calls
@@ -131,39 +154,27 @@ class Registration:
 
     def _call(self, change: Change) -> None:
         kind = change[0]
+        remember(self._seen, change)
         try:
             if kind == "add":
-                obj = change[1]
-                self._seen[(obj.namespace, obj.name)] = obj
                 fn = getattr(self.handler, "on_add", None)
                 if fn is not None:
-                    fn(obj, change[2])
+                    fn(change[1], change[2])
             elif kind == "update":
-                new = change[2]
-                self._seen[(new.namespace, new.name)] = new
                 fn = getattr(self.handler, "on_update", None)
                 if fn is not None:
-                    fn(change[1], new)
+                    fn(change[1], change[2])
             elif kind == "delete":
-                obj = change[1]
-                self._seen.pop((obj.namespace, obj.name), None)
                 fn = getattr(self.handler, "on_delete", None)
                 if fn is not None:
-                    fn(obj)
+                    fn(change[1])
             self.delivered += 1
         except Exception:  # a failing handler must not stop its deliveries
             log.exception("%s handler failed on %s", kind, change[1])
 
     def _catch_up(self, now: Dict[Key, Obj]) -> None:
-        for key, old in list(self._seen.items()):
-            if key not in now:
-                self._call(("delete", old))
-        for key, obj in now.items():
-            old = self._seen.get(key)
-            if old is None:
-                self._call(("add", obj, False))
-            elif old.resource_version != obj.resource_version or old.value != obj.value:
-                self._call(("update", old, obj))
+        for change in difference(self._seen, now):
+            self._call(change)
 
     def _run(self) -> None:
         for obj in self._initial:
