@@ -376,6 +376,17 @@ async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_
     running.stop().await.unwrap();
 }
 
+/// etcd with pods p0..p5 in `ns`, the even ones app=web, the odd app=db.
+async fn etcd_with_six_pods() -> (Etcd, etcd_client::Client) {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    for i in 0..6 {
+        let app = if i % 2 == 0 { "web" } else { "db" };
+        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
+    }
+    (etcd, ec)
+}
+
 /// Written by rename, as Kubernetes rotates a projected token.
 fn replace_file(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -385,12 +396,7 @@ fn replace_file(path: &std::path::Path, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revoked() {
-    let etcd = Etcd::start().await;
-    let mut ec = etcd.client().await;
-    for i in 0..6 {
-        let app = if i % 2 == 0 { "web" } else { "db" };
-        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
-    }
+    let (etcd, mut ec) = etcd_with_six_pods().await;
     let dir = tempfile::tempdir().unwrap();
     let served = dir.path().join("tokens.yaml");
     replace_file(&served, "- {token: t1, user: reader}\n");
@@ -471,12 +477,7 @@ async fn every_informer_resumes_with_its_rotated_token_when_the_old_one_is_revok
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_informers_resume_with_a_renewed_client_certificate_when_the_old_one_expires() {
-    let etcd = Etcd::start().await;
-    let mut ec = etcd.client().await;
-    for i in 0..6 {
-        let app = if i % 2 == 0 { "web" } else { "db" };
-        put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", app)], "").await;
-    }
+    let (etcd, mut ec) = etcd_with_six_pods().await;
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, text: &str| {
         let path = dir.path().join(name);

@@ -1,10 +1,39 @@
 //! The Python informer's handlers as client-go's AddEventHandler has them,
-//! its listers and its shared informers, against a real etcd and
-//! watchproxy (`tests/python/informer_handlers.py` does the driving).
+//! its listers and its shared informers, and the asyncio informer's
+//! readers, against a real etcd and watchproxy (`tests/python/` has the
+//! scripts that drive them).
 
 mod common;
 
 use common::*;
+
+/// Pods `<prefix>0..n` in `namespace`, app=web on node-0.
+async fn put_web_pods(c: &mut etcd_client::Client, namespace: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let name = format!("{prefix}{i}");
+        put_pod(c, namespace, &name, &[("app", "web")], "node-0").await;
+    }
+}
+
+/// Runs `tests/python/<script>` against watchproxy on `etcd`: what it
+/// printed.
+async fn drive(script: &str, etcd: &Etcd) -> serde_json::Value {
+    let proxy = Proxy::start(&etcd.client_url).await;
+    wait_ready(&mut proxy.client().await, "pods").await;
+    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::task::block_in_place(|| {
+        (python3().arg(script))
+            .arg(proxy.addr.to_string())
+            .arg(&etcd.client_url)
+            .output()
+            .unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    eprintln!("{r}");
+    r
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_run_off_the_watch_and_a_late_or_slow_one_ends_with_every_object() {
@@ -21,35 +50,8 @@ async fn handlers_run_off_the_watch_and_a_late_or_slow_one_ends_with_every_objec
         )
         .await;
     }
-    for i in 0..3 {
-        put_pod(
-            &mut c,
-            "ns-b",
-            &format!("q{i}"),
-            &[("app", "web")],
-            "node-0",
-        )
-        .await;
-    }
-    let proxy = Proxy::start(&etcd.client_url).await;
-    wait_ready(&mut proxy.client().await, "pods").await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/informer_handlers.py"
-    );
-    let out = tokio::task::block_in_place(|| {
-        python3()
-            .arg(script)
-            .arg(proxy.addr.to_string())
-            .arg(&etcd.client_url)
-            .output()
-            .unwrap()
-    });
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    eprintln!("{r}");
+    put_web_pods(&mut c, "ns-b", "q", 3).await;
+    let r = drive("informer_handlers.py", &etcd).await;
     let names = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -101,32 +103,8 @@ async fn handlers_run_off_the_watch_and_a_late_or_slow_one_ends_with_every_objec
 async fn aio_readers_never_hold_the_informer_and_a_late_or_slow_one_ends_with_every_object() {
     let etcd = Etcd::start().await;
     let mut c = etcd.client().await;
-    for i in 0..5 {
-        put_pod(
-            &mut c,
-            "ns-b",
-            &format!("q{i}"),
-            &[("app", "web")],
-            "node-0",
-        )
-        .await;
-    }
-    let proxy = Proxy::start(&etcd.client_url).await;
-    wait_ready(&mut proxy.client().await, "pods").await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/informer_aio.py");
-    let out = tokio::task::block_in_place(|| {
-        python3()
-            .arg(script)
-            .arg(proxy.addr.to_string())
-            .arg(&etcd.client_url)
-            .output()
-            .unwrap()
-    });
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    eprintln!("{r}");
+    put_web_pods(&mut c, "ns-b", "q", 5).await;
+    let r = drive("informer_aio.py", &etcd).await;
     assert_eq!(
         r["first_list"],
         serde_json::json!(["q0", "q1", "q2", "q3", "q4"])

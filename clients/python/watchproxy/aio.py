@@ -23,15 +23,14 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import grpc
 
-from watchproxy.client import Obj, Shard, _Connection, list_request, watch_request
+from watchproxy.client import Obj, _Connection, list_request, watch_request
 from watchproxy.errors import StatusError
 from watchproxy.handlers import difference, remember
-from watchproxy.informer import IndexFn, Store, _Backoff, _Cursor, after_failure
-from watchproxy.lister import Lister
+from watchproxy.informer import Following, _Cursor, after_failure
 from watchproxy.v1 import watchproxy_pb2 as pb
 
 log = logging.getLogger("watchproxy")
@@ -221,29 +220,17 @@ class Subscription:
             return _event(change)
 
 
-class Informer:
+class Informer(Following):
     """Mirrors `resource` into `store` on a task of the running loop; the
     arguments are those of `watchproxy.Informer`."""
 
-    def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
-                 field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500,
-                 fields: Iterable[str] = (), metadata_only: bool = False, shard: Optional[Shard] = None):
-        self.client, self.resource = client, resource
-        self._query = dict(namespace=namespace, label_selector=label_selector, field_selector=field_selector,
-                           fields=tuple(fields), metadata_only=metadata_only, shard=shard)
-        self._page_size = page_size
-        self.store = Store(indexers)
+    def __init__(self, client: Client, resource: str, **selection):
+        super().__init__(client, resource, **selection)
         self._subscriptions: List[Subscription] = []
         self._synced = asyncio.Event()
         self._done = asyncio.Event()
         self._task: Optional["asyncio.Task"] = None
         self._watch: Optional[Watch] = None
-        self._version = ""
-        self._backoff = _Backoff()
-        # The error that stopped it, when no retry could mend it.
-        self.error: Optional[StatusError] = None
-        self.lists = self.resumes = 0
-        self.last_list_seconds = 0.0
 
     def events(self, queue_size: int = 1024,
                on_fall_behind: Optional[Callable[[Subscription], None]] = None) -> Subscription:
@@ -267,17 +254,6 @@ class Informer:
 
     def __aiter__(self) -> Subscription:
         return self.events()
-
-    def lister(self) -> Lister:
-        return Lister(self.store)
-
-    def add_indexers(self, indexers: Dict[str, IndexFn]) -> None:
-        self.store._add_indexers(indexers)
-
-    @property
-    def resource_version(self) -> str:
-        """The version of the last change or bookmark the store took."""
-        return self._version
 
     def has_synced(self) -> bool:
         return self._synced.is_set()

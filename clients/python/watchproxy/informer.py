@@ -176,10 +176,9 @@ def after_failure(client, resource: str, what: str, err: StatusError, backoff: _
     return wait
 
 
-class Informer:
-    """Mirrors `resource` (optionally one namespace and selectors) into
-    `store`, calling the handlers on its own thread in the order the store
-    took the changes."""
+class Following:
+    """What both informers (this module's and `watchproxy.aio`'s) hold:
+    what they follow, their store, where they are and what they did."""
 
     def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
                  field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500,
@@ -191,6 +190,38 @@ class Informer:
                            fields=tuple(fields), metadata_only=metadata_only, shard=shard)
         self._page_size = page_size
         self.store = Store(indexers)
+        self._version = ""
+        self._backoff = _Backoff()
+        # The error that stopped it, when no retry could mend it.
+        self.error: Optional[StatusError] = None
+        self.lists = self.resumes = 0
+        # Seconds the last list took, its pages, the store's update and the
+        # readers' taking of the difference included.
+        self.last_list_seconds = 0.0
+
+    def lister(self) -> Lister:
+        return Lister(self.store)
+
+    def add_indexers(self, indexers: Dict[str, IndexFn]) -> None:
+        """More indexes on the store, filled from what it holds."""
+        self.store._add_indexers(indexers)
+
+    @property
+    def resource_version(self) -> str:
+        """The version of the last change or bookmark the store took."""
+        return self._version
+
+class Informer(Following):
+    """Mirrors `resource` (optionally one namespace and selectors) into
+    `store`, calling the handlers on its own thread in the order the store
+    took the changes."""
+
+    def __init__(self, client: Client, resource: str, namespace: str = "", label_selector: str = "",
+                 field_selector: str = "", indexers: Optional[Dict[str, IndexFn]] = None, page_size: int = 500,
+                 fields: Iterable[str] = (), metadata_only: bool = False, shard: Optional[Shard] = None):
+        super().__init__(client, resource, namespace=namespace, label_selector=label_selector,
+                         field_selector=field_selector, indexers=indexers, page_size=page_size, fields=fields,
+                         metadata_only=metadata_only, shard=shard)
         self._handlers: List[dict] = []
         # add_event_handler's registrations; a change is taken by the store
         # and queued to them under `_dispatch`, so one added meanwhile gets
@@ -203,14 +234,6 @@ class Informer:
         self._synced = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._watch: Optional[Watch] = None
-        self._version = ""
-        self._backoff = _Backoff()
-        # The error that stopped it, when no retry could mend it.
-        self.error: Optional[StatusError] = None
-        self.lists = self.resumes = 0
-        # Seconds the last list took, its pages, the store's update and the
-        # handlers' calls included.
-        self.last_list_seconds = 0.0
 
     def add_handler(self, on_add: Optional[Callable[[Obj], None]] = None,
                     on_update: Optional[Callable[[Obj, Obj], None]] = None,
@@ -247,21 +270,10 @@ class Informer:
                 self._registrations.remove(registration)
         registration._close()
 
-    def lister(self) -> Lister:
-        return Lister(self.store)
-
-    def add_indexers(self, indexers: Dict[str, IndexFn]) -> None:
-        """More indexes on the store, filled from what it holds."""
-        self.store._add_indexers(indexers)
 
     @property
     def started(self) -> bool:
         return self._thread is not None
-
-    @property
-    def resource_version(self) -> str:
-        """The version of the last change or bookmark the store took."""
-        return self._version
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
