@@ -259,3 +259,59 @@ async fn a_watcher_decodes_protobuf_pods_into_k8s_pb_types() {
         Some("uid-web-0")
     );
 }
+
+/// `k8s-openapi`'s types read the JSON values of a `format: kubernetes`
+/// resource (built-in types where the apiserver stores JSON, custom
+/// resources); a protobuf value is left out with an error that says how to
+/// read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k8s_openapi_types_read_the_json_values_and_name_the_protobuf_ones() {
+    use k8s_openapi::api::core::v1::Pod as OpenApiPod;
+    use tokio_stream::StreamExt;
+    use watchproxy_client::watcher::{watcher, Config as WatcherConfig, Event};
+    use watchproxy_client::{Client, Typed};
+
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    let json = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-json","namespace":"ns","uid":"uid-json","labels":{"app":"web"}},"spec":{"nodeName":"node-1","containers":[{"name":"web","image":"registry.example/web:1"}]},"status":{"phase":"Running"}}"#;
+    ec.put("/registry/pods/ns/web-json", json, None)
+        .await
+        .unwrap();
+    let protobuf = pod("ns", "web-pb", "node-1");
+    ec.put("/registry/pods/ns/web-pb", protobuf, None)
+        .await
+        .unwrap();
+    let config = Config::from_yaml(&CONFIG.replace("ETCD", &etcd.client_url)).unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let client = Client::builder(format!("http://{}", proxy.addr))
+        .connect_lazy()
+        .unwrap();
+    let stream = watcher::<Typed<OpenApiPod>>(client, WatcherConfig::new("pods"));
+    tokio::pin!(stream);
+    let (mut read, mut refused) = (Vec::new(), Vec::new());
+    loop {
+        let item = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next());
+        match item.await.expect("an event").expect("the stream goes on") {
+            Ok(Event::InitApply(pod)) => read.push(pod),
+            Ok(Event::InitDone { .. }) => break,
+            Ok(_) => {}
+            Err(e) if e.is_undecodable() => refused.push(e),
+            // The cache is not ready yet: retried.
+            Err(e) => assert_eq!(e.code(), tonic::Code::Unavailable, "{e}"),
+        }
+    }
+    let [pod] = &read[..] else { panic!("{read:?}") };
+    assert_eq!(pod.meta.name, "web-json");
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("node-1"));
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some("registry.example/web:1")
+    );
+    let [refusal] = &refused[..] else {
+        panic!("{refused:?}")
+    };
+    let message = refusal.message();
+    assert!(message.contains("/registry/pods/ns/web-pb"), "{message}");
+    assert!(message.contains("Protobuf<T>"), "{message}");
+}

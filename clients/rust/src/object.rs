@@ -72,13 +72,21 @@ pub trait Codec<T>: Send + Sync + 'static {
     fn decode(value: &[u8]) -> Result<T, String>;
 }
 
-/// JSON through serde: for `format: json` resources, custom resources,
-/// and `k8s-openapi`'s types.
+/// JSON through serde: for `format: json` resources, and for the JSON
+/// values of `format: kubernetes` ones (custom resources, and built-in
+/// types where the apiserver stores JSON); `k8s-openapi`'s types read them.
 #[derive(Debug)]
 pub enum Json {}
 
 impl<T: DeserializeOwned> Codec<T> for Json {
     fn decode(value: &[u8]) -> Result<T, String> {
+        if value.starts_with(b"k8s\0") {
+            return Err(
+                "the value is the apiserver's protobuf, not JSON: read it as Protobuf<T> \
+                        with k8s-pb's types"
+                    .into(),
+            );
+        }
         serde_json::from_slice(value).map_err(|e| e.to_string())
     }
 }
