@@ -12,7 +12,8 @@ from watchproxy.client import TLS, Client, Obj, Shard, Watch
 from watchproxy.errors import DOMAIN, StatusError
 from watchproxy.factory import InformerFactory, wait_for_sync
 from watchproxy.handlers import EventHandler, Registration
-from watchproxy.informer import Informer, Store
+from watchproxy.informer import Informer
+from watchproxy.store import Store
 from watchproxy.lister import Lister, label_selector
 
 __all__ = ["Client", "EventHandler", "Informer", "InformerFactory", "Lister", "Obj", "Registration", "Shard",

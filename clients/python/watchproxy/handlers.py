@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Deque, Dict, List, Optional, Tuple
 from watchproxy.client import Obj
 
 if TYPE_CHECKING:
-    from watchproxy.informer import Store
+    from watchproxy.store import Store
 
 log = logging.getLogger("watchproxy")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
 from watchproxy.client import Obj
 
 if TYPE_CHECKING:
-    from watchproxy.informer import Store
+    from watchproxy.store import Store
 
 Selector = Union[str, Dict[str, str], None]
 
