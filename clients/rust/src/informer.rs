@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::pb::Object;
 use crate::reflector::{store_with_indexes, Writer};
 use crate::store::{Change, IndexFn, Store};
+use crate::subscription::{Subscribers, Subscription};
 use crate::watcher::{self, recovery, watcher, Config, Recovery};
 
 /// What subscribers are told, in the order the store took it.
@@ -173,8 +174,10 @@ impl Informer {
         self
     }
 
-    /// A stream of every change. The informer waits for a subscriber that
-    /// falls `capacity` events behind, and so reads its watch no faster.
+    /// A stream of every change, lossless: the informer waits for a
+    /// subscriber that falls `capacity` events behind, and so reads its
+    /// watch no faster. [`Running::subscribe`] is the one that never holds
+    /// the informer up.
     pub fn events(&mut self, capacity: usize) -> EventStream {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         self.subscribers.push(tx);
@@ -187,24 +190,30 @@ impl Informer {
     pub fn start(self) -> Running {
         let (store, writer) = store_with_indexes(self.indexers);
         let shared = Arc::new(Shared::default());
+        let subscriptions = Arc::new(Subscribers::default());
         let cancel = CancellationToken::new();
         let follow = Follow {
             renewable: self.client.renewable(),
             stream: Box::pin(watcher(self.client, self.config)),
             writer,
             subscribers: self.subscribers,
+            subscriptions: subscriptions.clone(),
             shared: shared.clone(),
         };
         let stop = cancel.clone();
+        let ended = subscriptions.clone();
         let task = tokio::spawn(async move {
-            tokio::select! {
+            let result = tokio::select! {
                 _ = stop.cancelled() => Ok(()),
                 ended = follow.run() => ended,
-            }
+            };
+            ended.close();
+            result
         });
         Running {
             store,
             shared,
+            subscriptions,
             cancel,
             task: Some(task),
         }
@@ -215,6 +224,7 @@ impl Informer {
 pub struct Running {
     store: Store,
     shared: Arc<Shared>,
+    subscriptions: Arc<Subscribers>,
     cancel: CancellationToken,
     task: Option<JoinHandle<Result<(), Error>>>,
 }
@@ -223,6 +233,17 @@ impl Running {
     /// The local copy, readable while the informer runs.
     pub fn store(&self) -> Store {
         self.store.clone()
+    }
+
+    /// A subscription to every change from now on, as client-go's
+    /// `AddEventHandler`: made after the informer synced, it first gets
+    /// every object the store holds, once, as `Added`. Its queue of
+    /// `capacity` changes is never waited on: a subscriber that lets it
+    /// fill falls behind and, once it has read the queue, gets the
+    /// difference between what it was told and the store. (The streams of
+    /// [`Informer::events`] are lossless instead, and hold the informer.)
+    pub fn subscribe(&self, capacity: usize) -> Subscription {
+        self.subscriptions.subscribe(&self.store, capacity)
     }
 
     /// Whether the first list is in the store.
@@ -285,6 +306,7 @@ struct Follow {
     renewable: bool,
     writer: Writer<Object>,
     subscribers: Vec<mpsc::Sender<Event>>,
+    subscriptions: Arc<Subscribers>,
     shared: Arc<Shared>,
 }
 
@@ -320,33 +342,35 @@ impl Follow {
             ) {
                 self.shared.events.fetch_add(1, Ordering::Relaxed);
             }
-            let applied = self.writer.apply(event);
-            for change in applied.changes {
-                self.emit(change.into()).await;
-            }
-            match applied.event {
-                watcher::Event::InitDone { resource_version } => {
-                    self.shared.lists.fetch_add(1, Ordering::Relaxed);
-                    self.emit(Event::Relisted {
+            let writer = &mut self.writer;
+            let events = self.subscriptions.take(|| {
+                let applied = writer.apply(event);
+                let mut events: Vec<Event> = applied.changes.into_iter().map(Event::from).collect();
+                match applied.event {
+                    watcher::Event::InitDone { resource_version } => events.push(Event::Relisted {
                         resource_version,
                         resync: false,
-                    })
-                    .await;
+                    }),
+                    watcher::Event::Bookmark {
+                        resource_version,
+                        resync: true,
+                    } => events.push(Event::Relisted {
+                        resource_version,
+                        resync: true,
+                    }),
+                    _ => {}
+                }
+                events
+            });
+            for event in events {
+                let listed = matches!(event, Event::Relisted { resync: false, .. });
+                self.emit(event).await;
+                if listed {
+                    self.shared.lists.fetch_add(1, Ordering::Relaxed);
                     if let Some(started) = listing.take() {
                         *self.shared.last_list.lock() = started.elapsed();
                     }
                 }
-                watcher::Event::Bookmark {
-                    resource_version,
-                    resync: true,
-                } => {
-                    self.emit(Event::Relisted {
-                        resource_version,
-                        resync: true,
-                    })
-                    .await;
-                }
-                _ => {}
             }
         }
         Ok(())

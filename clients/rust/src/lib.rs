@@ -8,6 +8,7 @@ mod informer;
 mod object;
 pub mod reflector;
 mod store;
+mod subscription;
 pub mod watcher;
 
 /// The generated messages and stub of `watchproxy.v1`.
@@ -37,6 +38,7 @@ pub use informer::{Event, EventStream, Informer, Running, Stats};
 pub use object::{Codec, Decoded, Json, KubernetesProtobuf, Meta, Protobuf, Resource, Typed};
 pub use reflector::reflector;
 pub use store::{Change, IndexFn, ObjectKey, Store, WriterDropped};
+pub use subscription::Subscription;
 pub use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 pub use tonic::Code;
 pub use watcher::watcher;
