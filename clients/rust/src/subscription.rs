@@ -44,23 +44,30 @@ struct State {
 }
 
 impl Queue {
-    fn offer(&self, event: &Event) {
+    /// Queues one step's events under one lock; false once it is closed.
+    fn offer(&self, events: &[Event]) -> bool {
         let mut state = self.state.lock();
-        if state.closed || state.behind {
-            return;
+        if state.closed {
+            return false;
         }
-        if state.events.len() >= self.capacity {
-            state.behind = true;
-            self.fell_behind.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                capacity = self.capacity,
-                "a subscriber fell behind; it gets the difference once it catches up"
-            );
-        } else {
+        if state.behind || events.is_empty() {
+            return true;
+        }
+        for event in events {
+            if state.events.len() >= self.capacity {
+                state.behind = true;
+                self.fell_behind.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    capacity = self.capacity,
+                    "a subscriber fell behind; it gets the difference once it catches up"
+                );
+                break;
+            }
             state.events.push_back(event.clone());
         }
         drop(state);
         self.ready.notify_one();
+        true
     }
 
     fn close(&self) {
@@ -75,12 +82,7 @@ impl Subscribers {
     pub(crate) fn take(&self, take: impl FnOnce() -> Vec<Event>) -> Vec<Event> {
         let mut list = self.list.lock();
         let events = take();
-        list.retain(|q| !q.state.lock().closed);
-        for queue in list.iter() {
-            for event in &events {
-                queue.offer(event);
-            }
-        }
+        list.retain(|queue| queue.offer(&events));
         events
     }
 
