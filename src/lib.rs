@@ -12,7 +12,11 @@
 //! one etcd watch, one [`cache::WatchCache`] and one dispatcher; any number
 //! of gRPC clients list and watch it without reaching etcd.
 
-/// Stage 4, the gRPC surface: queries, List/Get/Watch, errors, serving.
+/// Who calls and what they may do: credentials, grants held for a
+/// stream's life, rules, per-identity limits, reload.
+pub mod access;
+/// Stage 4, the read core every face takes as a handle ([`api::Api`]),
+/// and `watchproxy.v1`'s face: queries, List/Get/Watch, errors.
 pub mod api;
 /// Stage 2: the store, its indexes and snapshots, the event window.
 pub mod cache;
@@ -20,6 +24,8 @@ pub mod cache;
 pub mod config;
 /// Stage 3: fan-out to watchers through the trigger index and inboxes.
 pub mod dispatch;
+/// etcd's own read API: a face over the same read core.
+pub mod etcd_api;
 /// The generated types of etcd's own API, for its facade.
 pub mod etcdpb;
 /// The boundary types: resource, object, event, resource version.
@@ -28,6 +34,9 @@ pub mod object;
 pub mod pb;
 /// Label and field selectors: the predicate of a request.
 pub mod selector;
+/// Listeners, admission bounds before identity, the router (the one file
+/// that knows every face), and the own HTTP/2 server.
+pub mod server;
 /// Stage 1, the etcd side: reflectors, freshness checks, etcd reads.
 pub mod source;
 /// Logs, traces and Prometheus metrics.
@@ -45,12 +54,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use api::service::ApiService;
 use api::{Api, InitialStates, Served};
 use cache::WatchCache;
 use config::Config;
 use dispatch::Dispatcher;
+use etcd_api::EtcdApi;
 use object::Resource;
+use server::router::Faces;
 use source::{spawn_freshness, spawn_reflector, spawn_state_check, Etcd, Origin, Tier};
 use telemetry::Metrics;
 
@@ -79,10 +89,10 @@ pub async fn run(
     // Files and rules that cannot be used fail the start before anything
     // runs.
     let tls = (config.tls.as_ref())
-        .map(|files| api::tls::Tls::load(files, metrics.clone()))
+        .map(|files| server::tls::Tls::load(files, metrics.clone()))
         .transpose()?;
     let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
-    let auth = api::auth::Auth::new(&config, &resources, metrics.clone())?;
+    let auth = access::Auth::new(&config, &resources, metrics.clone())?;
     let sealer = match &config.continue_token_key_file {
         Some(path) => {
             let key = std::fs::read(path)
@@ -188,14 +198,18 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     if let Some(listener) = listeners.health {
         info!(addr = %listener.local_addr()?, "serving health checks in plain text");
-        tasks.push(api::server::spawn_health_only(
+        tasks.push(server::spawn_health_only(
             listener,
             health_service.clone(),
             shutdown.clone(),
         ));
     }
     let caches = served.values().map(|s| s.cache.clone()).collect();
-    tasks.push(api::health::spawn_health(health, caches, shutdown.clone()));
+    tasks.push(server::health::spawn_health(
+        health,
+        caches,
+        shutdown.clone(),
+    ));
     let reflection = || {
         let builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -224,14 +238,15 @@ pub async fn run(
     )
     .with_auth(auth)
     .with_continue_key(sealer)
-    .with_user_limits(api::user_limits::UserLimits::new(&config.limits))
-    .with_watch_compression(&config.watch.compression)
-    .with_etcd_api(&config.etcd_api);
+    .with_user_limits(access::limits::UserLimits::new(&config.limits))
+    .with_watch_compression(&config.watch.compression);
     // Expiries, and the token and key files, end the watches they must.
     tasks.push(api.authority().spawn_guard(shutdown.clone()));
-    tasks.extend(api::reconfigure::spawn_config_reload(
+    tasks.extend(access::reconfigure::spawn_config_reload(
         config.clone(),
-        api.clone(),
+        api.authority().clone(),
+        api.user_limits().clone(),
+        metrics.clone(),
         shutdown.clone(),
     ));
     info!(
@@ -241,35 +256,28 @@ pub async fn run(
         serve_path = ?config.watch.serve_path,
         "serving gRPC"
     );
-    let mut routes = tonic::service::Routes::new(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(ApiService::new(api.clone(), &config.limits));
-    if config.etcd_api.enabled {
-        use api::etcd::{names, EtcdService};
-        let kv = EtcdService::<names::Kv>::new(api.clone(), &config.limits);
-        routes = routes
-            .add_service(kv.named::<names::Watch>())
-            .add_service(kv.named::<names::Lease>())
-            .add_service(kv.named::<names::Cluster>())
-            .add_service(kv.named::<names::Maintenance>())
-            .add_service(kv.named::<names::Auth>())
-            .add_service(kv);
+    let etcd = (config.etcd_api.enabled).then(|| EtcdApi::new(api.clone(), &config.etcd_api));
+    if etcd.is_some() {
         info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
     }
+    let faces = Faces { api, etcd };
+    let base = tonic::service::Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
+    let routes = server::router::routes(&faces, base, &config.limits);
     if let Some(tls) = &tls {
         tasks.push(tls.clone().spawn_reload(shutdown.clone()));
     }
-    tasks.extend(api::server::spawn_insecure_warning(
+    tasks.extend(server::spawn_insecure_warning(
         listeners.grpc.local_addr()?,
         &config,
         &metrics,
         shutdown.clone(),
     ));
-    let serve = api::server::serve(
+    let serve = server::serve(
         listeners.grpc,
         tls,
-        api,
+        faces,
         routes,
         &config.limits,
         config.watch.serve_path,

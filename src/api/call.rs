@@ -1,16 +1,20 @@
 //! One call as the service records it: a span that continues the caller's
-//! trace, and its duration and status code by resource and method.
+//! trace, and its duration and status code by resource and method; and
+//! the gRPC settings every face's methods share.
 
 use tokio::time::Instant;
+use tonic::codec::{self, CompressionEncoding, EnabledCompressionEncodings};
 use tonic::metadata::MetadataMap;
+use tonic::server::Grpc;
 use tonic::{Response, Status};
 use tracing::Instrument;
 
+use super::compression::Codec;
 use super::error::ApiError;
 use super::Api;
 
 /// What a call is about, for its span and its metrics.
-pub(super) struct CallInfo<'a> {
+pub struct CallInfo<'a> {
     pub method: &'static str,
     pub resource: &'a str,
     pub label_selector: &'a str,
@@ -30,7 +34,7 @@ impl Api {
 
     /// Answers a call in its span, timed and recorded by resource, method
     /// and status code; its error becomes a status here.
-    pub(super) async fn answer_with<T>(
+    pub async fn answer_with<T>(
         &self,
         metadata: &MetadataMap,
         info: CallInfo<'_>,
@@ -62,4 +66,27 @@ impl Api {
         span.record("code", format!("{code:?}"));
         answer.map(Response::new)
     }
+}
+
+/// The codecs List and Get answers may be compressed in.
+pub const ALL: [Codec; 2] = [Codec::Zstd, Codec::Gzip];
+
+/// gRPC settings shared by every route: requests may come compressed
+/// (admission has inflated gzip and zstd within its bound); answers are
+/// compressed in one of `send` when the client asks for it.
+pub fn grpc<C: codec::Codec>(codec: C, max: usize, max_request: usize, send: &[Codec]) -> Grpc<C> {
+    let mut accepted = EnabledCompressionEncodings::default();
+    accepted.enable(CompressionEncoding::Gzip);
+    accepted.enable(CompressionEncoding::Zstd);
+    let mut enabled = EnabledCompressionEncodings::default();
+    for c in send {
+        enabled.enable(match c {
+            Codec::Zstd => CompressionEncoding::Zstd,
+            Codec::Gzip => CompressionEncoding::Gzip,
+        });
+    }
+    let send = enabled;
+    Grpc::new(codec)
+        .apply_compression_config(accepted, send)
+        .apply_max_message_size_config(Some(max_request), Some(max))
 }

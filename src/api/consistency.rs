@@ -13,7 +13,7 @@ use crate::cache::Snapshot;
 use crate::object::{RequestedVersion, Revision};
 
 /// Where a read is answered from.
-pub(super) enum Source {
+pub enum Source {
     /// The cache, at the snapshot's revision.
     Cache(Snapshot),
     /// The origin at this revision: the cache did not catch up in time.
@@ -44,11 +44,7 @@ impl Api {
     /// If the cache does not get there within `freshness_wait`, a version
     /// etcd has not reached is "too large"; otherwise the read falls back
     /// to the origin at etcd's current revision (counted).
-    pub(super) async fn catch_up(
-        &self,
-        s: &Served,
-        min: Option<Revision>,
-    ) -> Result<Source, ApiError> {
+    pub async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<Source, ApiError> {
         self.ready(s).await?;
         let cache = &s.cache;
         if min.is_some_and(|m| cache.progress().valid_through >= m) {
@@ -84,7 +80,7 @@ impl Api {
 
     /// Where to answer a read at a request's resource version
     /// (not-older-than rules).
-    pub(super) async fn source_for(
+    pub async fn source_for(
         &self,
         s: &Served,
         version: RequestedVersion,
@@ -100,7 +96,7 @@ impl Api {
     }
 
     /// A snapshot of the cache for a watch, which cannot fall back to etcd.
-    pub(super) async fn cache_for(
+    pub async fn cache_for(
         &self,
         s: &Served,
         version: RequestedVersion,

@@ -9,7 +9,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::auth::Lapse;
+use crate::access::{AccessError, Lapse};
 use crate::object::{BadVersion, Revision};
 use crate::selector::SelectorError;
 use crate::source::EtcdError;
@@ -178,6 +178,42 @@ pub enum ApiError {
     /// The client went away or reset the call while it was read.
     #[error("reading the request: {0}")]
     RequestAborted(String),
+}
+
+/// A refusal of access as every face reports it.
+impl From<AccessError> for ApiError {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::Unauthenticated { reason } => ApiError::Unauthenticated { reason },
+            AccessError::CredentialEnded { lapse, detail } => ApiError::CredentialEnded {
+                lapse,
+                detail,
+                last: None,
+            },
+            AccessError::PermissionDenied {
+                user,
+                verb,
+                resource,
+                namespace,
+                too_wide,
+            } => ApiError::PermissionDenied {
+                user,
+                verb,
+                resource,
+                namespace,
+                too_wide,
+            },
+            AccessError::UserLimit {
+                user,
+                what,
+                retry_after,
+            } => ApiError::UserLimit {
+                user,
+                what,
+                retry_after,
+            },
+        }
+    }
 }
 
 impl ApiError {

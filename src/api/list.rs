@@ -35,7 +35,7 @@ struct Page {
 
 impl Api {
     /// One page of a List by `reader` (the caller's user).
-    pub(super) async fn list_page(
+    pub async fn list_page(
         &self,
         s: &Served,
         q: ListQuery,
@@ -115,7 +115,7 @@ impl Api {
         }
     }
 
-    pub(super) async fn get_object(
+    pub async fn get_object(
         &self,
         s: &Served,
         q: GetQuery,
@@ -179,7 +179,7 @@ impl Api {
 
 /// A read of the origin at `revision` that failed, as the caller is told:
 /// a revision etcd compacted or has not reached gets its own status.
-pub(super) fn origin_failed(s: &Served, revision: Revision, e: EtcdError) -> ApiError {
+pub fn origin_failed(s: &Served, revision: Revision, e: EtcdError) -> ApiError {
     match e {
         EtcdError::Compacted { .. } => ApiError::Compacted { revision },
         EtcdError::FutureRevision => ApiError::TooLarge {

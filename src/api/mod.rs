@@ -1,40 +1,42 @@
-//! The gRPC surface: List, Get and Watch served from the watch caches.
+//! The read core, and `watchproxy.v1`'s face over it.
 //!
-//! A call is checked at the edge into a typed query ([`query`]), answered
-//! from the cache or etcd under the resource version rules
-//! ([`consistency`], [`list`], [`watch`]), and its failure becomes a
-//! status in one place ([`error`]). [`service`] routes the calls as a
-//! tower service; [`server`] serves it on HTTP/2, on the service's own
-//! connection path ([`http2`]) or on tonic's.
+//! [`Api`] is the handle every face takes (`watchproxy.v1` here, etcd's API
+//! in `etcd_api`), as mini-redis' commands take `&Db`. Its public methods
+//! are the whole contract between a face and the core, in the order a call
+//! uses them:
+//!
+//! 1. **Who calls**: [`CallMeta::of`] takes a request's metadata and
+//!    extensions; [`Api::enter`] names the caller under the credentials in
+//!    force now ([`Entered`]), [`Api::enter_read`] also takes one unit of the
+//!    caller's read rate.
+//! 2. **What it may read**: [`Api::admit`] finds the resource a call names
+//!    and the [`Scope`] the rules give the caller there; the face turns its
+//!    request into a typed query ([`query`]) within that scope.
+//! 3. **Consistency**: [`Api::source_for`] and [`Api::catch_up`] say where a
+//!    read is answered (a cache snapshot or the origin) under the resource
+//!    version rules; [`Api::cache_for`] is the snapshot a watch starts from.
+//! 4. **Answers**: [`Api::list_page`] and [`Api::get_object`] for reads,
+//!    [`Api::start_watch`] registers a watcher whose deliveries wait in an
+//!    [`Inbox`](crate::dispatch::Inbox).
+//! 5. **Recording**: [`Api::answer_with`] runs the call in its span, times
+//!    and counts it, and maps its [`ApiError`] to the face's status.
+//!
+//! Failures are [`ApiError`]s, which become statuses only in [`error`].
 
-pub mod admission;
-pub mod auth;
 mod call;
 pub mod compression;
 mod consistency;
 mod continue_token;
 pub mod error;
-pub mod etcd;
-pub mod health;
-mod http2;
-/// The HTTP/2 server's fuzz targets, for the fuzzers in `fuzz/`.
-#[cfg(feature = "fuzz")]
-#[doc(hidden)]
-pub use http2::fuzz as http2_fuzz;
 mod initial;
 #[cfg(test)]
 mod initial_tests;
 mod list;
 mod progress;
 pub mod query;
-pub mod reconfigure;
-mod reload;
 #[cfg(test)]
 mod resync_model_tests;
-pub mod server;
-pub mod service;
-pub mod tls;
-pub mod user_limits;
+pub mod v1;
 mod watch;
 pub mod wire;
 
@@ -45,23 +47,22 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
-use tonic::{Request, Response, Status};
+use tonic::Request;
 
+use crate::access::limits::UserLimits;
+use crate::access::{Auth, Authority, Identified, Identity, Judged, PeerCerts, Scope};
 use crate::cache::WatchCache;
-use crate::config::{EtcdApiConfig, Outside, Verb};
-use crate::dispatch::Inbox;
-use crate::pb;
+use crate::config::Verb;
 use crate::source::{Freshness, Origin};
 use crate::telemetry::{Metrics, ResourceMetrics};
-use admission::Identified;
-use auth::{Auth, Authority, Grant, Identity, Judged, PeerCerts, Scope};
-use call::CallInfo;
+pub use call::{grpc, CallInfo, ALL};
+pub use consistency::Source;
 pub use continue_token::Sealer;
 use error::ApiError;
 pub use initial::InitialStates;
-use query::{GetQuery, ListQuery, WatchQuery};
-use user_limits::UserLimits;
-pub use watch::WatchStream;
+pub use list::origin_failed;
+pub use progress::PROGRESS_WAIT;
+pub use watch::{Mark, Shown, WatchStream};
 
 /// One served resource: its cache, its revision checks and its metrics.
 #[derive(Clone)]
@@ -76,7 +77,8 @@ pub struct Served {
     pub initial_states: Arc<InitialStates>,
 }
 
-/// The `WatchProxy` service.
+/// The read core: the served resources, who may read them, and the
+/// bounds every face's calls share.
 #[derive(Clone)]
 pub struct Api {
     resources: Arc<HashMap<String, Served>>,
@@ -93,19 +95,40 @@ pub struct Api {
     watch_codecs: Arc<[compression::Codec]>,
     /// Seals the continue tokens it issues, and opens those it is sent.
     sealer: Arc<Sealer>,
-    /// Serves etcd's own API too (`etcd_api.enabled`).
-    etcd_api: bool,
-    /// What etcd's API does with keys outside the served prefixes.
-    outside: Outside,
 }
 
-/// The client certificates of the call's connection: from the TLS
-/// connection info tonic's server keeps, or from the service's own path.
-fn peer_certs<T>(request: &Request<T>) -> Option<PeerCerts> {
-    request
-        .peer_certs()
-        .map(PeerCerts)
-        .or_else(|| request.extensions().get::<PeerCerts>().cloned())
+/// What a call's request says about who sends it, taken before its
+/// message is read.
+pub struct CallMeta {
+    pub metadata: MetadataMap,
+    pub extensions: http::Extensions,
+    /// The client certificates of the call's connection: from the TLS
+    /// connection info tonic's server keeps, or from the service's own
+    /// path.
+    certs: Option<PeerCerts>,
+}
+
+impl CallMeta {
+    /// A request's metadata and extensions, and its message.
+    pub fn of<T>(request: Request<T>) -> (Self, T) {
+        let certs = (request.peer_certs().map(PeerCerts))
+            .or_else(|| request.extensions().get::<PeerCerts>().cloned());
+        let (metadata, extensions, message) = request.into_parts();
+        let meta = Self {
+            metadata,
+            extensions,
+            certs,
+        };
+        (meta, message)
+    }
+}
+
+/// A caller as the core let it in: who it is, under the authenticators and
+/// rules in force when its call started (a grant made from it is judged
+/// again when they change).
+pub struct Entered {
+    pub judged: Judged,
+    pub identity: Identity,
 }
 
 impl Api {
@@ -126,21 +149,7 @@ impl Api {
             shutdown,
             watch_codecs: Arc::new([]),
             sealer: Arc::new(Sealer::random()),
-            etcd_api: false,
-            outside: Outside::Refuse,
         }
-    }
-
-    /// Serves etcd's own read API beside `watchproxy.v1`, as `config`
-    /// says.
-    pub fn with_etcd_api(mut self, config: &EtcdApiConfig) -> Self {
-        self.etcd_api = config.enabled;
-        self.outside = config.outside;
-        self
-    }
-
-    pub(crate) fn serves_etcd_api(&self) -> bool {
-        self.etcd_api
     }
 
     /// Continue tokens sealed with `sealer`'s key: replicas that share it
@@ -157,14 +166,6 @@ impl Api {
         self
     }
 
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    pub fn watch_codecs(&self) -> &[compression::Codec] {
-        &self.watch_codecs
-    }
-
     /// Each user's calls bounded by `limits`.
     pub fn with_user_limits(mut self, limits: UserLimits) -> Self {
         self.user_limits = Arc::new(limits);
@@ -177,6 +178,14 @@ impl Api {
         self
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn watch_codecs(&self) -> &[compression::Codec] {
+        &self.watch_codecs
+    }
+
     /// The authenticators and rules in use, which a new configuration
     /// replaces.
     pub fn authority(&self) -> &Arc<Authority> {
@@ -184,28 +193,54 @@ impl Api {
     }
 
     /// The per-user limits in use, which a new configuration changes.
-    pub fn user_limits(&self) -> &UserLimits {
+    pub fn user_limits(&self) -> &Arc<UserLimits> {
         &self.user_limits
     }
 
-    /// Who calls: as admission identified it, else from the call's
-    /// metadata and its connection's certificates.
-    fn caller(
-        &self,
-        judged: &Judged,
-        metadata: &MetadataMap,
-        certs: &Option<PeerCerts>,
-        extensions: &http::Extensions,
-    ) -> Result<Identity, ApiError> {
-        if let Some(Identified(identity)) = extensions.get() {
-            return Ok(identity.clone());
+    /// Bound on waiting for readiness, freshness or a requested version.
+    pub fn freshness_wait(&self) -> Duration {
+        self.freshness_wait
+    }
+
+    /// Cancelled when the service starts shutting down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Who calls, under the credentials in force now: as admission
+    /// identified it from the headers, else from the call's metadata and
+    /// its connection's certificates.
+    pub fn enter(&self, call: &CallMeta) -> Result<Entered, ApiError> {
+        let judged = self.auth.current();
+        let identity = match call.extensions.get() {
+            Some(Identified(identity)) => identity.clone(),
+            None => {
+                (judged.auth).identify(&call.metadata, call.certs.as_ref().map(|c| &c.0[..]))?
+            }
+        };
+        Ok(Entered { judged, identity })
+    }
+
+    /// A caller identified earlier (the opener of an etcd Watch stream),
+    /// under the authenticators and rules in force now.
+    pub fn enter_as(&self, identity: Identity) -> Entered {
+        Entered {
+            judged: self.auth.current(),
+            identity,
         }
-        (judged.auth).identify(metadata, certs.as_ref().map(|c| &c.0[..]))
+    }
+
+    /// [`Api::enter`] for a read, which takes one unit of the caller's
+    /// read rate.
+    pub fn enter_read(&self, call: &CallMeta) -> Result<Entered, ApiError> {
+        let entered = self.enter(call)?;
+        self.user_limits.unary(&entered.identity.caller)?;
+        Ok(entered)
     }
 
     /// Who calls, from a request's headers and extensions alone: before
     /// its body is read.
-    pub(crate) fn identify(
+    pub fn identify(
         &self,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
@@ -215,26 +250,27 @@ impl Api {
             extensions.clone(),
             (),
         );
-        let certs = peer_certs(&request);
-        (self.auth.current().auth).identify(request.metadata(), certs.as_ref().map(|c| &c.0[..]))
+        let (call, ()) = CallMeta::of(request);
+        let certs = call.certs.as_ref().map(|c| &c.0[..]);
+        Ok((self.auth.current().auth).identify(&call.metadata, certs)?)
     }
 
-    /// The resource a call names, and what `identity` may see of it there.
-    fn admit(
+    /// The resource a call names, and what the caller may see of it there.
+    pub fn admit(
         &self,
-        judged: &Judged,
-        identity: &Identity,
+        entered: &Entered,
         verb: Verb,
         resource: &str,
         namespace: &str,
     ) -> Result<(&Served, Scope), ApiError> {
         let s = self.served(resource)?;
-        let scope =
-            (judged.auth).authorize(&identity.caller, verb, &s.cache.resource, namespace)?;
+        let caller = &entered.identity.caller;
+        let scope = (entered.judged.auth).authorize(caller, verb, &s.cache.resource, namespace)?;
         Ok((s, scope))
     }
 
-    fn served(&self, name: &str) -> Result<&Served, ApiError> {
+    /// A served resource by name.
+    pub fn served(&self, name: &str) -> Result<&Served, ApiError> {
         self.resources.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.resources.keys().map(String::as_str).collect();
             known.sort_unstable();
@@ -245,110 +281,8 @@ impl Api {
         })
     }
 
-    pub async fn list(
-        &self,
-        request: Request<pb::ListRequest>,
-    ) -> Result<Response<pb::ListResponse>, Status> {
-        let certs = peer_certs(&request);
-        let (metadata, extensions, mut req) = request.into_parts();
-        let opened = match req.continue_token.as_str() {
-            "" => Ok(String::new()),
-            sealed => self.sealer.open(sealed).map(str::to_owned),
-        };
-        req.continue_token.clear();
-        let info = CallInfo {
-            method: "List",
-            resource: &req.resource,
-            label_selector: &req.label_selector,
-            field_selector: &req.field_selector,
-        };
-        let call = async {
-            let judged = self.auth.current();
-            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
-            self.user_limits.unary(&identity.caller)?;
-            let (s, scope) = self.admit(
-                &judged,
-                &identity,
-                Verb::List,
-                &req.resource,
-                &req.namespace,
-            )?;
-            let token_scope = judged.auth.token_scope(&identity.caller, &scope);
-            let req = pb::ListRequest {
-                continue_token: opened?,
-                ..req.clone()
-            };
-            let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
-            query.limit = self.user_limits.page(query.limit);
-            let mut page = self.list_page(s, query, &identity.caller.user).await?;
-            page.continue_token = self.sealer.seal(&page.continue_token);
-            Ok(page)
-        };
-        self.answer(&metadata, info, call).await
-    }
-
-    pub async fn get(
-        &self,
-        request: Request<pb::GetRequest>,
-    ) -> Result<Response<pb::Object>, Status> {
-        let certs = peer_certs(&request);
-        let (metadata, extensions, req) = request.into_parts();
-        let info = CallInfo {
-            method: "Get",
-            resource: &req.resource,
-            label_selector: "",
-            field_selector: "",
-        };
-        let call = async {
-            let judged = self.auth.current();
-            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
-            self.user_limits.unary(&identity.caller)?;
-            let (s, scope) =
-                self.admit(&judged, &identity, Verb::Get, &req.resource, &req.namespace)?;
-            let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
-            self.get_object(s, query, &identity.caller.user).await
-        };
-        self.answer(&metadata, info, call).await
-    }
-
-    /// Starts a Watch; its stream yields each event encoded for the wire.
-    /// A caller that reads the deliveries of several watches in one task
-    /// passes their [`Inbox`] as a request extension; otherwise the watch
-    /// gets one of its own. Timed and traced until the stream starts; how
-    /// a watch ends is counted in `watchproxy_watchers_ended_total`.
-    pub async fn watch(
-        &self,
-        request: Request<pb::WatchRequest>,
-    ) -> Result<Response<WatchStream>, Status> {
-        let certs = peer_certs(&request);
-        let (metadata, extensions, req) = request.into_parts();
-        let inbox = extensions
-            .get::<Arc<Inbox>>()
-            .cloned()
-            .unwrap_or_else(Inbox::solo);
-        let info = CallInfo {
-            method: "Watch",
-            resource: &req.resource,
-            label_selector: &req.label_selector,
-            field_selector: &req.field_selector,
-        };
-        let call = async {
-            let judged = self.auth.current();
-            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
-            let place = self.user_limits.watch(&identity.caller)?;
-            let (s, scope) = self.admit(
-                &judged,
-                &identity,
-                Verb::Watch,
-                &req.resource,
-                &req.namespace,
-            )?;
-            let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;
-            let resource = s.cache.resource.clone();
-            let grant = Grant::new(identity, Verb::Watch, resource, &req.namespace, scope);
-            let held = self.auth.hold(grant, &judged);
-            self.start_watch(s, query, inbox, (place, held)).await
-        };
-        self.answer(&metadata, info, call).await
+    /// Every served resource, in no order.
+    pub fn all_served(&self) -> impl Iterator<Item = &Served> {
+        self.resources.values()
     }
 }

@@ -6,22 +6,21 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::call::CallInfo;
-use super::{peer_certs, Api};
+use super::{Api, CallMeta};
 use crate::config::Verb;
 use crate::object::RequestedVersion;
 use crate::pb;
 
 /// How long a progress request waits for a cache's watches to reach
 /// etcd's revision: long enough for events in flight.
-pub(super) const PROGRESS_WAIT: Duration = Duration::from_millis(250);
+pub const PROGRESS_WAIT: Duration = Duration::from_millis(250);
 
 impl Api {
     pub async fn request_progress(
         &self,
         request: Request<pb::ProgressRequest>,
     ) -> Result<Response<pb::ProgressResponse>, Status> {
-        let certs = peer_certs(&request);
-        let (metadata, extensions, req) = request.into_parts();
+        let (meta, req) = CallMeta::of(request);
         let info = CallInfo {
             method: "RequestProgress",
             resource: &req.resource,
@@ -29,16 +28,8 @@ impl Api {
             field_selector: "",
         };
         let call = async {
-            let judged = self.auth.current();
-            let identity = self.caller(&judged, &metadata, &certs, &extensions)?;
-            self.user_limits.unary(&identity.caller)?;
-            let (s, _) = self.admit(
-                &judged,
-                &identity,
-                Verb::Watch,
-                &req.resource,
-                &req.namespace,
-            )?;
+            let entered = self.enter_read(&meta)?;
+            let (s, _) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
             let snapshot = self.cache_for(s, RequestedVersion::Latest).await?;
             let now = snapshot.revision;
             let dispatched = s.cache.wait_dispatched(now, PROGRESS_WAIT).await.min(now);
@@ -56,6 +47,6 @@ impl Api {
                     .unwrap_or_default(),
             })
         };
-        self.answer(&metadata, info, call).await
+        self.answer(&meta.metadata, info, call).await
     }
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::auth::Scope;
 use super::continue_token::ContinueToken;
 use super::error::ApiError;
+use crate::access::Scope;
 use crate::config::ValueFormat;
 use crate::object::{Projection, RequestedVersion, Resource, Revision};
 use crate::pb;
@@ -22,22 +22,6 @@ pub enum ListAt {
     Exact(Revision),
     /// The next page of a list, cut from the revision of its first page.
     Continue(ContinueToken),
-}
-
-/// The request's own predicate, narrowed to what the caller may see.
-pub(super) fn scoped(
-    resource: &Resource,
-    namespace: &str,
-    name: &str,
-    labels: &str,
-    fields: &str,
-    scope: &Scope,
-) -> Result<Predicate, ApiError> {
-    let own = Predicate::new(resource, namespace, name, labels, fields)?;
-    let alternatives = (scope.alternatives.iter())
-        .map(|(l, f)| Predicate::new(resource, "", "", l, f))
-        .collect::<Result<_, _>>()?;
-    Ok(own.within(alternatives))
 }
 
 /// The shard a request asks for; none for the whole resource.
@@ -91,15 +75,15 @@ impl ListQuery {
         scope: &Scope,
         token_scope: u64,
     ) -> Result<Self, ApiError> {
-        let predicate = scoped(
-            resource,
-            &req.namespace,
-            "",
-            &req.label_selector,
-            &req.field_selector,
-            scope,
-        )?
-        .in_shard(shard(resource, req.shard.as_ref())?);
+        let predicate = scope
+            .predicate(
+                resource,
+                &req.namespace,
+                "",
+                &req.label_selector,
+                &req.field_selector,
+            )?
+            .in_shard(shard(resource, req.shard.as_ref())?);
         let version = RequestedVersion::parse(&req.resource_version)?;
         let exact = match pb::ResourceVersionMatch::try_from(req.resource_version_match) {
             Ok(m) => m == pb::ResourceVersionMatch::Exact,
@@ -183,7 +167,7 @@ impl GetQuery {
         }
         Ok(Self {
             key: resource.key(&req.namespace, &req.name),
-            predicate: scoped(resource, &req.namespace, &req.name, "", "", scope)?,
+            predicate: scope.predicate(resource, &req.namespace, &req.name, "", "")?,
             version: RequestedVersion::parse(&req.resource_version)?,
             projection: projection(resource, &req.fields, req.metadata_only)?,
         })
@@ -211,15 +195,15 @@ impl WatchQuery {
         resource: &Resource,
         scope: &Scope,
     ) -> Result<Self, ApiError> {
-        let predicate = scoped(
-            resource,
-            &req.namespace,
-            &req.name,
-            &req.label_selector,
-            &req.field_selector,
-            scope,
-        )?
-        .in_shard(shard(resource, req.shard.as_ref())?);
+        let predicate = scope
+            .predicate(
+                resource,
+                &req.namespace,
+                &req.name,
+                &req.label_selector,
+                &req.field_selector,
+            )?
+            .in_shard(shard(resource, req.shard.as_ref())?);
         let timeout = match req.timeout_seconds {
             t if t < 0 => {
                 return Err(ApiError::invalid(

@@ -10,14 +10,14 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 
-use super::auth::{Held, Lapse, Revoke};
 use super::compression::Codec;
 use super::error::ApiError;
 use super::initial::InitialCursor;
 use super::query::WatchQuery;
-use super::user_limits::WatchPlace;
 use super::wire::{encode_bookmark, Packed, WatchMessage};
 use super::{Api, Served};
+use crate::access::limits::WatchPlace;
+use crate::access::{Held, Lapse, Revoke};
 use crate::cache::{WatchCache, WatchFrom};
 use crate::dispatch::{Inbox, Next, Place, View, Wants, Watcher};
 use crate::object::{RequestedVersion, Revision, TooOld};
@@ -25,7 +25,7 @@ use crate::telemetry::{EndReason, ResourceMetrics};
 
 impl Api {
     /// Starts a watch whose deliveries wait in `inbox`.
-    pub(super) async fn start_watch(
+    pub async fn start_watch(
         &self,
         s: &Served,
         q: WatchQuery,

@@ -1,7 +1,7 @@
-//! afl.rs target: see `watchproxy::api::http2_fuzz::grpc_framing`.
+//! afl.rs target: see `watchproxy::server::http2_fuzz::grpc_framing`.
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        watchproxy::api::http2_fuzz::grpc_framing(data);
+        watchproxy::server::http2_fuzz::grpc_framing(data);
     });
 }

@@ -1,7 +1,7 @@
-//! afl.rs target: see `watchproxy::api::http2_fuzz::connection`.
+//! afl.rs target: see `watchproxy::server::http2_fuzz::connection`.
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        watchproxy::api::http2_fuzz::connection(data);
+        watchproxy::server::http2_fuzz::connection(data);
     });
 }

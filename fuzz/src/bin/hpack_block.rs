@@ -1,7 +1,7 @@
-//! afl.rs target: see `watchproxy::api::http2_fuzz::header_block`.
+//! afl.rs target: see `watchproxy::server::http2_fuzz::header_block`.
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        watchproxy::api::http2_fuzz::header_block(data);
+        watchproxy::server::http2_fuzz::header_block(data);
     });
 }

@@ -1,0 +1,62 @@
+//! Who is calling, and what they may read. A caller is named by its client
+//! certificate (user: subject CN, groups: subject O values, as Kubernetes
+//! names them), else by a bearer token, else is anonymous where that is
+//! allowed. The authorization rules then say whether the call is allowed
+//! and through which selectors ([`Auth`]). An open watch keeps its grant
+//! ([`Authority`]): it ends when its credential expires or is revoked, or
+//! when the rules, read again, no longer give it what it was given. Each
+//! identity's calls are bounded ([`limits`]); a new configuration applies
+//! live ([`reconfigure`]).
+//!
+//! This module knows no wire: its failures are [`AccessError`]s, which each
+//! face maps to its statuses.
+
+mod auth;
+mod credential;
+mod error;
+mod grants;
+mod jwt;
+pub mod limits;
+#[cfg(test)]
+mod model_tests;
+pub mod reconfigure;
+mod reload;
+mod rules;
+mod tokens;
+
+use std::sync::Arc;
+
+use rustls_pki_types::CertificateDer;
+
+pub use auth::Auth;
+pub use credential::{Credential, Identity, Lapse, Secret};
+pub use error::AccessError;
+pub use grants::{Authority, Grant, Held, Judged, Revoke};
+pub use reload::{spawn_reloader, spawn_reloader_on_hangup};
+pub use rules::Scope;
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Caller {
+    fn anonymous() -> Self {
+        Self {
+            user: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+}
+
+/// The client certificates of a connection, as a request extension set by
+/// the connection path that completed the handshake.
+#[derive(Debug, Clone)]
+pub struct PeerCerts(pub Arc<Vec<CertificateDer<'static>>>);
+
+/// Who a request was identified as from its headers, before its body was
+/// read: set by admission, so the handler does not identify it again.
+#[derive(Debug, Clone)]
+pub struct Identified(pub Identity);

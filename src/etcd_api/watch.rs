@@ -1,0 +1,435 @@
+//! etcd's Watch: one stream of requests that create and cancel watches,
+//! each a watcher of the resource its key range lies in, registered and
+//! served as a `watchproxy.v1` watch is; only the messages are etcd's.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use tokio_stream::StreamMap;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::batch::{compacted, refused, Batch, Outgoing, NO_WATCH};
+use super::keys::{current, KeyRange};
+use super::merge::Watched;
+use super::register::{fresh_revision, start};
+use super::wire::header;
+use super::EtcdApi;
+use crate::access::Identity;
+use crate::api::error::{etcd_status, ApiError};
+use crate::api::CallMeta;
+use crate::dispatch::{Inbox, Mailbox, Place};
+use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
+use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
+use crate::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
+use crate::object::Revision;
+
+/// Changes taken from the watches at once before they are sent, so one
+/// busy watch does not hold up the requests of the stream.
+const BATCH: usize = 256;
+
+impl EtcdApi {
+    /// etcd's Watch: the caller identified once, each watch it creates
+    /// authorized, limited and registered on its own. The stream answers
+    /// its requests and sends its watches' changes as it is polled: it
+    /// lives as long as the call, in the call's own task.
+    pub async fn etcd_watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+        max_message: usize,
+    ) -> Result<Response<Session>, Status> {
+        self.etcd_session(request, max_message).map(Response::new)
+    }
+
+    /// An etcd Watch stream for `request`, whose caller is identified at
+    /// once. Given the inbox of a connection's task (the service's own
+    /// HTTP/2 path), it takes a place there, by which that task polls it.
+    pub(crate) fn etcd_session(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+        max_message: usize,
+    ) -> Result<Session, Status> {
+        let (meta, requests) = CallMeta::of(request);
+        let identity = self.core.enter(&meta).map_err(etcd_status)?.identity;
+        let inbox = meta.extensions.get::<Arc<Inbox>>().cloned();
+        let place = inbox.as_ref().map(Inbox::reserve);
+        Ok(Session {
+            shutdown: Box::pin(self.core.shutdown().clone().cancelled_owned()),
+            api: self.clone(),
+            identity,
+            open: HashMap::new(),
+            streams: StreamMap::new(),
+            next_id: 0,
+            max_message,
+            requests,
+            requests_woken: Arc::new(Woken::default()),
+            registered: None,
+            reading: true,
+            pending: None,
+            out: VecDeque::new(),
+            batch: Batch::default(),
+            end: None,
+            ended: false,
+            place,
+            inbox,
+        })
+    }
+}
+
+/// What a watch of the stream asked for.
+struct Opened {
+    /// Its range, when the caches it follows hold keys outside it.
+    range: Option<KeyRange>,
+    no_put: bool,
+    no_delete: bool,
+    prev_kv: bool,
+    progress_notify: bool,
+    fragment: bool,
+    /// The resources it reads.
+    resources: Vec<String>,
+}
+
+/// A request being answered; the stream reads the next once it is.
+enum Pending {
+    Create {
+        id: i64,
+        request: WatchCreateRequest,
+        range: KeyRange,
+        start: BoxFuture<'static, Result<(Watched, Vec<String>), ApiError>>,
+    },
+    /// The revision every watched cache is proven fresh at, if all are.
+    Progress(BoxFuture<'static, Option<Revision>>),
+}
+
+/// One etcd Watch stream: its requests, its watches, and the responses
+/// waiting to be sent.
+pub struct Session {
+    api: EtcdApi,
+    identity: Identity,
+    open: HashMap<i64, Opened>,
+    streams: StreamMap<i64, Watched>,
+    /// Where the search for a free id starts, as etcd assigns them.
+    next_id: i64,
+    max_message: usize,
+    requests: Streaming<WatchRequest>,
+    /// Whether the requests are worth reading again: a watch's changes
+    /// wake the stream far more often than its requests do.
+    requests_woken: Arc<Woken>,
+    /// The waker `requests_woken` wakes.
+    registered: Option<Waker>,
+    /// etcd goes on sending after its client's half-close.
+    reading: bool,
+    pending: Option<Pending>,
+    out: VecDeque<Outgoing>,
+    /// Where a turn gathers its responses, kept with its room.
+    batch: Batch,
+    /// The status that ends the stream, once `out` is sent.
+    end: Option<Status>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    ended: bool,
+    /// Its place in its connection's inbox, on the service's own path.
+    place: Option<Mailbox>,
+    /// That inbox, where its watches' deliveries wait too.
+    inbox: Option<Arc<Inbox>>,
+}
+
+impl Stream for Session {
+    type Item = Result<Outgoing, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Shutdown closes every cache's queues, which ends the stream; a
+        // stream with no watch of a cache looks for it, once a call (its
+        // token takes a lock).
+        let mut shutdown_seen =
+            !this.streams.is_empty() && this.streams.values().all(Watched::follows_a_cache);
+        // The waker rarely changes: handed over again only when it does.
+        if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
+            *this.requests_woken.stream.lock() = Some(cx.waker().clone());
+            this.registered = Some(cx.waker().clone());
+        }
+        loop {
+            if let Some(response) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(response)));
+            }
+            if let Some(status) = this.end.take() {
+                this.ended = true;
+                return Poll::Ready(Some(Err(status)));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            if !std::mem::replace(&mut shutdown_seen, true)
+                && this.shutdown.as_mut().poll(cx).is_ready()
+            {
+                this.end = Some(etcd_status(ApiError::ShuttingDown { last: None }));
+                continue;
+            }
+            let mut batch = std::mem::take(&mut this.batch);
+            let mut progressed = false;
+            if let Some(pending) = this.pending.take() {
+                if let Poll::Ready(answered) = this.poll_pending(pending, cx, &mut batch) {
+                    progressed = true;
+                    this.end = answered.err();
+                }
+            } else if this.reading && this.requests_woken.take() {
+                let waker = Waker::from(this.requests_woken.clone());
+                match (this.requests).poll_next_unpin(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(Some(Ok(request))) => {
+                        progressed = true;
+                        // More may be buffered, with no wake to come.
+                        this.requests_woken.woken.store(true, Ordering::Release);
+                        this.on_request(request, &mut batch);
+                    }
+                    Poll::Ready(None) => {
+                        progressed = true;
+                        this.reading = false;
+                    }
+                    // The client's side failed: nothing reaches it now.
+                    Poll::Ready(Some(Err(_))) => return Poll::Ready(None),
+                    Poll::Pending => {}
+                }
+            }
+            match this.take_ready(cx, &mut batch, BATCH) {
+                Ok(taken) => progressed |= taken > 0,
+                Err(status) => {
+                    this.end.get_or_insert(status);
+                }
+            }
+            let open = &this.open;
+            let fragments = |id| open.get(&id).is_some_and(|o| o.fragment);
+            batch.drain_into(&mut this.out, fragments, this.max_message);
+            this.batch = batch;
+            if !progressed && this.out.is_empty() && this.end.is_none() {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Where its connection's task names it: its place in the inbox it was
+    /// given.
+    pub(crate) fn place(&self) -> Option<Place> {
+        self.place.as_ref().map(Mailbox::place)
+    }
+
+    /// Answers what it can at once; a creation or a progress request is
+    /// left pending.
+    fn on_request(&mut self, r: WatchRequest, batch: &mut Batch) {
+        match r.request_union {
+            Some(RequestUnion::CreateRequest(request)) => self.create(request, batch),
+            Some(RequestUnion::CancelRequest(c)) => {
+                if let Some(opened) = self.open.remove(&c.watch_id) {
+                    self.streams.remove(&c.watch_id);
+                    batch.push(WatchResponse {
+                        header: header(self.revision_of(&opened.resources)),
+                        watch_id: c.watch_id,
+                        canceled: true,
+                        ..Default::default()
+                    });
+                }
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                let mut names: HashSet<String> = (self.open.values())
+                    .flat_map(|o| o.resources.iter().cloned())
+                    .collect();
+                if names.is_empty() {
+                    names.extend(
+                        self.api
+                            .core
+                            .all_served()
+                            .take(1)
+                            .map(|s| s.cache.resource.name.clone()),
+                    );
+                }
+                let api = self.api.core.clone();
+                self.pending = Some(Pending::Progress(Box::pin(fresh_revision(api, names))));
+            }
+            None => {}
+        }
+    }
+
+    fn revision_of(&self, resources: &[String]) -> Revision {
+        (resources.iter())
+            .filter_map(|name| self.api.core.served(name).ok())
+            .map(current)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Starts creating a watch as etcd does: its id, the client's or the
+    /// next free one; a duplicate is refused at once.
+    fn create(&mut self, request: WatchCreateRequest, batch: &mut Batch) {
+        let id = match request.watch_id {
+            0 => {
+                while self.open.contains_key(&self.next_id) {
+                    self.next_id += 1;
+                }
+                self.next_id
+            }
+            id if self.open.contains_key(&id) => {
+                let why = "mvcc: duplicate watch ID provided on the WatchStream";
+                batch.push(refused(why.into()));
+                return;
+            }
+            id => id,
+        };
+        let range = KeyRange::watched(&request.key, &request.range_end);
+        let (api, identity) = (self.api.clone(), self.identity.clone());
+        let home = self.inbox.clone().zip(self.place());
+        let start = Box::pin(start(
+            api,
+            identity,
+            request.start_revision,
+            range.clone(),
+            request.prev_kv,
+            home,
+        ));
+        self.pending = Some(Pending::Create {
+            id,
+            request,
+            range,
+            start,
+        });
+    }
+
+    fn poll_pending(
+        &mut self,
+        pending: Pending,
+        cx: &mut Context<'_>,
+        batch: &mut Batch,
+    ) -> Poll<Result<(), Status>> {
+        match pending {
+            Pending::Create {
+                id,
+                request,
+                range,
+                mut start,
+            } => match start.as_mut().poll(cx) {
+                Poll::Ready(started) => {
+                    self.created(id, request, range, started, batch);
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Pending => {
+                    self.pending = Some(Pending::Create {
+                        id,
+                        request,
+                        range,
+                        start,
+                    });
+                    Poll::Pending
+                }
+            },
+            Pending::Progress(mut fresh) => match fresh.as_mut().poll(cx) {
+                Poll::Ready(revision) => {
+                    // Everything up to the revision the watches hold goes
+                    // out first, what waits in the connection's inbox too.
+                    if let Some(inbox) = &self.inbox {
+                        inbox.sort_now();
+                    }
+                    self.take_ready(cx, batch, usize::MAX)?;
+                    // Merged watches vouch only for what they have shown.
+                    let shown = (self.streams.values()).filter_map(Watched::through).min();
+                    let revision = match shown {
+                        Some(shown) => revision.map(|r| r.min(shown)),
+                        None => revision,
+                    };
+                    // etcd leaves a request it cannot answer unanswered.
+                    if let Some(revision) = revision {
+                        batch.push(WatchResponse {
+                            header: header(revision),
+                            watch_id: NO_WATCH,
+                            ..Default::default()
+                        });
+                    }
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Pending => {
+                    self.pending = Some(Pending::Progress(fresh));
+                    Poll::Pending
+                }
+            },
+        }
+    }
+
+    /// A watch created as etcd creates one: `created` with its id, then its
+    /// changes; one it may not have is created and canceled at once with
+    /// the reason, one older than the window with the oldest revision a
+    /// watch can start from.
+    fn created(
+        &mut self,
+        id: i64,
+        c: WatchCreateRequest,
+        range: KeyRange,
+        started: Result<(Watched, Vec<String>), ApiError>,
+        batch: &mut Batch,
+    ) {
+        match started {
+            Ok((stream, resources)) => {
+                batch.push(WatchResponse {
+                    header: header(self.revision_of(&resources)),
+                    watch_id: id,
+                    created: true,
+                    ..Default::default()
+                });
+                let filters = |f: FilterType| c.filters.contains(&(f as i32));
+                let whole = (resources.iter())
+                    .filter_map(|name| self.api.core.served(name).ok())
+                    .all(|s| range.covers(&s.cache.resource));
+                let opened = Opened {
+                    range: (!whole).then_some(range),
+                    no_put: filters(FilterType::Noput),
+                    no_delete: filters(FilterType::Nodelete),
+                    prev_kv: c.prev_kv,
+                    progress_notify: c.progress_notify,
+                    fragment: c.fragment,
+                    resources,
+                };
+                self.open.insert(id, opened);
+                self.streams.insert(id, stream);
+            }
+            Err(ApiError::TooOld {
+                oldest, current, ..
+            }) => {
+                batch.push(WatchResponse {
+                    header: header(current),
+                    watch_id: id,
+                    created: true,
+                    ..Default::default()
+                });
+                batch.push(compacted(id, current, oldest + 1));
+            }
+            Err(e) => batch.push(refused(etcd_status(e).message().to_owned())),
+        }
+    }
+
+    /// Takes what the watches have ready, at most `max` of it; how much.
+    fn take_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+        batch: &mut Batch,
+        max: usize,
+    ) -> Result<usize, Status> {
+        let mut taken = 0;
+        while taken < max {
+            match self.streams.poll_next_unpin(cx) {
+                Poll::Ready(Some((id, shown))) => self.take(id, shown, batch)?,
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+            taken += 1;
+        }
+        Ok(taken)
+    }
+}
+
+mod shown;
+mod woken;
+
+use woken::Woken;

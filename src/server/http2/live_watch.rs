@@ -1,0 +1,306 @@
+//! A watch sending its events on its HTTP/2 stream: started from the
+//! request, then driven by its connection's task, which frames its ready
+//! events straight into the connection's outgoing buffer.
+
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::BytesMut;
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use prost::Message;
+use tonic::Status;
+
+use super::grpc_framing::{grpc_timeout, put_compressed, put_message, request_message};
+use super::protocol::hpack::{write_fields, RequestHead};
+use super::protocol::out::Out;
+use super::protocol::window::SendWindow;
+use super::watches::Drive;
+use crate::api::compression::Codec;
+use crate::api::error::{etcd_status, ApiError};
+use crate::api::{Api, WatchStream};
+use crate::dispatch::Inbox;
+use crate::etcd_api::Session;
+use crate::pb;
+use crate::telemetry::{WatchApi, WriteClock};
+
+/// Events ready together for one stream go out as one DATA frame of up to
+/// this size.
+const BATCH_BYTES: usize = 8 * 1024;
+
+/// What one poll of a watch frames at most; a watch with more ready (an
+/// initial state, a replay) is polled again in the next pass, after the
+/// connection has written this one's frames. Without it a joining watch
+/// framed as much as its client's window allowed, megabytes, in one pass.
+const POLL_BYTES: usize = 2 * BATCH_BYTES;
+
+/// Asks the API for the watch a request's `body` names, its deliveries in
+/// the connection's `inbox`.
+pub(super) async fn start_watch(
+    api: Api,
+    inbox: Arc<Inbox>,
+    head: RequestHead,
+    extensions: http::Extensions,
+    mut body: BytesMut,
+    max_request_bytes: usize,
+) -> Result<WatchStream, Status> {
+    let deadline = head.headers.get("grpc-timeout").and_then(grpc_timeout);
+    let codec = Codec::negotiate(head.headers.get("grpc-accept-encoding"), api.watch_codecs());
+    let started = async {
+        let message = request_message(&mut body, max_request_bytes).map_err(Status::from)?;
+        let request = pb::WatchRequest::decode(message).map_err(|e| {
+            Status::from(ApiError::MalformedRequest(format!(
+                "failed to decode the request: {e}"
+            )))
+        })?;
+        let metadata = tonic::metadata::MetadataMap::from_headers(head.headers);
+        let mut extensions = extensions;
+        extensions.insert(inbox);
+        let request = tonic::Request::from_parts(metadata, extensions, request);
+        api.watch(request).await.map(tonic::Response::into_inner)
+    };
+    let mut events = match deadline {
+        Some(d) => tokio::time::timeout(d, started)
+            .await
+            .unwrap_or_else(|_| Err(ApiError::DeadlineExceeded.into()))?,
+        None => started.await?,
+    };
+    if let Some(codec) = codec {
+        events.compress_with(codec);
+    }
+    Ok(events)
+}
+
+/// What a live stream sends: a `watchproxy.v1` watch's events, or the
+/// responses of an etcd Watch stream (its several watches' changes).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the watchproxy.v1 watch, polled once per delivery, stays inline"
+)]
+pub(super) enum Source {
+    Watch(WatchStream),
+    Etcd(Box<Session>),
+}
+
+impl Source {
+    fn codec(&self) -> Option<Codec> {
+        match self {
+            Source::Watch(events) => events.codec(),
+            Source::Etcd(_) => None,
+        }
+    }
+
+    /// Frames its next message into `dst`.
+    fn poll_put(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &mut BytesMut,
+        clock: &mut WriteClock,
+    ) -> Poll<Option<Result<(), Status>>> {
+        match self {
+            Source::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
+                Some(Ok(message)) => {
+                    clock.note(WatchApi::watchproxy, message.received());
+                    match events.codec().and_then(|c| message.compressed(c)) {
+                        Some(packed) => put_compressed(dst, &packed),
+                        None => put_message(dst, message.len_hint(), |b| message.write_to(b)),
+                    }
+                    Poll::Ready(Some(Ok(())))
+                }
+                Some(Err(status)) => Poll::Ready(Some(Err(status))),
+                None => Poll::Ready(None),
+            },
+            Source::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
+                Some(Ok(response)) => {
+                    clock.note(WatchApi::etcd, response.received());
+                    put_message(dst, response.encoded_len(), |b| response.encode_raw(b));
+                    Poll::Ready(Some(Ok(())))
+                }
+                Some(Err(status)) => Poll::Ready(Some(Err(status))),
+                None => Poll::Ready(None),
+            },
+        }
+    }
+
+    /// The status that ends it when its connection reached its maximum
+    /// age.
+    fn connection_aged(&mut self) -> Status {
+        match self {
+            Source::Watch(events) => events.connection_aged(),
+            Source::Etcd(_) => etcd_status(ApiError::ConnectionAged { last: None }),
+        }
+    }
+}
+
+/// A watch sending its events on its HTTP/2 stream.
+pub(super) struct LiveWatch {
+    id: u32,
+    events: Source,
+    /// The peer's window for the stream.
+    window: SendWindow,
+    /// Messages cut but not sent: the windows had no room for them.
+    held: BytesMut,
+    /// How the watch ended, sent once `held` is.
+    ended: Option<Status>,
+    /// Named in `out.starved`.
+    starved: bool,
+}
+
+impl LiveWatch {
+    /// Sends the response's head and starts sending events.
+    pub(super) fn start(id: u32, events: Source, window: SendWindow, out: &mut Out) -> Self {
+        let mut head = HeaderMap::new();
+        head.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        if let Some(codec) = events.codec() {
+            head.insert("grpc-encoding", HeaderValue::from_static(codec.name()));
+        }
+        let mut block = Vec::new();
+        write_fields(Some(StatusCode::OK), &head, &mut block);
+        out.headers(id, &block, false);
+        Self {
+            id,
+            events,
+            window,
+            held: BytesMut::new(),
+            ended: None,
+            starved: false,
+        }
+    }
+
+    /// The peer gave (or with new SETTINGS took) room on the stream;
+    /// false when that takes the window past 2^31-1.
+    pub(super) fn grant(&mut self, n: i64) -> bool {
+        self.window.grant(n).is_ok()
+    }
+
+    /// The connection got room: the watch may be named again.
+    pub(super) fn unstarve(&mut self) -> bool {
+        self.starved = false;
+        true
+    }
+
+    /// What the windows let the stream send now.
+    fn room(&self, out: &Out) -> usize {
+        (self.window.room())
+            .min(out.window.room())
+            .min(out.max_frame as i64)
+            .max(0) as usize
+    }
+
+    /// Sends what `held` has, as far as the windows allow: false while
+    /// some is left.
+    fn send_held(&mut self, out: &mut Out) -> bool {
+        while !self.held.is_empty() {
+            let n = self.room(out).min(self.held.len());
+            if n == 0 {
+                out.starve(self.id, self.window, &mut self.starved);
+                return false;
+            }
+            out.data(self.id, &self.held.split_to(n), false);
+            self.window.take(n);
+        }
+        true
+    }
+}
+
+impl Drive for LiveWatch {
+    /// Frames what is ready, up to [`BATCH_BYTES`] a frame, while the
+    /// windows have room. A stream without room is not asked for events:
+    /// its watcher's queue fills and it reads the shared window later. It
+    /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
+    /// named in `out.starved`, by one for the connection.
+    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        let mut framed = 0;
+        loop {
+            if framed >= POLL_BYTES {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if !self.send_held(out) {
+                return Poll::Pending;
+            }
+            if let Some(status) = self.ended.take() {
+                write_trailers(out, self.id, &status);
+                out.closed.push(self.id);
+                return Poll::Ready(());
+            }
+            let room = self.room(out);
+            if room == 0 {
+                out.starve(self.id, self.window, &mut self.starved);
+                return Poll::Pending;
+            }
+            let at = out.begin_data(self.id);
+            let start = out.buf.len();
+            let limit = room.min(BATCH_BYTES);
+            let mut waiting = false;
+            while out.buf.len() - start < limit {
+                match self.events.poll_put(cx, &mut out.buf, &mut out.clock) {
+                    Poll::Ready(Some(Ok(()))) => {}
+                    Poll::Ready(Some(Err(status))) => {
+                        self.ended = Some(status);
+                        break;
+                    }
+                    Poll::Ready(None) => {
+                        self.ended = Some(Status::ok(""));
+                        break;
+                    }
+                    Poll::Pending => {
+                        waiting = true;
+                        break;
+                    }
+                }
+            }
+            if out.buf.len() - start > room {
+                // Copied out rather than split off, which would pin the
+                // connection's whole buffer while the client gives no room.
+                self.held.extend_from_slice(&out.buf[start + room..]);
+                out.buf.truncate(start + room);
+            }
+            if out.buf.len() == start {
+                out.buf.truncate(at);
+            } else {
+                let n = out.end_data(at, false);
+                self.window.take(n);
+                framed += n;
+            }
+            if waiting && self.held.is_empty() {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Ends the watch with a status naming where to resume, once what it
+    /// framed already is sent.
+    fn end_aged(&mut self, out: &mut Out) -> Poll<()> {
+        self.ended = Some(self.events.connection_aged());
+        if !self.send_held(out) {
+            return Poll::Pending;
+        }
+        let status = self.ended.take().expect("just set");
+        write_trailers(out, self.id, &status);
+        out.closed.push(self.id);
+        Poll::Ready(())
+    }
+}
+
+/// Ends a response with `status` in its trailers.
+pub(super) fn write_trailers(out: &mut Out, id: u32, status: &Status) {
+    let mut trailers = HeaderMap::new();
+    if status.add_header(&mut trailers).is_err() {
+        trailers.insert("grpc-status", HeaderValue::from_static("13"));
+    }
+    let mut block = Vec::new();
+    write_fields(None, &trailers, &mut block);
+    out.headers(id, &block, true);
+}
+
+/// Answers a request with `status` alone (a response without a body).
+pub(super) fn write_refusal(out: &mut Out, id: u32, status: Status) {
+    let (head, _) = status.into_http::<()>().into_parts();
+    let mut block = Vec::new();
+    write_fields(Some(head.status), &head.headers, &mut block);
+    out.headers(id, &block, true);
+}

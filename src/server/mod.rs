@@ -1,0 +1,244 @@
+//! Serving the routes on HTTP/2: on the service's own connection path
+//! ([`http2`], the default) or on tonic's server, as
+//! `watch.serve_path` says, in plain text or over TLS. Both stop accepting
+//! at `shutdown`, send GOAWAY and wait for the open calls to end.
+
+pub mod admission;
+pub mod health;
+mod http2;
+pub mod router;
+pub mod tls;
+
+/// The HTTP/2 server's fuzz targets, for the fuzzers in `fuzz/`.
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub use http2::fuzz as http2_fuzz;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
+use tracing::warn;
+
+use crate::config::{LimitsConfig, ServePath};
+use http2::{tune, TCP_KEEPALIVE};
+use router::Faces;
+use tls::Tls;
+
+/// Streams a client may make h2 reset for its errors before it is sent
+/// away: h2's own default.
+const LOCAL_RESETS: usize = 1024;
+
+/// Handshakes finished but not yet taken by tonic's server.
+const HANDSHAKEN: usize = 64;
+
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    faces: Faces,
+    routes: Routes,
+    limits: &LimitsConfig,
+    path: ServePath,
+    shutdown: CancellationToken,
+) {
+    if tls.is_none() {
+        warn!("no tls section: clients connect in plain text");
+    }
+    match path {
+        ServePath::Fast => {
+            let settings = http2::Settings {
+                max_concurrent_streams: limits.max_concurrent_streams,
+                max_request_bytes: limits.max_request_bytes,
+                max_message_bytes: limits.max_message_bytes,
+                request_body_timeout: limits.request_body_timeout,
+                keep_alive_interval: limits.keepalive_interval,
+                keep_alive_timeout: limits.keepalive_timeout,
+                max_connection_age: limits.max_connection_age,
+                max_connection_age_grace: limits.max_connection_age_grace,
+            };
+            let routes = routes.prepare();
+            http2::serve(listener, tls, faces, routes, settings, shutdown).await
+        }
+        ServePath::Tonic => {
+            let mut builder = tonic::transport::Server::builder()
+                .max_concurrent_streams(limits.max_concurrent_streams)
+                // h2's bound on the streams a client makes it reset
+                // (MadeYouReset), which tonic leaves off.
+                .http2_max_local_error_reset_streams(Some(LOCAL_RESETS))
+                .http2_keepalive_interval(Some(limits.keepalive_interval))
+                .http2_keepalive_timeout(Some(limits.keepalive_timeout));
+            // hyper's: GOAWAY at the age, the connection closed after the
+            // grace; watches end with the connection, without a version.
+            if let Some(age) = limits.max_connection_age {
+                builder = builder
+                    .max_connection_age(age)
+                    .max_connection_age_grace(limits.max_connection_age_grace);
+            }
+            let server = builder.add_routes(routes);
+            let served = match tls {
+                None => {
+                    let incoming = TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(TCP_KEEPALIVE));
+                    server
+                        .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+                        .await
+                }
+                Some(tls) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(HANDSHAKEN);
+                    let accepting = accept_tls(listener, tls, tx, shutdown.clone());
+                    let serving = server.serve_with_incoming_shutdown(
+                        ReceiverStream::new(rx),
+                        shutdown.cancelled(),
+                    );
+                    tokio::join!(accepting, serving).1
+                }
+            };
+            if let Err(e) = served {
+                warn!(error = %e, "the gRPC server failed");
+            }
+        }
+    }
+}
+
+/// Accepts connections and completes their handshakes, each in a task of
+/// its own, until `shutdown`; hands the finished ones to tonic's server.
+/// Handshakes still under way then are dropped, and so is `ready`, which
+/// ends the server's stream of connections.
+async fn accept_tls(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    ready: tokio::sync::mpsc::Sender<std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>,
+    shutdown: CancellationToken,
+) {
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    tune(&tcp);
+                    let (tls, ready) = (tls.clone(), ready.clone());
+                    handshakes.spawn(async move {
+                        if let Ok(stream) = tls.accept(tcp).await {
+                            let _ = ready.send(Ok(stream)).await;
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Serves only `grpc.health.v1` on `listener`, in plain text, until
+/// `shutdown`: for probes (a kubelet's gRPC probe) that cannot present a
+/// client certificate when the API port asks for one.
+pub fn spawn_health_only<S>(
+    listener: TcpListener,
+    health: S,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    tokio::spawn(async move {
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let served = tonic::transport::Server::builder()
+            .add_service(health)
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+            .await;
+        if let Err(e) = served {
+            warn!(error = %e, "the health server failed");
+        }
+    })
+}
+
+/// How often a listener open to all is complained about.
+const INSECURE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// A listener in plain text that serves anonymous callers, on an address
+/// others can reach, reads everything to anyone: said in the log every
+/// minute, and in `watchproxy_insecure_listener`, until `shutdown`.
+pub fn spawn_insecure_warning(
+    addr: std::net::SocketAddr,
+    config: &crate::config::Config,
+    metrics: &crate::telemetry::Metrics,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let identified = config.auth.tokens_file.is_some() || config.auth.jwt.is_some();
+    let anonymous = config.auth.anonymous.unwrap_or(!identified);
+    let insecure = config.tls.is_none() && anonymous && !addr.ip().is_loopback();
+    metrics.security.insecure_listener(insecure);
+    if !insecure {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let mut every = tokio::time::interval(INSECURE_WARNING_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = every.tick() => warn!(
+                    %addr,
+                    "serving in plain text without identities on an address others can reach: anyone who reaches it reads everything; configure tls and auth, or listen on 127.0.0.1"
+                ),
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::telemetry::Metrics;
+
+    const BASE: &str = "
+etcd: {endpoints: [http://127.0.0.1:2379]}
+resources: [{name: pods, prefix: /registry/pods}]
+";
+
+    #[tokio::test]
+    async fn only_a_listener_open_to_others_without_tls_or_identities_is_called_insecure() {
+        let open = |yaml: &str, addr: &str| {
+            let metrics = Metrics::default();
+            let config = Config::from_yaml(&format!("{BASE}{yaml}")).unwrap();
+            let shutdown = CancellationToken::new();
+            let task =
+                spawn_insecure_warning(addr.parse().unwrap(), &config, &metrics, shutdown.clone());
+            shutdown.cancel();
+            let gauge = (metrics.encode().lines()).any(|l| l == "watchproxy_insecure_listener 1");
+            assert_eq!(task.is_some(), gauge, "{yaml} on {addr}");
+            gauge
+        };
+        assert!(open("", "10.0.0.7:50051"));
+        assert!(open("", "[::]:50051"));
+        assert!(!open("", "127.0.0.1:50051"));
+        assert!(!open("", "[::1]:50051"));
+        let tokens =
+            "listen: 10.0.0.7:50051\nauth: {tokens_file: /t}\ntls: {cert_file: /c, key_file: /k}\n";
+        assert!(!open(tokens, "10.0.0.7:50051"));
+        assert!(
+            !open("auth: {anonymous: false}\n", "10.0.0.7:50051"),
+            "nobody is served"
+        );
+    }
+}

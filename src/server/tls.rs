@@ -1,0 +1,154 @@
+//! TLS for clients: the service's certificate and, for mutual TLS, the
+//! CAs client certificates are verified against, read again when their
+//! files change. New handshakes use the new files; open connections keep
+//! the keys they agreed. A file that cannot be used is logged and counted,
+//! and the files in use stay in use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::RwLock;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::access::spawn_reloader;
+use crate::config::{ClientAuth, TlsConfig};
+use crate::telemetry::{Metrics, TlsOutcome};
+
+/// How long a client may take to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Tls {
+    files: TlsConfig,
+    current: RwLock<Arc<ServerConfig>>,
+    metrics: Metrics,
+}
+
+impl Tls {
+    /// Reads the files; an error names the file and what is wrong with it.
+    pub fn load(files: &TlsConfig, metrics: Metrics) -> anyhow::Result<Arc<Self>> {
+        let config = server_config(files)?;
+        info!(
+            cert = %files.cert_file.display(),
+            mutual = files.client_ca_file.is_some(),
+            "serving TLS"
+        );
+        Ok(Arc::new(Self {
+            files: files.clone(),
+            current: RwLock::new(Arc::new(config)),
+            metrics,
+        }))
+    }
+
+    /// Completes the handshake of an accepted connection with the files in
+    /// use now.
+    pub async fn accept(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+        let acceptor = TlsAcceptor::from(self.current.read().clone());
+        let accepted = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            Ok(accepted) => accepted,
+            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        };
+        match &accepted {
+            Ok(_) => self.metrics.tls_handshake(TlsOutcome::ok),
+            Err(e) => {
+                debug!(error = %e, "TLS handshake failed");
+                self.metrics.tls_handshake(TlsOutcome::failed);
+            }
+        }
+        accepted
+    }
+
+    /// Reads the files again, after one of them changed.
+    fn reload(&self) {
+        match server_config(&self.files) {
+            Ok(config) => {
+                *self.current.write() = Arc::new(config);
+                self.metrics.tls_reload(TlsOutcome::ok);
+                info!("TLS files changed; new handshakes use them");
+            }
+            Err(e) => {
+                self.metrics.tls_reload(TlsOutcome::failed);
+                warn!(
+                    error = format!("{e:#}"),
+                    "TLS files changed but cannot be used; keeping the ones in use"
+                );
+            }
+        }
+    }
+
+    /// Reads the files again whenever they change, until `shutdown`.
+    pub fn spawn_reload(
+        self: Arc<Self>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let paths = [
+            Some(&self.files.cert_file),
+            Some(&self.files.key_file),
+            self.files.client_ca_file.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        spawn_reloader(paths, shutdown, move || self.reload())
+    }
+}
+
+/// TLS 1.2 and 1.3 with rustls' safe defaults (rustls never renegotiates),
+/// HTTP/2 only.
+fn server_config(files: &TlsConfig) -> anyhow::Result<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert_file)
+        .and_then(|certs| certs.collect())
+        .with_context(|| format!("reading certificates from {}", files.cert_file.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "{} holds no certificate",
+        files.cert_file.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(&files.key_file)
+        .with_context(|| format!("reading a private key from {}", files.key_file.display()))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?;
+    let builder = match &files.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            let cas = CertificateDer::pem_file_iter(ca)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .with_context(|| format!("reading client CAs from {}", ca.display()))?;
+            for cert in cas {
+                roots
+                    .add(cert)
+                    .with_context(|| format!("a client CA in {}", ca.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match files.client_auth.unwrap_or(ClientAuth::Required) {
+                ClientAuth::Required => verifier,
+                ClientAuth::Optional => verifier.allow_unauthenticated(),
+            };
+            let verifier = verifier
+                .build()
+                .with_context(|| format!("client CAs from {}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key).with_context(|| {
+        format!(
+            "{} and {} do not make a certificate and its key",
+            files.cert_file.display(),
+            files.key_file.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
