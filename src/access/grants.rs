@@ -158,7 +158,7 @@ pub struct Judged {
 }
 
 /// An open watch's grant, held while it is open.
-pub struct Held {
+pub struct HeldGrant {
     authority: Arc<Authority>,
     key: usize,
     expires: Option<SystemTime>,
@@ -168,7 +168,7 @@ pub struct Held {
     seen: u64,
 }
 
-impl Held {
+impl HeldGrant {
     pub fn grant(&self) -> &Grant {
         &self.grant
     }
@@ -185,7 +185,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for HeldGrant {
     fn drop(&mut self) {
         let mut open = self.authority.open.lock();
         open.grants.remove(self.key);
@@ -220,7 +220,7 @@ impl Authority {
 
     /// Keeps `grant` while the returned guard lives; `judged` is what
     /// allowed it, so a replacement since is caught.
-    pub fn hold(self: &Arc<Self>, grant: Grant, judged: &Judged) -> Held {
+    pub fn hold(self: &Arc<Self>, grant: Grant, judged: &Judged) -> HeldGrant {
         let expires = grant.identity.credential.expires();
         let grant = Arc::new(grant);
         // Before the grant can end: every end after it moves the counter.
@@ -241,7 +241,7 @@ impl Authority {
                 grant.revoke(why, &self.ended);
             }
         }
-        Held {
+        HeldGrant {
             authority: self.clone(),
             key,
             expires,

@@ -13,7 +13,7 @@ use crate::cache::Snapshot;
 use crate::object::{RequestedVersion, Revision};
 
 /// Where a read is answered from.
-pub enum Source {
+pub enum ReadFrom {
     /// The cache, at the snapshot's revision.
     Cache(Snapshot),
     /// The origin at this revision: the cache did not catch up in time.
@@ -44,11 +44,11 @@ impl Api {
     /// If the cache does not get there within `freshness_wait`, a version
     /// etcd has not reached is "too large"; otherwise the read falls back
     /// to the origin at etcd's current revision (counted).
-    pub async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<Source, ApiError> {
+    pub async fn catch_up(&self, s: &Served, min: Option<Revision>) -> Result<ReadFrom, ApiError> {
         self.ready(s).await?;
         let cache = &s.cache;
         if min.is_some_and(|m| cache.progress().valid_through >= m) {
-            return Ok(Source::Cache(cache.snapshot()));
+            return Ok(ReadFrom::Cache(cache.snapshot()));
         }
         let deadline = Instant::now() + self.freshness_wait;
         let mut target = min;
@@ -61,7 +61,7 @@ impl Api {
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(250));
             if cache.wait_for(target, step).await.is_ok() {
-                return Ok(Source::Cache(cache.snapshot()));
+                return Ok(ReadFrom::Cache(cache.snapshot()));
             }
             if Instant::now() >= deadline {
                 return match min {
@@ -71,7 +71,7 @@ impl Api {
                     }),
                     _ => {
                         s.metrics.consistent_read_fallbacks.inc();
-                        Ok(Source::Origin(now))
+                        Ok(ReadFrom::Origin(now))
                     }
                 };
             }
@@ -84,13 +84,13 @@ impl Api {
         &self,
         s: &Served,
         version: RequestedVersion,
-    ) -> Result<Source, ApiError> {
+    ) -> Result<ReadFrom, ApiError> {
         match version {
             RequestedVersion::Latest => self.catch_up(s, None).await,
             RequestedVersion::At(n) => self.catch_up(s, Some(n)).await,
             RequestedVersion::Any => {
                 self.ready(s).await?;
-                Ok(Source::Cache(s.cache.snapshot()))
+                Ok(ReadFrom::Cache(s.cache.snapshot()))
             }
         }
     }
@@ -102,8 +102,8 @@ impl Api {
         version: RequestedVersion,
     ) -> Result<Snapshot, ApiError> {
         match self.source_for(s, version).await? {
-            Source::Cache(snapshot) => Ok(snapshot),
-            Source::Origin(_) => Err(ApiError::NotFresh {
+            ReadFrom::Cache(snapshot) => Ok(snapshot),
+            ReadFrom::Origin(_) => Err(ApiError::NotFresh {
                 resource: s.cache.resource.name.clone(),
             }),
         }

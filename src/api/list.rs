@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::consistency::Source;
+use super::consistency::ReadFrom;
 use super::continue_token::ContinueToken;
 use super::error::ApiError;
 use super::query::{GetQuery, ListAt, ListQuery};
@@ -85,7 +85,7 @@ impl Api {
                 }
             }
             ListAt::Exact(n) => {
-                if let Source::Origin(_) = self.catch_up(s, Some(n)).await? {
+                if let ReadFrom::Origin(_) = self.catch_up(s, Some(n)).await? {
                     costly()?;
                     let start = PageStart::default();
                     return (self.origin_page(s, predicate, n, start, limit, scope)).await;
@@ -103,10 +103,10 @@ impl Api {
                 }
             }
             ListAt::NotOlderThan(version) => match self.source_for(s, version).await? {
-                Source::Cache(snapshot) => {
+                ReadFrom::Cache(snapshot) => {
                     Ok(snapshot_page(s, &snapshot, predicate, None, limit, scope))
                 }
-                Source::Origin(revision) => {
+                ReadFrom::Origin(revision) => {
                     costly()?;
                     let start = PageStart::default();
                     (self.origin_page(s, predicate, revision, start, limit, scope)).await
@@ -122,13 +122,13 @@ impl Api {
         reader: &str,
     ) -> Result<pb::Object, ApiError> {
         let found = match self.source_for(s, q.version).await? {
-            Source::Cache(snapshot) => snapshot
+            ReadFrom::Cache(snapshot) => snapshot
                 .store
                 .get(q.key.as_bytes())
                 // What the caller may not see is not there.
                 .filter(|o| q.predicate.matches(o))
                 .map(|o| object_pb(o, o.revision)),
-            Source::Origin(revision) => {
+            ReadFrom::Origin(revision) => {
                 self.user_limits.costly_read(reader)?;
                 let start = PageStart::default();
                 let page = (self.origin_page(s, &q.predicate, revision, start, 1, 0)).await?;

@@ -56,7 +56,7 @@ use crate::config::Verb;
 use crate::source::{Freshness, Origin};
 use crate::telemetry::{Metrics, ResourceMetrics};
 pub use call::{grpc, CallInfo, ALL};
-pub use consistency::Source;
+pub use consistency::ReadFrom;
 pub use continue_token::Sealer;
 use error::ApiError;
 pub use initial::InitialStates;

@@ -17,7 +17,7 @@ use super::query::WatchQuery;
 use super::wire::{encode_bookmark, Packed, WatchMessage};
 use super::{Api, Served};
 use crate::access::limits::WatchPlace;
-use crate::access::{Held, Lapse, Revoke};
+use crate::access::{HeldGrant, Lapse, Revoke};
 use crate::cache::{WatchCache, WatchFrom};
 use crate::dispatch::{Inbox, Next, Place, View, Wants, Watcher};
 use crate::object::{RequestedVersion, Revision, TooOld};
@@ -30,7 +30,7 @@ impl Api {
         s: &Served,
         q: WatchQuery,
         inbox: Arc<Inbox>,
-        (place, grant): (WatchPlace, Held),
+        (place, grant): (WatchPlace, HeldGrant),
     ) -> Result<WatchStream, ApiError> {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown { last: None });
@@ -123,10 +123,10 @@ impl Api {
 /// the window reaches. Written by hand rather than with `async_stream`: it
 /// is polled once per delivery, for every watcher.
 pub struct WatchStream {
-    /// Held while the watch is open: its places in the watcher limits.
+    /// HeldGrant while the watch is open: its places in the watcher limits.
     _slots: (WatchPlace, OwnedSemaphorePermit, OwnedSemaphorePermit),
     /// What it was allowed, while it still is.
-    grant: Held,
+    grant: HeldGrant,
     cache: Arc<WatchCache>,
     watcher: Watcher,
     /// The initial state still to send.

@@ -6,26 +6,17 @@
 
 use std::collections::VecDeque;
 
-use bytes::{BufMut, Bytes};
+use bytes::BufMut;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
 
-use super::wire::header;
+use super::wire::{header, Encoded};
 use crate::etcdpb::etcdserverpb::{ResponseHeader, WatchResponse};
+use crate::object::Revision;
 
 /// The watch id of a response that belongs to no one watch (a progress
 /// answer, a refused creation), as etcd sends it.
 pub const NO_WATCH: i64 = -1;
-use crate::object::Revision;
-
-/// A change as etcd's `mvccpb.Event`, encoded.
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    pub revision: Revision,
-    pub bytes: Bytes,
-    /// When the change reached its cache (live changes of a cache).
-    pub received: Option<std::time::Instant>,
-}
 
 /// A response of an etcd Watch stream, as it is written.
 #[derive(Debug)]

@@ -74,7 +74,7 @@ impl Watched {
     pub fn follows_a_cache(&self) -> bool {
         match self {
             Watched::One(_) => true,
-            Watched::Merged(m) => (m.parts.iter()).any(|p| matches!(p.source, Source::Cache(_))),
+            Watched::Merged(m) => (m.parts.iter()).any(|p| matches!(p.source, PartFeed::Cache(_))),
         }
     }
 }
@@ -102,14 +102,14 @@ impl Stream for Watched {
 }
 
 /// Where a part's changes come from.
-pub enum Source {
+pub enum PartFeed {
     Cache(Box<WatchStream>),
     /// A gap between the served prefixes, watched on etcd.
     Etcd(Box<etcd_client::WatchStream>),
 }
 
 struct Part {
-    source: Source,
+    source: PartFeed,
     /// Every change of the part up to here has been taken from it.
     through: Revision,
     /// Changes taken from it, waiting for the other parts to get as far.
@@ -133,7 +133,7 @@ pub struct Merge {
 impl Merge {
     /// The parts, in key order, of a watch that has seen everything up to
     /// `after`.
-    pub fn new(sources: Vec<Source>, after: Revision) -> Self {
+    pub fn new(sources: Vec<PartFeed>, after: Revision) -> Self {
         let parts = (sources.into_iter())
             .map(|source| Part {
                 source,
@@ -196,7 +196,7 @@ impl Merge {
         if let Some(wanted) = wanted {
             while self.ask.as_mut().poll(cx).is_ready() {
                 for part in self.parts.iter().filter(|p| p.through < wanted) {
-                    if let Source::Cache(stream) = &part.source {
+                    if let PartFeed::Cache(stream) = &part.source {
                         stream.bookmark_now();
                     }
                 }
@@ -218,7 +218,7 @@ enum Taken {
 impl Part {
     fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<Taken>> {
         match &mut self.source {
-            Source::Cache(stream) => {
+            PartFeed::Cache(stream) => {
                 let shown = match std::task::ready!(stream.poll_shown(cx)) {
                     None => return Poll::Ready(None),
                     Some(Err(e)) => return Poll::Ready(Some(Taken::End(Box::new(Err(e))))),
@@ -243,7 +243,7 @@ impl Part {
                     Shown::Initial(_) => Taken::Progress,
                 }))
             }
-            Source::Etcd(stream) => {
+            PartFeed::Etcd(stream) => {
                 let response = match std::task::ready!(stream.poll_next_unpin(cx)) {
                     None => return Poll::Ready(None),
                     Some(Err(e)) => {

@@ -33,7 +33,7 @@ use crate::etcdpb::etcdserverpb::{
 };
 use crate::telemetry::{DeliveryLatency, ServePathLabel, WatchApi};
 use batch::Outgoing;
-pub use watch::Session;
+pub use watch::EtcdStream;
 
 /// Where etcd's services' methods are.
 pub const PATHS: &str = "/etcdserverpb.";
@@ -168,8 +168,8 @@ struct WatchCall {
 
 impl StreamingService<WatchRequest> for WatchCall {
     type Response = Outgoing;
-    type ResponseStream = Session;
-    type Future = BoxFuture<'static, Result<Response<Session>, Status>>;
+    type ResponseStream = EtcdStream;
+    type Future = BoxFuture<'static, Result<Response<EtcdStream>, Status>>;
 
     fn call(&mut self, request: Request<Streaming<WatchRequest>>) -> Self::Future {
         let (api, max) = (self.api.clone(), self.max);

@@ -12,7 +12,7 @@ use super::keys::{current, End, KeyRange};
 use super::wire::{header, key_value};
 use super::EtcdApi;
 use crate::api::error::{etcd_status, ApiError};
-use crate::api::{origin_failed, CallInfo, CallMeta, Served, Source};
+use crate::api::{origin_failed, CallInfo, CallMeta, ReadFrom, Served};
 use crate::cache::Snapshot;
 use crate::config::Verb;
 use crate::etcdpb::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -221,11 +221,11 @@ impl EtcdApi {
             At::Exact(n) => self.exactly_at(s, n, reader).await?,
         };
         let revision = match source {
-            Source::Cache(snapshot) => {
+            ReadFrom::Cache(snapshot) => {
                 let objects = in_range(&snapshot, range, predicate).cloned().collect();
                 return Ok((current(s).max(snapshot.revision), objects));
             }
-            Source::Origin(revision) => revision,
+            ReadFrom::Origin(revision) => revision,
         };
         let resource = &s.cache.resource;
         let read = (s.origin)
@@ -248,7 +248,12 @@ impl EtcdApi {
     /// The state at `n`: a snapshot of the cache, else etcd's at `n`
     /// (charged to `reader`). A revision etcd has not reached is refused
     /// at once, as etcd refuses it.
-    async fn exactly_at(&self, s: &Served, n: Revision, reader: &str) -> Result<Source, ApiError> {
+    async fn exactly_at(
+        &self,
+        s: &Served,
+        n: Revision,
+        reader: &str,
+    ) -> Result<ReadFrom, ApiError> {
         if n > s.cache.progress().revision {
             let current = s.freshness.current_revision().await?;
             if n > current {
@@ -258,17 +263,17 @@ impl EtcdApi {
                 });
             }
         }
-        if let Source::Cache(_) = self.core.catch_up(s, Some(n)).await? {
+        if let ReadFrom::Cache(_) = self.core.catch_up(s, Some(n)).await? {
             if !s.cache.has_snapshot(n) {
                 self.core.user_limits().costly_read(reader)?;
             }
             if let Ok(snapshot) = s.cache.snapshot_at(n) {
-                return Ok(Source::Cache(snapshot));
+                return Ok(ReadFrom::Cache(snapshot));
             }
         } else {
             self.core.user_limits().costly_read(reader)?;
         }
-        Ok(Source::Origin(n))
+        Ok(ReadFrom::Origin(n))
     }
 }
 

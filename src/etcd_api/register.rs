@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::keys::{KeyRange, Located};
-use super::merge::{Merge, Source, Watched};
+use super::merge::{Merge, PartFeed, Watched};
 use super::EtcdApi;
 use crate::access::{Grant, Identity};
 use crate::api::error::ApiError;
@@ -50,12 +50,12 @@ pub(super) async fn start(
     let mut sources = Vec::with_capacity(placement.parts.len() + placement.gaps.len());
     for part in &placement.parts {
         let stream = register(api, &identity, part, Some(after), &home).await?;
-        sources.push((part.range.start.clone(), Source::Cache(Box::new(stream))));
+        sources.push((part.range.start.clone(), PartFeed::Cache(Box::new(stream))));
     }
     for gap in &placement.gaps {
         let from = if after > 0 { after + 1 } else { 0 };
         let stream = etcd.watch_gap(gap, from, prev_kv).await?;
-        sources.push((gap.start.clone(), Source::Etcd(Box::new(stream))));
+        sources.push((gap.start.clone(), PartFeed::Etcd(Box::new(stream))));
     }
     sources.sort_by(|a, b| a.0.cmp(&b.0));
     let sources = sources.into_iter().map(|(_, s)| s).collect();

@@ -43,7 +43,7 @@ impl EtcdApi {
         &self,
         request: Request<Streaming<WatchRequest>>,
         max_message: usize,
-    ) -> Result<Response<Session>, Status> {
+    ) -> Result<Response<EtcdStream>, Status> {
         self.etcd_session(request, max_message).map(Response::new)
     }
 
@@ -54,12 +54,12 @@ impl EtcdApi {
         &self,
         request: Request<Streaming<WatchRequest>>,
         max_message: usize,
-    ) -> Result<Session, Status> {
+    ) -> Result<EtcdStream, Status> {
         let (meta, requests) = CallMeta::of(request);
         let identity = self.core.enter(&meta).map_err(etcd_status)?.identity;
         let inbox = meta.extensions.get::<Arc<Inbox>>().cloned();
         let place = inbox.as_ref().map(Inbox::reserve);
-        Ok(Session {
+        Ok(EtcdStream {
             shutdown: Box::pin(self.core.shutdown().clone().cancelled_owned()),
             api: self.clone(),
             identity,
@@ -109,7 +109,7 @@ enum Pending {
 
 /// One etcd Watch stream: its requests, its watches, and the responses
 /// waiting to be sent.
-pub struct Session {
+pub struct EtcdStream {
     api: EtcdApi,
     identity: Identity,
     open: HashMap<i64, Opened>,
@@ -139,7 +139,7 @@ pub struct Session {
     inbox: Option<Arc<Inbox>>,
 }
 
-impl Stream for Session {
+impl Stream for EtcdStream {
     type Item = Result<Outgoing, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -213,7 +213,7 @@ impl Stream for Session {
     }
 }
 
-impl Session {
+impl EtcdStream {
     /// Where its connection's task names it: its place in the inbox it was
     /// given.
     pub(crate) fn place(&self) -> Option<Place> {

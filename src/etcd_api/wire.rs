@@ -3,12 +3,19 @@
 use bytes::Bytes;
 use prost::Message;
 
-use super::batch::Encoded;
-
 use crate::dispatch::View;
 use crate::etcdpb::etcdserverpb::ResponseHeader;
 use crate::etcdpb::mvccpb::{self, event::EventType as Kind};
 use crate::object::{EventType, Object, Revision};
+
+/// A change as etcd's `mvccpb.Event`, encoded.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub revision: Revision,
+    pub bytes: Bytes,
+    /// When the change reached its cache (live changes of a cache).
+    pub received: Option<std::time::Instant>,
+}
 
 /// A header at `revision`. watchproxy is no member of etcd's cluster:
 /// it names neither a cluster, a member nor a raft term.

@@ -51,7 +51,7 @@ pub async fn serve(
     }
     match path {
         ServePath::Fast => {
-            let settings = http2::Settings {
+            let settings = http2::ConnectionBounds {
                 max_concurrent_streams: limits.max_concurrent_streams,
                 max_request_bytes: limits.max_request_bytes,
                 max_message_bytes: limits.max_message_bytes,

@@ -3,16 +3,16 @@
 use prost::Message;
 use tonic::Status;
 
-use super::super::batch::{compacted, Batch, Encoded};
+use super::super::batch::{compacted, Batch};
 use super::super::merge::Seen;
-use super::super::wire::{encoded_event, header};
-use super::Session;
+use super::super::wire::{encoded_event, header, Encoded};
+use super::EtcdStream;
 use crate::api::error::{etcd_status, ApiError};
 use crate::etcdpb::etcdserverpb::WatchResponse;
 use crate::etcdpb::mvccpb;
 use crate::object::EventType;
 
-impl Session {
+impl EtcdStream {
     /// What watch `id` showed, as etcd's client sees it; a failure that
     /// is not the watch's alone ends the stream with its status.
     pub(super) fn take(

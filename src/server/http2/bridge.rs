@@ -23,7 +23,7 @@ use tower::{Service, ServiceExt};
 use tracing::{debug, Instrument};
 
 use super::grpc_framing::grpc_timeout;
-use super::held::{Held, HeldBytes};
+use super::held::{HeldBytes, HeldResponses};
 use super::protocol::frame::Reason;
 use super::protocol::hpack::write_fields;
 use super::protocol::out::Out;
@@ -51,7 +51,7 @@ pub(super) enum Part {
 pub(super) struct Links {
     pub parts: mpsc::UnboundedSender<(u32, Part)>,
     pub released: mpsc::UnboundedSender<(u32, usize)>,
-    pub held: Arc<Held>,
+    pub held: Arc<HeldResponses>,
 }
 
 /// A call, as its connection keeps it.
@@ -121,7 +121,7 @@ async fn answer<S>(
     request: Request<Body>,
     id: u32,
     parts: mpsc::UnboundedSender<(u32, Part)>,
-    held: Arc<Held>,
+    held: Arc<HeldResponses>,
     unary: bool,
 ) where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
@@ -186,7 +186,7 @@ impl Call {
             Part::Head(head, false),
             Part::Data(
                 Bytes::from_static(body.as_bytes()),
-                Arc::new(Held::default()).hold(0),
+                Arc::new(HeldResponses::default()).hold(0),
             ),
         ];
         Call {

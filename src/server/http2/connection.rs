@@ -26,7 +26,7 @@ use tracing::{debug, info};
 
 use super::super::router::Faces;
 use super::bridge::{Links, Part};
-use super::held::Held;
+use super::held::HeldResponses;
 use super::live_watch::LiveWatch;
 use super::protocol::frame::{setting, Reason, DEFAULT_WINDOW};
 use super::protocol::hpack::MAX_HEADER_LIST;
@@ -38,7 +38,7 @@ use super::protocol::state::Session;
 use super::protocol::window::RECEIVE_WINDOW;
 use super::table::{Entry, State};
 use super::watches::Watches;
-use super::{Routes, Settings};
+use super::{ConnectionBounds, Routes};
 use crate::access::PeerCerts;
 use crate::api::{Api, WatchStream};
 use crate::etcd_api::EtcdApi;
@@ -55,7 +55,7 @@ pub(super) async fn serve<S>(
     peer: Option<PeerCerts>,
     faces: Faces,
     routes: S,
-    settings: Settings,
+    settings: ConnectionBounds,
     stop: CancellationToken,
 ) where
     S: Routes,
@@ -160,7 +160,7 @@ pub(super) struct Driver<S> {
     /// etcd's face, when it is served.
     pub etcd: Option<EtcdApi>,
     pub routes: S,
-    pub settings: Settings,
+    pub settings: ConnectionBounds,
     /// Watches waiting for the cache.
     pub starts: FuturesUnordered<Start>,
     /// Watches sending events; each is polled only when woken.
@@ -186,7 +186,7 @@ impl<S: Routes> Driver<S> {
         peer: Option<PeerCerts>,
         Faces { api, etcd }: Faces,
         routes: S,
-        settings: Settings,
+        settings: ConnectionBounds,
         stop: CancellationToken,
     ) -> Self {
         let watches = Watches::default();
@@ -194,7 +194,7 @@ impl<S: Routes> Driver<S> {
         let (parts_tx, parts) = mpsc::unbounded_channel();
         let (released_tx, released) = mpsc::unbounded_channel();
         let metrics = api.metrics().http2.clone();
-        let held = Arc::new(Held::new(metrics.held_response_bytes().clone()));
+        let held = Arc::new(HeldResponses::new(metrics.held_response_bytes().clone()));
         let mut out = Out {
             metrics,
             clock: WriteClock::new(api.metrics().delivery_latency(ServePathLabel::fast)),

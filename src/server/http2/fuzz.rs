@@ -17,7 +17,7 @@ use super::protocol::frame::{kind, Head, HEAD, PREFACE};
 use super::protocol::hpack::{read_request, read_trailers};
 use super::protocol::socket::Socket;
 use super::protocol::state::hpack_decoder;
-use super::Settings;
+use super::ConnectionBounds;
 use crate::api::Api;
 use crate::telemetry::Metrics;
 
@@ -60,7 +60,7 @@ async fn serve_one(input: &[u8]) -> Vec<u8> {
     let routes = tower::service_fn(|_: http::Request<Body>| async {
         Ok::<_, Infallible>(tonic::Status::unimplemented("fuzzing").into_http())
     });
-    let settings = Settings {
+    let settings = ConnectionBounds {
         max_concurrent_streams: 100,
         max_request_bytes: 64 * 1024,
         max_message_bytes: 1 << 20,

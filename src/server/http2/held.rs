@@ -16,7 +16,7 @@ pub(super) const HELD_RESPONSES: usize = 1024 * 1024;
 /// The response bytes a connection's calls hold, unsent, and the turn to
 /// produce more, which one call at a time takes.
 #[derive(Default)]
-pub(super) struct Held {
+pub(super) struct HeldResponses {
     bytes: AtomicUsize,
     sent: Notify,
     /// One call at a time produces while the bound is reached.
@@ -25,7 +25,7 @@ pub(super) struct Held {
     all: Gauge<u64, AtomicU64>,
 }
 
-impl Held {
+impl HeldResponses {
     pub(super) fn new(all: Gauge<u64, AtomicU64>) -> Self {
         Self {
             all,
@@ -68,7 +68,7 @@ impl Held {
 
 /// Bytes of an answer the connection holds, counted until dropped.
 pub(super) struct HeldBytes {
-    held: Arc<Held>,
+    held: Arc<HeldResponses>,
     n: usize,
 }
 

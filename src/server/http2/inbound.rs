@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::connection::{Driver, Fail};
 use super::protocol::frame::{
-    flag, kind, Data, Error, GoAway, Head, Headers, Ping, Priority, Reason, RstStream,
-    Settings as FrameSettings, WindowUpdate, DEFAULT_MAX_FRAME, HEAD, PREFACE,
+    flag, kind, Data, Error, GoAway, Head, Headers, Ping, Priority, Reason, RstStream, Settings,
+    WindowUpdate, DEFAULT_MAX_FRAME, HEAD, PREFACE,
 };
 use super::protocol::hpack::MAX_HEADER_BLOCK;
 use super::protocol::state::{Closed, ConnState, Continuing};
@@ -134,7 +134,7 @@ impl<S: Routes> Driver<S> {
                 }
                 Ok(())
             }
-            kind::SETTINGS => match FrameSettings::load(&head, &payload)? {
+            kind::SETTINGS => match Settings::load(&head, &payload)? {
                 Some(settings) => self.on_settings(settings),
                 None => Ok(()),
             },
@@ -214,7 +214,7 @@ impl<S: Routes> Driver<S> {
             State::Reading(reading) => {
                 let body = &mut reading.body;
                 body.extend_from_slice(&data);
-                // Held until the request is whole.
+                // HeldResponses until the request is whole.
                 now = len - data_len;
                 match check_partial(body, self.settings.max_request_bytes) {
                     Ok(()) => whole = end,
@@ -259,7 +259,7 @@ impl<S: Routes> Driver<S> {
         }
     }
 
-    fn on_settings(&mut self, settings: FrameSettings) -> Result<(), Error> {
+    fn on_settings(&mut self, settings: Settings) -> Result<(), Error> {
         if self.h2.conn == ConnState::Settings {
             self.h2.conn = ConnState::Open;
         }

@@ -20,7 +20,7 @@ use crate::api::compression::Codec;
 use crate::api::error::{etcd_status, ApiError};
 use crate::api::{Api, WatchStream};
 use crate::dispatch::Inbox;
-use crate::etcd_api::Session;
+use crate::etcd_api::EtcdStream;
 use crate::pb;
 use crate::telemetry::{WatchApi, WriteClock};
 
@@ -77,16 +77,16 @@ pub(super) async fn start_watch(
     clippy::large_enum_variant,
     reason = "the watchproxy.v1 watch, polled once per delivery, stays inline"
 )]
-pub(super) enum Source {
+pub(super) enum Feed {
     Watch(WatchStream),
-    Etcd(Box<Session>),
+    Etcd(Box<EtcdStream>),
 }
 
-impl Source {
+impl Feed {
     fn codec(&self) -> Option<Codec> {
         match self {
-            Source::Watch(events) => events.codec(),
-            Source::Etcd(_) => None,
+            Feed::Watch(events) => events.codec(),
+            Feed::Etcd(_) => None,
         }
     }
 
@@ -98,7 +98,7 @@ impl Source {
         clock: &mut WriteClock,
     ) -> Poll<Option<Result<(), Status>>> {
         match self {
-            Source::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
+            Feed::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
                 Some(Ok(message)) => {
                     clock.note(WatchApi::watchproxy, message.received());
                     match events.codec().and_then(|c| message.compressed(c)) {
@@ -110,7 +110,7 @@ impl Source {
                 Some(Err(status)) => Poll::Ready(Some(Err(status))),
                 None => Poll::Ready(None),
             },
-            Source::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
+            Feed::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
                 Some(Ok(response)) => {
                     clock.note(WatchApi::etcd, response.received());
                     put_message(dst, response.encoded_len(), |b| response.encode_raw(b));
@@ -126,8 +126,8 @@ impl Source {
     /// age.
     fn connection_aged(&mut self) -> Status {
         match self {
-            Source::Watch(events) => events.connection_aged(),
-            Source::Etcd(_) => etcd_status(ApiError::ConnectionAged { last: None }),
+            Feed::Watch(events) => events.connection_aged(),
+            Feed::Etcd(_) => etcd_status(ApiError::ConnectionAged { last: None }),
         }
     }
 }
@@ -135,7 +135,7 @@ impl Source {
 /// A watch sending its events on its HTTP/2 stream.
 pub(super) struct LiveWatch {
     id: u32,
-    events: Source,
+    events: Feed,
     /// The peer's window for the stream.
     window: SendWindow,
     /// Messages cut but not sent: the windows had no room for them.
@@ -148,7 +148,7 @@ pub(super) struct LiveWatch {
 
 impl LiveWatch {
     /// Sends the response's head and starts sending events.
-    pub(super) fn start(id: u32, events: Source, window: SendWindow, out: &mut Out) -> Self {
+    pub(super) fn start(id: u32, events: Feed, window: SendWindow, out: &mut Out) -> Self {
         let mut head = HeaderMap::new();
         head.insert(
             http::header::CONTENT_TYPE,

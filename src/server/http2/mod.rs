@@ -93,7 +93,7 @@ pub use protocol::socket::{tune, TCP_KEEPALIVE};
 
 /// How one connection is served.
 #[derive(Clone)]
-pub struct Settings {
+pub struct ConnectionBounds {
     pub max_concurrent_streams: u32,
     /// See `limits.max_request_bytes`.
     pub max_request_bytes: usize,
@@ -117,7 +117,7 @@ pub async fn serve<S: Routes>(
     tls: Option<Arc<Tls>>,
     faces: Faces,
     routes: S,
-    settings: Settings,
+    settings: ConnectionBounds,
     shutdown: CancellationToken,
 ) {
     let routes = Deadlines(routes);

@@ -12,7 +12,7 @@ use tonic_prost::ProstDecoder;
 
 use super::bridge::{self, Call};
 use super::connection::Driver;
-use super::live_watch::{start_watch, write_refusal, LiveWatch, Source};
+use super::live_watch::{start_watch, write_refusal, Feed, LiveWatch};
 use super::protocol::frame::{Error, Reason};
 use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::protocol::state::{Closed, Continuing, RecvSide};
@@ -262,7 +262,7 @@ impl<S: Routes> Driver<S> {
         };
         let session = etcd.etcd_session(request, self.settings.max_message_bytes)?;
         let place = session.place().expect("given the connection's inbox");
-        let watch = LiveWatch::start(id, Source::Etcd(Box::new(session)), window, &mut self.out);
+        let watch = LiveWatch::start(id, Feed::Etcd(Box::new(session)), window, &mut self.out);
         self.watches.insert(place, watch);
         Ok(State::Session {
             place,

@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::connection::{Driver, Fail};
-use super::live_watch::{write_refusal, LiveWatch, Source};
+use super::live_watch::{write_refusal, Feed, LiveWatch};
 use super::protocol::frame::Reason;
 use super::protocol::state::Closed;
 use super::table::{Entry, Reading, State};
@@ -24,7 +24,7 @@ impl<S: Routes> Driver<S> {
             Ok(events) => {
                 let place = events.place();
                 let mut watch =
-                    LiveWatch::start(id, Source::Watch(events), entry.send, &mut self.out);
+                    LiveWatch::start(id, Feed::Watch(events), entry.send, &mut self.out);
                 if self.h2.conn.aged() && watch.end_aged(&mut self.out).is_ready() {
                     return self.close_ended();
                 }
