@@ -8,7 +8,7 @@ WORKDIR /src
 # Dependencies first, so source changes do not rebuild them. The workspace's
 # other members (the load generator, the checker, the test kit) are not
 # built: only their manifests are needed to read the workspace
-# (tests/dockerfile.rs lays this layer out and loads it).
+# (tests/shipping/dockerfile.rs lays this layer out and loads it).
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY bench/Cargo.toml bench/Cargo.toml
 COPY check/Cargo.toml check/Cargo.toml

@@ -31,7 +31,7 @@
 //! ALPN only), or a dynamic table for responses. GOAWAY is single-phase:
 //! it names the last stream the client opened, which is served. h2spec's
 //! generic, HTTP/2 and HPACK suites pass whole (`docs/http2.md`), and
-//! `tests/conformance.rs` holds it and tonic's path to RFC 9113's answers.
+//! `tests/transport/conformance.rs` holds it and tonic's path to RFC 9113's answers.
 //!
 //! What a client can make a connection hold, before and after it is
 //! identified (the operator's guide states them too):
