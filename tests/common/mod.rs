@@ -15,10 +15,13 @@ use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, WatchEvent};
 use watchproxy::Listeners;
 
+mod auth;
 mod etcd_clients;
 mod forwarder;
 mod informers;
 
+#[allow(unused_imports)]
+pub use auth::{as_caller, tenant_auth, TENANT_TOKENS};
 #[allow(unused_imports)]
 pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, Ev, Kv};
 #[allow(unused_imports)]

@@ -82,28 +82,6 @@ mod as_caller {
     }
 }
 
-const TOKENS: &str = "
-- {token: alice-token, user: alice, groups: [tenant-a]}
-- {token: node-token, user: node-7}
-";
-
-const RULES: &str = r#"
-auth:
-  tokens_file: TOKENS
-  allow_plaintext_tokens: true
-authorization:
-  rules:
-    - subjects: ["group:tenant-a"]
-      resources: ["pods"]
-      namespaces: ["tenant-a"]
-      verbs: ["list", "get", "watch"]
-    - subjects: ["user:node-7"]
-      resources: ["pods"]
-      namespaces: ["*"]
-      verbs: ["list", "get", "watch"]
-      field_selector: "spec.nodeName={user}"
-"#;
-
 /// Keys of a Range's pairs.
 fn keys_of(r: &watchproxy::etcdpb::etcdserverpb::RangeResponse) -> Vec<String> {
     r.kvs
@@ -120,11 +98,9 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
     put_pod(&mut e, "tenant-b", "b1", &[], "node-7").await;
     put_pod(&mut e, "tenant-b", "b2", &[], "node-2").await;
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, TOKENS).unwrap();
     let yaml = pods_yaml(&etcd.client_url, 64)
         .replace("resources:", "etcd_api: {enabled: true}\nresources:")
-        + &RULES.replace("TOKENS", &tokens.display().to_string());
+        + &tenant_auth(dir.path());
     let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
     let addr = proxy.addr;
     let mut ready = false;

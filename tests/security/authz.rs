@@ -3,54 +3,22 @@
 //! selectors, and nothing a caller may not see reaches it.
 
 use crate::common::*;
-use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
-use tonic::{Code, Request};
+use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use watchproxy::config::Config;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, EventType};
 
-const TOKENS: &str = "
-- {token: alice-token, user: alice, groups: [tenant-a]}
-- {token: node-token, user: node-7}
-- {token: bob-token, user: bob}
-";
-
-const RULES: &str = r#"
-auth:
-  tokens_file: TOKENS
-  allow_plaintext_tokens: true
-authorization:
-  rules:
-    - subjects: ["group:tenant-a"]
-      resources: ["pods"]
-      namespaces: ["tenant-a"]
-      verbs: ["list", "get", "watch"]
-    - subjects: ["user:node-7"]
-      resources: ["pods"]
-      namespaces: ["*"]
-      verbs: ["list", "get", "watch"]
-      field_selector: "spec.nodeName={user}"
-"#;
-
-/// The pods configuration with [`TOKENS`] (written in `dir`) and [`RULES`].
+/// The pods configuration with the tenant fixture's tokens (written in
+/// `dir`) and rules.
 fn with_rules(etcd: &Etcd, dir: &std::path::Path) -> Config {
-    let tokens = dir.join("tokens.yaml");
-    std::fs::write(&tokens, TOKENS).unwrap();
     let yaml = PODS_CONFIG
         .replace("ETCD", &etcd.client_url)
         .replace("QUEUE", "64")
-        + &RULES.replace("TOKENS", &tokens.display().to_string());
+        + &tenant_auth(dir);
     Config::from_yaml(&yaml).unwrap()
-}
-
-fn as_caller<T>(token: &str, message: T) -> Request<T> {
-    let mut req = Request::new(message);
-    let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-    req.metadata_mut().insert("authorization", value);
-    req
 }
 
 fn list(namespace: &str) -> pb::ListRequest {
