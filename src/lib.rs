@@ -51,7 +51,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::{info, warn};
 
 use api::{Api, InitialStates, Served};
@@ -107,6 +109,113 @@ pub async fn run(
         }
         None => api::Sealer::random(),
     };
+    let mut tasks = Vec::new();
+    let served = start_resources(&config, &resources, &metrics, &shutdown, &mut tasks).await?;
+
+    if let Some(listener) = listeners.metrics {
+        info!(addr = %listener.local_addr()?, "serving /metrics");
+        tasks.push(telemetry::spawn_metrics_server(
+            listener,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    if let Some(listener) = listeners.health {
+        info!(addr = %listener.local_addr()?, "serving health checks in plain text");
+        tasks.push(server::spawn_health_only(
+            listener,
+            health_service.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let caches = served.values().map(|s| s.cache.clone()).collect();
+    tasks.push(server::health::spawn_health(
+        health,
+        caches,
+        shutdown.clone(),
+    ));
+    let base = base_routes(&config, health_service)?;
+    let api = Api::new(
+        served,
+        config.watch.freshness_wait,
+        config.limits.max_watchers,
+        metrics.clone(),
+        shutdown.clone(),
+    )
+    .with_auth(auth)
+    .with_continue_key(sealer)
+    .with_user_limits(access::limits::UserLimits::new(&config.limits))
+    .with_watch_compression(&config.watch.compression);
+    // Expiries, and the token and key files, end the watches they must.
+    tasks.push(api.authority().spawn_guard(shutdown.clone()));
+    tasks.extend(access::reconfigure::spawn_config_reload(
+        config.clone(),
+        api.authority().clone(),
+        api.user_limits().clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    info!(
+        addr = %listeners.grpc.local_addr()?,
+        resources = config.resources.len(),
+        worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        serve_path = ?config.watch.serve_path,
+        "serving gRPC"
+    );
+    let etcd = (config.etcd_api.enabled).then(|| EtcdApi::new(api.clone(), &config.etcd_api));
+    if etcd.is_some() {
+        info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
+    }
+    let faces = Faces { api, etcd };
+    let routes = server::router::routes(&faces, base, &config.limits);
+    if let Some(tls) = &tls {
+        tasks.push(tls.clone().spawn_reload(shutdown.clone()));
+    }
+    tasks.extend(server::spawn_insecure_warning(
+        listeners.grpc.local_addr()?,
+        &config,
+        &metrics,
+        shutdown.clone(),
+    ));
+    let serve = server::serve(
+        listeners.grpc,
+        tls,
+        faces,
+        routes,
+        &config.limits,
+        config.watch.serve_path,
+        shutdown.clone(),
+    );
+    // After shutdown starts, open calls get the grace period to finish.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(config.shutdown_grace).await;
+    };
+    tokio::select! {
+        () = serve => {}
+        _ = grace => warn!(grace = ?config.shutdown_grace, "grace period over; closing the remaining calls"),
+    }
+
+    shutdown.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// Starts each configured resource: its reflector on etcd or an upstream
+/// watchproxy, its cache and dispatcher, its revision checks, and the
+/// bookmark ticks of all of them. The tasks go to `tasks`.
+async fn start_resources(
+    config: &Config,
+    resources: &[Resource],
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<HashMap<String, Served>> {
     let upstreams: Vec<Option<&String>> = (config.resources.iter())
         .map(|rc| rc.upstream.as_ref().or(config.upstream.as_ref()))
         .collect();
@@ -124,9 +233,8 @@ pub async fn run(
     }
 
     let mut served = HashMap::new();
-    let mut tasks = Vec::new();
     let mut dispatchers = Vec::new();
-    for ((rc, resource), upstream) in config.resources.iter().zip(&resources).zip(upstreams) {
+    for ((rc, resource), upstream) in config.resources.iter().zip(resources).zip(upstreams) {
         let resource = Arc::new(resource.clone());
         let m = metrics.resource(&resource.name);
         let dispatcher = Dispatcher::new(
@@ -186,30 +294,15 @@ pub async fn run(
         shutdown.clone(),
     ));
 
-    if let Some(listener) = listeners.metrics {
-        info!(addr = %listener.local_addr()?, "serving /metrics");
-        tasks.push(telemetry::spawn_metrics_server(
-            listener,
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-    }
+    Ok(served)
+}
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    if let Some(listener) = listeners.health {
-        info!(addr = %listener.local_addr()?, "serving health checks in plain text");
-        tasks.push(server::spawn_health_only(
-            listener,
-            health_service.clone(),
-            shutdown.clone(),
-        ));
-    }
-    let caches = served.values().map(|s| s.cache.clone()).collect();
-    tasks.push(server::health::spawn_health(
-        health,
-        caches,
-        shutdown.clone(),
-    ));
+/// Health and server reflection, which every listener of the main port
+/// serves before the faces.
+fn base_routes(
+    config: &Config,
+    health: HealthServer<impl Health>,
+) -> anyhow::Result<tonic::service::Routes> {
     let reflection = || {
         let builder = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -229,74 +322,7 @@ pub async fn run(
         .build_v1alpha()
         .context("building the reflection service")?;
 
-    let api = Api::new(
-        served,
-        config.watch.freshness_wait,
-        config.limits.max_watchers,
-        metrics.clone(),
-        shutdown.clone(),
-    )
-    .with_auth(auth)
-    .with_continue_key(sealer)
-    .with_user_limits(access::limits::UserLimits::new(&config.limits))
-    .with_watch_compression(&config.watch.compression);
-    // Expiries, and the token and key files, end the watches they must.
-    tasks.push(api.authority().spawn_guard(shutdown.clone()));
-    tasks.extend(access::reconfigure::spawn_config_reload(
-        config.clone(),
-        api.authority().clone(),
-        api.user_limits().clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-    info!(
-        addr = %listeners.grpc.local_addr()?,
-        resources = config.resources.len(),
-        worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
-        serve_path = ?config.watch.serve_path,
-        "serving gRPC"
-    );
-    let etcd = (config.etcd_api.enabled).then(|| EtcdApi::new(api.clone(), &config.etcd_api));
-    if etcd.is_some() {
-        info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
-    }
-    let faces = Faces { api, etcd };
-    let base = tonic::service::Routes::new(health_service)
+    Ok(tonic::service::Routes::new(health)
         .add_service(reflection_v1)
-        .add_service(reflection_v1alpha);
-    let routes = server::router::routes(&faces, base, &config.limits);
-    if let Some(tls) = &tls {
-        tasks.push(tls.clone().spawn_reload(shutdown.clone()));
-    }
-    tasks.extend(server::spawn_insecure_warning(
-        listeners.grpc.local_addr()?,
-        &config,
-        &metrics,
-        shutdown.clone(),
-    ));
-    let serve = server::serve(
-        listeners.grpc,
-        tls,
-        faces,
-        routes,
-        &config.limits,
-        config.watch.serve_path,
-        shutdown.clone(),
-    );
-    // After shutdown starts, open calls get the grace period to finish.
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(config.shutdown_grace).await;
-    };
-    tokio::select! {
-        () = serve => {}
-        _ = grace => warn!(grace = ?config.shutdown_grace, "grace period over; closing the remaining calls"),
-    }
-
-    shutdown.cancel();
-    for t in tasks {
-        let _ = t.await;
-    }
-    info!("stopped");
-    Ok(())
+        .add_service(reflection_v1alpha))
 }

@@ -358,9 +358,6 @@ async fn a_stalled_watcher_falls_behind_and_catches_up_from_the_window_without_l
         "the stalled watcher's queue filled"
     );
 
-    // Stalled across the server's sweep for reset streams (each second),
-    // which must leave a stream waiting for room able to wake.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
     // The stalled one reads now: everything, in order, exactly once, part
     // of it from the window, and then it is live again.
     let caught_up: Vec<u64> = take_versions(&mut stalled, revs.len()).await;

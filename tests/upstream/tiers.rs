@@ -309,7 +309,11 @@ async fn an_edge_reaches_a_core_that_asks_for_tls_and_a_token() {
     // says why without the token.
     let refused = Proxy::start_config(Config::from_yaml(&edge_yaml("wrong-secret")).unwrap()).await;
     let mut client = refused.client().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let backing_off = "resource=\"pods\",state=\"backoff\"";
+    wait_until("the core refuses the edge's token", || {
+        refused.metric("watchproxy_reflector_state", backing_off) == 1.0
+    })
+    .await;
     let status = client
         .list(pb::ListRequest {
             resource: "pods".into(),
