@@ -172,6 +172,11 @@ pub enum ApiError {
     },
     #[error("the request is {len} bytes; the limit is {max}")]
     RequestTooLarge { len: usize, max: usize },
+    #[error("the request's headers are larger than {max} bytes")]
+    HeadersTooLarge { max: usize },
+    /// etcd's Authenticate with a name and password it does not accept.
+    #[error("authentication failed: invalid user name or password")]
+    LoginFailed,
     /// The request's bytes are not a request (gRPC framing or protobuf).
     #[error("{0}")]
     MalformedRequest(String),
@@ -227,7 +232,7 @@ impl ApiError {
     fn code(&self) -> Code {
         match self {
             ApiError::UnknownResource { .. } | ApiError::NotFound { .. } => Code::NotFound,
-            ApiError::InvalidArgument { .. } => Code::InvalidArgument,
+            ApiError::InvalidArgument { .. } | ApiError::LoginFailed => Code::InvalidArgument,
             ApiError::TooOld { .. }
             | ApiError::FellBehind { .. }
             | ApiError::Compacted { .. }
@@ -235,7 +240,8 @@ impl ApiError {
             ApiError::TooManyWatchers { .. }
             | ApiError::UserLimit { .. }
             | ApiError::Overloaded { .. }
-            | ApiError::RequestTooLarge { .. } => Code::ResourceExhausted,
+            | ApiError::RequestTooLarge { .. }
+            | ApiError::HeadersTooLarge { .. } => Code::ResourceExhausted,
             ApiError::NotReady { .. }
             | ApiError::OverBudget { .. }
             | ApiError::NotFresh { .. }
@@ -295,7 +301,10 @@ impl ApiError {
             } => "CREDENTIAL_REVOKED",
             ApiError::PermissionDenied { .. } => "PERMISSION_DENIED",
             ApiError::AccessChanged { .. } => "ACCESS_CHANGED",
-            ApiError::RequestTooLarge { .. } => "REQUEST_TOO_LARGE",
+            ApiError::RequestTooLarge { .. } | ApiError::HeadersTooLarge { .. } => {
+                "REQUEST_TOO_LARGE"
+            }
+            ApiError::LoginFailed => "BAD_REQUEST",
             ApiError::MalformedRequest(_) => "MALFORMED_REQUEST",
             ApiError::RequestAborted(_) => "REQUEST_ABORTED",
         }
@@ -395,10 +404,14 @@ impl From<ApiError> for Status {
 pub fn etcd_status(e: ApiError) -> Status {
     const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
     const FUTURE: &str = "etcdserver: mvcc: required revision is a future revision";
+    /// What etcd answers a name and password it does not accept, which
+    /// its clients know by this message.
+    const AUTH_FAILED: &str = "etcdserver: authentication failed, invalid user ID or password";
     let etcd = |code, message: &str| Status::new(code, message);
     match e {
         ApiError::Compacted { .. } | ApiError::TooOld { .. } => etcd(Code::OutOfRange, COMPACTED),
         ApiError::TooLarge { .. } => etcd(Code::OutOfRange, FUTURE),
+        ApiError::LoginFailed => etcd(Code::InvalidArgument, AUTH_FAILED),
         ApiError::InvalidArgument { field: "key", .. } => {
             etcd(Code::InvalidArgument, "etcdserver: key is not provided")
         }
@@ -676,6 +689,8 @@ mod tests {
             },
             ApiError::Overloaded { reason: "r".into() },
             ApiError::RequestTooLarge { len: 2, max: 1 },
+            ApiError::HeadersTooLarge { max: 1 },
+            ApiError::LoginFailed,
             ApiError::Unauthenticated { reason: "r" },
             ApiError::CredentialEnded {
                 lapse: Lapse::Expired,

@@ -5,16 +5,12 @@
 //! every call is that same token.
 
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 use super::wire::header;
 use super::EtcdApi;
-use crate::api::error::ApiError;
+use crate::api::error::{etcd_status, ApiError};
 use crate::etcdpb::etcdserverpb::{AuthenticateRequest, AuthenticateResponse};
-
-/// etcd's answer to a name and password it does not accept, which its
-/// clients know by this message.
-const AUTH_FAILED: &str = "etcdserver: authentication failed, invalid user ID or password";
 
 impl EtcdApi {
     pub async fn etcd_authenticate(
@@ -24,15 +20,15 @@ impl EtcdApi {
         let login = request.into_inner();
         let mut metadata = MetadataMap::new();
         let bearer = MetadataValue::try_from(format!("Bearer {}", login.password))
-            .map_err(|_| Status::new(Code::InvalidArgument, AUTH_FAILED))?;
+            .map_err(|_| etcd_status(ApiError::LoginFailed))?;
         metadata.insert("authorization", bearer);
         // The password alone says who calls, whatever the connection's
         // certificate says; a refusal is counted and logged as any other.
         let identity = (self.core.authority().current().auth)
             .identify(&metadata, None)
-            .map_err(|_| Status::new(Code::InvalidArgument, AUTH_FAILED))?;
+            .map_err(|_| etcd_status(ApiError::LoginFailed))?;
         if identity.caller.user != login.name {
-            return Err(Status::new(Code::InvalidArgument, AUTH_FAILED));
+            return Err(etcd_status(ApiError::LoginFailed));
         }
         (self.core.user_limits().unary(&identity.caller)).map_err(ApiError::from)?;
         Ok(Response::new(AuthenticateResponse {

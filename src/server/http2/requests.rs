@@ -71,10 +71,10 @@ impl<S: Routes> Driver<S> {
         match request {
             Ok(head) => self.accept(id, head, end),
             Err(Refused::TooLarge) => {
-                let status = Status::resource_exhausted(format!(
-                    "the request's headers are larger than {MAX_HEADER_LIST} bytes"
-                ));
-                self.refuse_new(id, status, end);
+                let refused = ApiError::HeadersTooLarge {
+                    max: MAX_HEADER_LIST,
+                };
+                self.refuse_new(id, refused.into(), end);
                 Ok(())
             }
             Err(_) => Err(Reason::PROTOCOL_ERROR.on(id)),
@@ -215,7 +215,10 @@ impl<S: Routes> Driver<S> {
             let body = match tokio::time::timeout(timeout, body).await {
                 Ok(Ok(body)) => body,
                 // The stream ended first: the start is aborted with it.
-                Ok(Err(_)) => return (id, Err(Status::cancelled("the request was reset"))),
+                Ok(Err(_)) => {
+                    let reset = ApiError::RequestAborted("the request was reset".into());
+                    return (id, Err(reset.into()));
+                }
                 Err(_) => return (id, Err(ApiError::RequestTooSlow { after: timeout }.into())),
             };
             (
