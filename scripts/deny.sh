@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "installing cargo-deny (a few minutes) ..." >&2
+  cargo install -q cargo-deny --locked --version 0.20.2 ||
+    { echo "install cargo-deny 0.20 (cargo install cargo-deny --locked)" >&2; exit 1; }
+fi
+
 db=""
 for candidate in "${WATCHPROXY_ADVISORY_DB:-}" ../shared/advisory-db /work/shared/advisory-db; do
   if [ -n "$candidate" ] && [ -d "$candidate/crates" ]; then db=$candidate; break; fi

@@ -5,8 +5,12 @@
 # A crash fails the run; its input is copied to fuzz/seeds/<seeds>/ as
 # crash-<target>-<n>, where the property tests (`cargo test --lib fuzz`)
 # replay it from then on. A longer run: ./scripts/fuzz.sh 3600
+# `./scripts/fuzz.sh --build` only installs cargo-afl and builds the
+# targets (the test command does it while the tests run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=false
+[ "${1:-}" = --build ] && build_only=true
 seconds="${1:-10}"
 
 if ! command -v cargo-afl >/dev/null 2>&1; then
@@ -17,6 +21,7 @@ fi
 cargo afl config --build >/dev/null 2>&1 || true
 
 (cd fuzz && cargo afl build --locked -q)
+$build_only && exit 0
 out=$(mktemp -d -t watchproxy-fuzz.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_QUIET=1

@@ -10,7 +10,8 @@
 # grpcurl (the tests call the service with it, as users do), the Python
 # client package with grpcio-tools, aetcd (etcd's Python client),
 # kubernetes-validate and Helm (the chart tests); plus the Node example's
-# packages in examples/node/node_modules and cargo-deny with cargo.
+# packages in examples/node/node_modules. The cargo tools install where
+# they are used: cargo-deny in scripts/deny.sh, cargo-afl in scripts/fuzz.sh.
 # Elsewhere than Debian/Ubuntu it says what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,10 +100,4 @@ if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then
     { echo "install Node.js 18+ with npm (https://nodejs.org), for the Node client example the tests run" >&2; exit 1; }
   echo "installing the Node client example's packages ..." >&2
   npm ci --prefix examples/node --no-audit --no-fund --silent
-fi
-# cargo-deny checks advisories, licences, bans and sources (scripts/deny.sh).
-if ! command -v cargo-deny >/dev/null 2>&1; then
-  echo "installing cargo-deny (a few minutes) ..." >&2
-  cargo install -q cargo-deny --locked --version 0.20.2 ||
-    { echo "install cargo-deny 0.20 (cargo install cargo-deny --locked)" >&2; exit 1; }
 fi

@@ -1,30 +1,94 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, cargo deny (advisories, licences,
-# bans, sources), unit tests and integration tests
-# against a real etcd (each test starts its own on a free loopback port),
-# and a short coverage-guided fuzzing run (scripts/fuzz.sh).
-# Each step prints how long it took, and the total at the end.
+# bans, sources), unit tests and integration tests against a real etcd
+# (each test starts its own on a free loopback port), the Rust client as it
+# would be published, and a short coverage-guided fuzzing run
+# (scripts/fuzz.sh). Each step prints how long it took.
+#
+# The integration tests mostly wait on etcd and on timers, so the steps
+# that only compute (cargo deny, the fuzz targets' build, the client's
+# package) run beside the others at the lowest priority, and are waited
+# for at the end. `cargo nextest` runs the tests when it is installed (four
+# at once, .config/nextest.toml); `cargo test` otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+logs=$(mktemp -d -t watchproxy-test.XXXXXX)
+declare -A jobs=()
+# Each job in a process group of its own, ended whole if the run stops.
+set -m
+stop_jobs() {
+  for pid in "${jobs[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+  rm -rf "$logs"
+}
+trap stop_jobs EXIT
+
 step() {
   local name=$1 t=$SECONDS
   shift
   echo "==> $name" >&2
   "$@"
-  echo "==> $name: $((SECONDS - t)) s (total $((SECONDS - start)) s)" >&2
+  echo "==> $name: $((SECONDS - t)) s (at $((SECONDS - start)) s)" >&2
 }
+
+# Starts a step in the background at the lowest priority; `finish` waits
+# for it, shows its output and fails the run when it failed.
+beside() {
+  local name=$1
+  shift
+  echo "==> $name (beside the others)" >&2
+  (
+    t=$SECONDS
+    rc=0
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+    "$@" >"$logs/$name.log" 2>&1 || rc=$?
+    echo "$((SECONDS - t))" >"$logs/$name.seconds"
+    exit "$rc"
+  ) &
+  jobs[$name]=$!
+}
+
+finish() {
+  local name=$1 rc=0
+  wait "${jobs[$name]}" || rc=$?
+  unset "jobs[$name]"
+  cat "$logs/$name.log" >&2
+  echo "==> $name: $(cat "$logs/$name.seconds") s beside the others (done at $((SECONDS - start)) s)" >&2
+  return "$rc"
+}
+
+# The client crate as users get it: its README's examples compile, and the
+# packaged crate builds on its own. A target directory of its own, so that
+# it never waits for the workspace's.
+client_as_published() {
+  export CARGO_TARGET_DIR=target/published
+  cargo test -p watchproxy-client --doc --locked &&
+    cargo package -p watchproxy-client --locked --allow-dirty
+}
+
+tests() {
+  if command -v cargo-nextest >/dev/null 2>&1; then
+    cargo nextest run --workspace --lib --bins --tests --examples --locked
+  else
+    echo "cargo-nextest not found: running the tests one binary at a time with cargo test" >&2
+    cargo test --workspace --lib --bins --tests --examples --locked
+  fi
+  # The benchmarks, once each in test mode.
+  cargo test --workspace --benches --locked
+}
+
 step "install what the tests use" ./scripts/install-deps.sh
 # What it installed for the tests lives in the project's .venv.
 export PATH="$PWD/.venv/bin:$PATH"
 step "cargo fmt" cargo fmt --check
+beside "cargo deny" ./scripts/deny.sh
+beside "fuzz targets' build" ./scripts/fuzz.sh --build
+beside "client as published" client_as_published
 step "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
-step "cargo deny" ./scripts/deny.sh
-step "tests" cargo test --workspace --all-targets --locked
-# The Rust client as it would be published: its README's examples compile,
-# and the packaged crate builds on its own.
-step "client doc tests" cargo test -p watchproxy-client --doc --locked
-step "client package" cargo package -p watchproxy-client --locked --allow-dirty
+step "tests" tests
+finish "cargo deny"
+finish "client as published"
+finish "fuzz targets' build"
 # A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
 step "fuzz" ./scripts/fuzz.sh 10
 echo "==> all steps: $((SECONDS - start)) s" >&2
