@@ -20,7 +20,7 @@ use tonic::body::Body;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 
-use super::router::Routes;
+use super::routes::Routes;
 use crate::access::Identified;
 use crate::api::compression::Codec;
 use crate::api::error::ApiError;

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod health;
 mod http2;
 pub mod router;
+mod routes;
 pub mod tls;
 
 /// The HTTP/2 server's fuzz targets, for the fuzzers in `fuzz/`.

@@ -25,30 +25,6 @@ use crate::api::{v1, Api};
 use crate::config::LimitsConfig;
 use crate::etcd_api::{self, EtcdApi};
 
-/// A service that answers calls as HTTP requests: the routes, and each
-/// layer of them.
-pub trait Routes:
-    Service<
-        http::Request<Body>,
-        Response = http::Response<Body>,
-        Error = Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + 'static
-{
-}
-
-impl<S> Routes for S
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-}
-
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
 #[derive(Clone)]

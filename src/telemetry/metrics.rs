@@ -19,7 +19,6 @@ use super::labels::{
 };
 pub use super::labels::{EndReason, EtcdRequest, ReflectorState, TlsOutcome};
 use super::process::ProcessCollector;
-pub use super::resource::ResourceMetrics;
 use super::security::SecurityMetrics;
 
 /// All metric families, registered once; [`Metrics::resource`] hands out

@@ -15,7 +15,8 @@ use tracing_subscriber::EnvFilter;
 pub use delivery::{DeliveryLatency, ServePathLabel, WatchApi, WriteClock};
 pub use exposition::{prometheus_text, spawn_metrics_server};
 pub use http2::{Bound, Direction, Http2Metrics};
-pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, ResourceMetrics, TlsOutcome};
+pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, TlsOutcome};
+pub use resource::ResourceMetrics;
 pub use security::{ReloadResult, SecurityMetrics};
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default

@@ -1,7 +1,8 @@
 //! The proto's comments and the API page's status table say what the code
 //! sends: every ErrorInfo reason, with its status code; the clients know
 //! every reason, and the Python stubs are the proto's. The README stays a
-//! page a person reads, and every link of it and of the docs resolves.
+//! page a person reads, every link of it and of the docs resolves, and the
+//! layout page names the source tree.
 
 use crate::common::code_name;
 use watchproxy::api::error::REASONS;
@@ -169,4 +170,29 @@ fn every_relative_link_of_the_readme_and_the_docs_resolves() {
             assert!(target.exists(), "{}: {link} does not exist", file.display());
         }
     }
+}
+
+/// The layout in docs/architecture.md names every folder at the top of
+/// `src/`, and every `src/` folder it names is there: the page and the tree
+/// cannot drift apart.
+#[test]
+fn the_layout_page_names_every_source_folder() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = read("docs/architecture.md");
+    let listed: std::collections::BTreeSet<String> = (page.lines())
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|word| word.starts_with("src/") && word.ends_with('/'))
+        .map(|word| word.trim_end_matches('/').to_owned())
+        .collect();
+    for folder in &listed {
+        assert!(root.join(folder).is_dir(), "the layout names {folder}/, which is not in the tree");
+    }
+    for entry in std::fs::read_dir(root.join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            let folder = format!("src/{}", path.file_name().unwrap().to_string_lossy());
+            assert!(listed.contains(&folder), "docs/architecture.md's layout does not name {folder}/");
+        }
+    }
+    assert!(listed.len() >= 10, "{listed:?}");
 }

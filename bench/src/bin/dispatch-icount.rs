@@ -1,5 +1,5 @@
 //! Dispatches M events to N node-pinned watchers (one interested per event);
-//! run under `valgrind --tool=cachegrind` by `scripts/dispatch-icount.sh`
+//! run under `valgrind --tool=cachegrind` by `bench/dispatch-icount.sh`
 //! to count instructions per event, which do not depend on machine noise.
 
 use std::sync::Arc;

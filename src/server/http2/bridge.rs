@@ -84,6 +84,8 @@ where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
+    // Bounded by the receive windows: the client's bytes are given credit
+    // again only as the call reads them.
     let (body_tx, body_rx) = mpsc::unbounded_channel();
     let body = RequestBody {
         id,

@@ -191,7 +191,11 @@ impl<S: Routes> Driver<S> {
     ) -> Self {
         let watches = Watches::default();
         let aside_waker = watches.aside_waker();
+        // Bounded by the held responses: a call produces more only while
+        // the connection holds less than its bound of unsent bytes.
         let (parts_tx, parts) = mpsc::unbounded_channel();
+        // Bounded by the receive windows: one release per read of bytes
+        // the client could send only within them.
         let (released_tx, released) = mpsc::unbounded_channel();
         let metrics = api.metrics().http2.clone();
         let held = Arc::new(HeldResponses::new(metrics.held_response_bytes().clone()));

@@ -85,7 +85,7 @@ use tracing::field::Empty;
 use tracing::{info_span, warn, Instrument};
 
 use super::router::Faces;
-pub use super::router::Routes;
+pub use super::routes::Routes;
 use super::tls::Tls;
 use crate::access::PeerCerts;
 use bridge::Deadlines;

@@ -248,6 +248,8 @@ impl<S: Routes> Driver<S> {
     ) -> Result<State, Status> {
         let mut headers = head.headers;
         etcd_api::bearer_from_token(&mut headers);
+        // Bounded by the receive windows: the client's bytes are given
+        // credit again only as the stream reads them.
         let (tx, rx) = mpsc::unbounded_channel();
         let body = bridge::RequestBody::new(id, rx, &self.links);
         let requests = Streaming::new_request(

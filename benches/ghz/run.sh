@@ -4,9 +4,9 @@
 # ghz's summaries: List by namespace, List by node and label, Get, Watch.
 # Not part of the test suite: ghz is not in the package registries.
 #
-#   ./scripts/ghz.sh [HOST:PORT]
+#   ./benches/ghz/run.sh [HOST:PORT]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 host="${1:-127.0.0.1:50051}"
 if ! command -v ghz >/dev/null 2>&1; then
   echo "ghz is not installed: download a release from https://github.com/bojand/ghz/releases (or 'go install github.com/bojand/ghz/cmd/ghz@latest') and put it on PATH" >&2
