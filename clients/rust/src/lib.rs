@@ -6,39 +6,17 @@ mod client;
 mod error;
 mod informer;
 mod object;
+pub mod pb;
 pub mod reflector;
 mod store;
-mod subscription;
 pub mod watcher;
-
-/// The generated messages and stub of `watchproxy.v1`.
-#[allow(missing_docs)] // generated: the proto's comments are the docs it has
-pub mod pb {
-    tonic::include_proto!("watchproxy.v1");
-
-    impl Object {
-        /// The value as JSON, when it is JSON.
-        pub fn json(&self) -> Option<serde_json::Value> {
-            serde_json::from_slice(&self.value).ok()
-        }
-
-        /// The string at a dotted path of the JSON value, such as
-        /// `spec.nodeName`: what an index usually files an object under.
-        pub fn field(&self, path: &str) -> Option<String> {
-            let value = self.json()?;
-            let found = path.split('.').try_fold(&value, |v, step| v.get(step))?;
-            found.as_str().map(String::from)
-        }
-    }
-}
 
 pub use client::{Client, ClientBuilder, Watch};
 pub use error::{Error, FieldViolation, Reason, DOMAIN};
-pub use informer::{Event, EventStream, Informer, Running, Stats};
+pub use informer::{Event, EventStream, Informer, Running, Stats, Subscription};
 pub use object::{Codec, Decoded, Json, KubernetesProtobuf, Meta, Protobuf, Resource, Typed};
 pub use reflector::reflector;
 pub use store::{Change, IndexFn, ObjectKey, Store, WriterDropped};
-pub use subscription::Subscription;
 pub use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 pub use tonic::Code;
 pub use watcher::watcher;

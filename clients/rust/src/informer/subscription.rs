@@ -15,7 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::informer::Event;
+use super::Event;
 use crate::pb::Object;
 use crate::store::{ObjectKey, Store};
 

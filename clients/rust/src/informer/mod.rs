@@ -6,6 +6,8 @@
 //! when the server says its version is gone, and then delivers just the
 //! difference.
 
+mod subscription;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +26,8 @@ use crate::error::Error;
 use crate::pb::Object;
 use crate::reflector::{store_with_indexes, Writer};
 use crate::store::{Change, IndexFn, Store};
-use crate::subscription::{Subscribers, Subscription};
+use subscription::Subscribers;
+pub use subscription::Subscription;
 use crate::watcher::{self, recovery, watcher, Config, Recovery};
 
 /// What subscribers are told, in the order the store took it.
