@@ -238,7 +238,11 @@ async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_
     let running = informer.start();
     let python = Mirror::start(&addr.to_string(), "app=web");
     // Not ready: the informer retries (NOT_READY) until the cache is.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let not_ready = "resource=\"pods\",method=\"List\",code=\"Unavailable\"";
+    wait_until("the informers' lists are answered NOT_READY", || {
+        proxy.metric("watchproxy_call_duration_seconds_count", not_ready) >= 3.0
+    })
+    .await;
     assert!(!running.has_synced());
     forwarder.restore();
     tokio::time::timeout(Duration::from_secs(20), running.wait_until_synced())

@@ -373,6 +373,18 @@ pub async fn list_items(client: &mut WatchProxyClient<Channel>, resource: &str) 
         .items
 }
 
+/// How long a fault campaign's checker writes in each case: 5 s in the
+/// test command, or `CAMPAIGN_SECONDS` for the long soak
+/// (`CAMPAIGN_SECONDS=60 cargo test --release --test faults guarantees::
+/// -- --nocapture`; `--test etcd_api campaign::` for etcd's API).
+pub fn campaign_writes() -> Duration {
+    let seconds = std::env::var("CAMPAIGN_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    Duration::from_secs(seconds)
+}
+
 /// Waits up to 10 s for `done`; fails the test naming `what` otherwise.
 pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
     for _ in 0..100 {

@@ -20,7 +20,7 @@ fn options(etcd: &Etcd, watchproxy: String, seed: u64, misbehave: bool) -> Optio
         prefix: "/registry/pods".into(),
         watchers: 12,
         rate: 40,
-        duration: Duration::from_secs(5),
+        duration: campaign_writes(),
         settle: Duration::from_secs(20),
         seed,
         misbehave,

@@ -16,17 +16,6 @@ use watchproxy_testkit::{free_port, EtcdCluster};
 
 const WATCHERS: usize = 12;
 
-/// How long the checker writes in each case: 5 s, or `CAMPAIGN_SECONDS`
-/// for the long campaign (`CAMPAIGN_SECONDS=60 cargo test --release
-/// --test faults guarantees:: -- --nocapture`).
-fn writes() -> Duration {
-    let seconds = std::env::var("CAMPAIGN_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    Duration::from_secs(seconds)
-}
-
 fn options(etcd: &Etcd, watchproxy: String, seed: u64) -> Options {
     replicas(etcd, vec![watchproxy], seed)
 }
@@ -44,7 +33,7 @@ fn options_on(members: String, watchproxy: Vec<String>, seed: u64) -> Options {
         prefix: "/registry/pods".into(),
         watchers: WATCHERS,
         rate: 40,
-        duration: writes(),
+        duration: campaign_writes(),
         settle: Duration::from_secs(20),
         seed,
         misbehave: false,
@@ -291,7 +280,7 @@ async fn a_blackhole_to_etcd_longer_than_keepalive() {
     let proxy = Proxy::start(&forwarder.url).await;
     let options = Options {
         // Past keepalive's 10 s interval and 5 s timeout.
-        duration: writes().max(Duration::from_secs(20)),
+        duration: campaign_writes().max(Duration::from_secs(20)),
         settle: Duration::from_secs(30),
         ..options(&etcd, format!("http://{}", proxy.addr), 8)
     };

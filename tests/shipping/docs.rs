@@ -185,13 +185,19 @@ fn the_layout_page_names_every_source_folder() {
         .map(|word| word.trim_end_matches('/').to_owned())
         .collect();
     for folder in &listed {
-        assert!(root.join(folder).is_dir(), "the layout names {folder}/, which is not in the tree");
+        assert!(
+            root.join(folder).is_dir(),
+            "the layout names {folder}/, which is not in the tree"
+        );
     }
     for entry in std::fs::read_dir(root.join("src")).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
             let folder = format!("src/{}", path.file_name().unwrap().to_string_lossy());
-            assert!(listed.contains(&folder), "docs/architecture.md's layout does not name {folder}/");
+            assert!(
+                listed.contains(&folder),
+                "docs/architecture.md's layout does not name {folder}/"
+            );
         }
     }
     assert!(listed.len() >= 10, "{listed:?}");

@@ -161,7 +161,17 @@ async fn a_call_waits_for_the_connection_window_a_stalled_watch_filled() {
         ..watch_req("pods", "")
     };
     let mut watch = call(&mut send, WATCH, &request).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..100 {
+        if watch.flow_control().available_capacity() <= 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = watch.flow_control().available_capacity();
+    assert!(
+        left <= 0,
+        "the watch filled its window within 5 s ({left} bytes left)"
+    );
     // A List on the same connection gets its head, but its items wait.
     let list = ListRequest {
         resource: "pods".into(),

@@ -26,9 +26,9 @@ use crate::error::Error;
 use crate::pb::Object;
 use crate::reflector::{store_with_indexes, Writer};
 use crate::store::{Change, IndexFn, Store};
+use crate::watcher::{self, recovery, watcher, Config, Recovery};
 use subscription::Subscribers;
 pub use subscription::Subscription;
-use crate::watcher::{self, recovery, watcher, Config, Recovery};
 
 /// What subscribers are told, in the order the store took it.
 #[derive(Debug, Clone)]
