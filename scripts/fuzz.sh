@@ -4,10 +4,11 @@
 # the bounded run of the test command), starting from fuzz/seeds/<seeds>/.
 # A crash fails the run; its input is copied to fuzz/seeds/<seeds>/ as
 # crash-<target>-<n>, where the property tests (`cargo test --lib fuzz`)
-# replay it from then on. The bounded run builds the targets at
-# AFL_OPT_LEVEL=1 (cargo-afl's default, 3, with one codegen unit per crate,
-# takes several times as long to build for a run of seconds); a longer run
-# is worth the optimized build: AFL_OPT_LEVEL=3 ./scripts/fuzz.sh 3600
+# replay it from then on. The bounded run builds the targets unoptimized,
+# AFL_OPT_LEVEL=0: cargo-afl's default, 3, with one codegen unit per
+# crate, takes about 14 minutes of CPU to build for a run of seconds. A
+# longer run is worth the optimized build:
+# AFL_OPT_LEVEL=3 ./scripts/fuzz.sh 3600
 # `./scripts/fuzz.sh --build` only installs cargo-afl and builds the
 # targets (the test command does it while the tests run).
 set -euo pipefail
@@ -22,7 +23,7 @@ if ! command -v cargo-afl >/dev/null 2>&1; then
     { echo "install afl.rs: cargo install cargo-afl (https://github.com/rust-fuzz/afl.rs)" >&2; exit 1; }
 fi
 cargo afl config --build >/dev/null 2>&1 || true
-export AFL_OPT_LEVEL="${AFL_OPT_LEVEL:-1}"
+export AFL_OPT_LEVEL="${AFL_OPT_LEVEL:-0}"
 
 (cd fuzz && cargo afl build --locked -q)
 $build_only && exit 0
