@@ -1,6 +1,6 @@
 //! etcd's own API: the messages of package `etcdserverpb` and those it
 //! uses, generated from etcd's protos in `proto/etcd`. Only the etcd facade
-//! (`api::etcd`) speaks them.
+//! (`etcd_api`) speaks them.
 
 #[allow(clippy::all, missing_docs)]
 pub mod etcdserverpb {
