@@ -12,11 +12,7 @@
 //! one etcd watch, one [`cache::WatchCache`] and one dispatcher; any number
 //! of gRPC clients list and watch it without reaching etcd.
 
-/// Who calls and what they may do: credentials, grants held for a
-/// stream's life, rules, per-identity limits, reload.
 pub mod access;
-/// Stage 4, the read core every face takes as a handle ([`api::Api`]),
-/// and `watchproxy.v1`'s face: queries, List/Get/Watch, errors.
 pub mod api;
 /// Stage 2: the store, its indexes and snapshots, the event window.
 pub mod cache;
@@ -24,7 +20,6 @@ pub mod cache;
 pub mod config;
 /// Stage 3: fan-out to watchers through the trigger index and inboxes.
 pub mod dispatch;
-/// etcd's own read API: a face over the same read core.
 pub mod etcd_api;
 /// The generated types of etcd's own API, for its facade.
 pub mod etcdpb;
@@ -34,8 +29,6 @@ pub mod object;
 pub mod pb;
 /// Label and field selectors: the predicate of a request.
 pub mod selector;
-/// Listeners, admission bounds before identity, the router (the one file
-/// that knows every face), and the own HTTP/2 server.
 pub mod server;
 /// Stage 1, the etcd side: reflectors, freshness checks, etcd reads.
 pub mod source;

@@ -1,6 +1,6 @@
 //! The watch cache of one resource: the current objects, the window of
 //! recent events, and the revision they are caught up to. Readers take
-//! snapshots; its one [`CacheWriter`] applies changes and hands the events
+//! snapshots; its one [`CacheWriter`](crate::cache::CacheWriter) applies changes and hands the events
 //! to the dispatcher.
 
 mod digest;

@@ -182,7 +182,7 @@ pub(crate) fn transition_by(
 pub trait Window {
     /// The next events after `after` (whole revisions, about `max`). When
     /// there are none, the watcher has caught up and is rejoined to live
-    /// delivery ([`Subscription::rejoin`]) under the lock that orders the
+    /// delivery (`Subscription::rejoin`) under the lock that orders the
     /// window, so no event is missed or delivered twice.
     fn catch_up(
         &self,

@@ -1,12 +1,12 @@
 //! etcd's own read API, served from the caches: KV.Range and Watch of
 //! package `etcdserverpb`, so etcd's clients read through watchproxy with
 //! only their endpoint changed. A request's key range becomes the query of
-//! the resource it lies in ([`keys`]); it passes the same identities,
+//! the resource it lies in (`keys`); it passes the same identities,
 //! rules and limits, reads the same snapshots and registers the same
-//! watchers as `watchproxy.v1`. Only the messages are etcd's ([`wire`]).
-//! A range over several resources is their parts merged ([`merge`]), with
+//! watchers as `watchproxy.v1`. Only the messages are etcd's (`wire`).
+//! A range over several resources is their parts merged (`merge`), with
 //! the keys between them read from etcd when `etcd_api.outside` forwards
-//! them ([`forward`]). Writes and etcd's other services are refused with
+//! them (`forward`). Writes and etcd's other services are refused with
 //! UNIMPLEMENTED.
 
 mod batch;

@@ -1,5 +1,5 @@
 //! Serving the routes on HTTP/2: on the service's own connection path
-//! ([`http2`], the default) or on tonic's server, as
+//! (`http2`, the default) or on tonic's server, as
 //! `watch.serve_path` says, in plain text or over TLS. Both stop accepting
 //! at `shutdown`, send GOAWAY and wait for the open calls to end.
 
