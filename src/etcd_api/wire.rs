@@ -59,7 +59,11 @@ pub fn encoded_event(view: &View, prev_kv: bool) -> Encoded {
 }
 
 /// A change as etcd's watch shows it: a PUT of the new state, or a DELETE
-/// of the key at the change's revision; with the state before, when asked.
+/// of the key at the change's revision; with the state before, when asked
+/// and the watcher was shown it. An object that enters a watcher's
+/// selection (a creation, or a change that brings it into a forced
+/// selector) is ADDED for that watcher: what it held before is nothing the
+/// watcher may see, and etcd sends no earlier state for a creation either.
 pub fn event(view: &View, prev_kv: bool) -> mvccpb::Event {
     let (kind, kv) = match view.kind {
         EventType::Added | EventType::Modified => (Kind::Put, key_value(&view.object, true)),
@@ -76,7 +80,7 @@ pub fn event(view: &View, prev_kv: bool) -> mvccpb::Event {
         r#type: kind as i32,
         kv: Some(kv),
         prev_kv: (view.prev.as_ref())
-            .filter(|_| prev_kv)
+            .filter(|_| prev_kv && view.kind != EventType::Added)
             .map(|p| key_value(p, true)),
     }
 }

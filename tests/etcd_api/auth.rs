@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::common::*;
 use etcd_client::{Client, GetOptions, WatchOptions};
 use watchproxy::config::Config;
+use watchproxy::etcdpb::etcdserverpb::{WatchRequest, WatchResponse};
 
 use super::shared::*;
 
@@ -264,4 +265,140 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
             "{user}/{password}: {refused}"
         );
     }
+}
+
+const FORCED_TOKENS: &str = "
+- {token: tenant-token, user: tenant-reader}
+- {token: node-token, user: node-7}
+";
+
+/// A rule that forces a label selector, and one that forces a field
+/// selector.
+const FORCED_RULES: &str = r#"
+auth:
+  tokens_file: TOKENS
+  allow_plaintext_tokens: true
+authorization:
+  rules:
+    - subjects: ["user:tenant-reader"]
+      resources: ["pods"]
+      namespaces: ["*"]
+      verbs: ["list", "get", "watch"]
+      label_selector: "tenant=a"
+    - subjects: ["user:node-7"]
+      resources: ["pods"]
+      namespaces: ["*"]
+      verbs: ["list", "get", "watch"]
+      field_selector: "spec.nodeName={user}"
+"#;
+
+/// A watch of every pod with `prev_kv`, from `start_revision` (0: now).
+fn create_with_prev(start_revision: i64) -> WatchRequest {
+    use watchproxy::etcdpb::etcdserverpb::watch_request::RequestUnion;
+    use watchproxy::etcdpb::etcdserverpb::WatchCreateRequest;
+    WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"/registry/pods/".to_vec().into(),
+            range_end: b"/registry/pods0".to_vec().into(),
+            prev_kv: true,
+            start_revision,
+            ..Default::default()
+        })),
+    }
+}
+
+/// Each change `stream` shows up to revision `until`: its revision and
+/// the revision of the earlier state it carries, if any.
+async fn changes_until(
+    stream: &mut tonic::Streaming<WatchResponse>,
+    until: i64,
+) -> Vec<(i64, Option<i64>)> {
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|(r, _)| *r < until) {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("changes within 10 s")
+            .unwrap()
+            .unwrap();
+        assert!(!r.canceled, "{r:?}");
+        for ev in r.events {
+            let kv = ev.kv.unwrap();
+            seen.push((kv.mod_revision, ev.prev_kv.map(|p| p.mod_revision)));
+        }
+    }
+    seen
+}
+
+/// `prev_kv` carries only what the caller could see: an object that enters
+/// a caller's forced selector (a label relabelled to it, a field moved to
+/// it) is a creation for that caller and carries no earlier state, as etcd
+/// sends none for a creation; one that stays in it carries its earlier
+/// state. Live, and replayed from a start revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prev_kv_never_shows_a_state_outside_the_callers_rule() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    let hidden = put_pod(&mut e, "ns", "p1", &[("tenant", "b")], "node-2").await as i64;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, FORCED_TOKENS).unwrap();
+    let yaml = pods_yaml(&etcd.client_url, 64)
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        + &FORCED_RULES.replace("TOKENS", &tokens.display().to_string());
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let addr = proxy.addr;
+    let mut ready = false;
+    for _ in 0..100 {
+        let range = as_caller::range(
+            addr,
+            Some("tenant-token"),
+            "/registry/pods/",
+            "/registry/pods0",
+        );
+        if range.await.is_ok() {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "the tenant reader reads the pods");
+
+    let (tenant_tx, mut tenant) = as_caller::watch(addr, Some("tenant-token")).await.unwrap();
+    let (node_tx, mut node) = as_caller::watch(addr, Some("node-token")).await.unwrap();
+    for (tx, stream) in [(&tenant_tx, &mut tenant), (&node_tx, &mut node)] {
+        tx.send(create_with_prev(0)).await.unwrap();
+        let created = stream.message().await.unwrap().unwrap();
+        assert!(created.created && !created.canceled, "{created:?}");
+    }
+    // Into the tenant's label selector; then onto node-7, which keeps it
+    // in the tenant's and brings it into the node's field selector.
+    let relabelled = put_pod(&mut e, "ns", "p1", &[("tenant", "a")], "node-2").await as i64;
+    let moved = put_pod(&mut e, "ns", "p1", &[("tenant", "a")], "node-7").await as i64;
+    let tenant_sees = vec![(relabelled, None), (moved, Some(relabelled))];
+    let node_sees = vec![(moved, None)];
+    let mut shown = vec![
+        ("tenant, live", changes_until(&mut tenant, moved).await),
+        ("node, live", changes_until(&mut node, moved).await),
+    ];
+    // The same changes replayed from the window.
+    for (token, what) in [
+        ("tenant-token", "tenant, replayed"),
+        ("node-token", "node, replayed"),
+    ] {
+        let (tx, mut replay) = as_caller::watch(addr, Some(token)).await.unwrap();
+        tx.send(create_with_prev(relabelled)).await.unwrap();
+        let created = replay.message().await.unwrap().unwrap();
+        assert!(created.created && !created.canceled, "{created:?}");
+        shown.push((what, changes_until(&mut replay, moved).await));
+    }
+    let want = [
+        ("tenant, live", tenant_sees.clone()),
+        ("node, live", node_sees.clone()),
+        ("tenant, replayed", tenant_sees),
+        ("node, replayed", node_sees),
+    ];
+    assert_eq!(
+        shown, want,
+        "(revision, the earlier state's revision); {hidden} was outside both rules"
+    );
 }
