@@ -109,6 +109,15 @@ impl Config {
                 ),
             ));
         }
+        if self.etcd_api.enabled
+            && self.etcd_api.outside == Outside::Forward
+            && self.authorization.is_none()
+        {
+            return Err(invalid(
+                "etcd_api.outside",
+                "forward reads keys of no resource on watchproxy's own etcd credentials, for every caller: add an authorization section whose rules say who may (a rule over resources [\"*\"] and namespaces [\"*\"] without a selector), or set etcd_api.outside: refuse",
+            ));
+        }
         if let Some(authz) = &self.authorization {
             for (i, rule) in authz.rules.iter().enumerate() {
                 let field = |f: &str| format!("authorization.rules[{i}].{f}");
@@ -421,6 +430,13 @@ resources:
             ),
             (
                 GOOD.replace("resources:", "etcd_api: {outside: ignore}\nresources:"),
+                "etcd_api.outside",
+            ),
+            (
+                GOOD.replace(
+                    "resources:",
+                    "etcd_api: {enabled: true, outside: forward}\nresources:",
+                ),
                 "etcd_api.outside",
             ),
             (

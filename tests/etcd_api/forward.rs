@@ -8,11 +8,19 @@ use crate::common::*;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
 use watchproxy::config::{Config, ServePath};
 
+/// Forwarding needs rules that say who may read keys of no resource:
+/// here, every caller.
+const EVERYONE_READS_ALL: &str = r#"
+authorization:
+  rules:
+    - {subjects: ["*"], resources: ["*"], namespaces: ["*"], verbs: [list, get, watch]}
+"#;
+
 fn config(etcd_url: &str, path: ServePath) -> Config {
     let yaml = pods_yaml(etcd_url, 256).replace(
         "resources:",
         "etcd_api: {enabled: true, outside: forward}\nresources:",
-    );
+    ) + EVERYONE_READS_ALL;
     let mut config = Config::from_yaml(&yaml).unwrap();
     config.watch.serve_path = path;
     config
