@@ -172,6 +172,10 @@ pub enum ApiError {
     },
     #[error("the request is {len} bytes; the limit is {max}")]
     RequestTooLarge { len: usize, max: usize },
+    /// RequestProgress's `bookmark_watches` from a caller whose rules do
+    /// not cover the whole resource.
+    #[error("{user} may not bookmark every watch of {resource}: bookmark_watches needs a rule over the whole resource (every namespace, no selector); ask without it")]
+    BookmarksNotAllowed { user: String, resource: String },
     #[error("the request's headers are larger than {max} bytes")]
     HeadersTooLarge { max: usize },
     /// etcd's Authenticate with a name and password it does not accept.
@@ -255,9 +259,9 @@ impl ApiError {
             ApiError::Unauthenticated { .. } | ApiError::CredentialEnded { .. } => {
                 Code::Unauthenticated
             }
-            ApiError::PermissionDenied { .. } | ApiError::AccessChanged { .. } => {
-                Code::PermissionDenied
-            }
+            ApiError::PermissionDenied { .. }
+            | ApiError::AccessChanged { .. }
+            | ApiError::BookmarksNotAllowed { .. } => Code::PermissionDenied,
             ApiError::MalformedRequest(_) => Code::Internal,
             ApiError::RequestAborted(_) => Code::Cancelled,
         }
@@ -299,7 +303,9 @@ impl ApiError {
                 lapse: Lapse::Revoked,
                 ..
             } => "CREDENTIAL_REVOKED",
-            ApiError::PermissionDenied { .. } => "PERMISSION_DENIED",
+            ApiError::PermissionDenied { .. } | ApiError::BookmarksNotAllowed { .. } => {
+                "PERMISSION_DENIED"
+            }
             ApiError::AccessChanged { .. } => "ACCESS_CHANGED",
             ApiError::RequestTooLarge { .. } | ApiError::HeadersTooLarge { .. } => {
                 "REQUEST_TOO_LARGE"
@@ -710,6 +716,10 @@ mod tests {
                 too_wide: false,
             },
             ApiError::AccessChanged { last: Some(1) },
+            ApiError::BookmarksNotAllowed {
+                user: "u".into(),
+                resource: "pods".into(),
+            },
             ApiError::DeadlineExceeded,
             ApiError::UnknownMethod { path: "/x".into() },
             ApiError::ReadOnly {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::call::CallInfo;
+use super::error::ApiError;
 use super::{Api, CallMeta};
 use crate::config::Verb;
 use crate::object::RequestedVersion;
@@ -29,7 +30,21 @@ impl Api {
         };
         let call = async {
             let entered = self.enter_read(&meta)?;
-            let (s, _) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
+            let (s, scope) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
+            // The digest is over every object of the resource, and the
+            // bookmarks go to every watch of it: only for a caller whose
+            // rule covers it whole (every namespace, no selector forced).
+            let whole = req.namespace.is_empty() && scope.alternatives.is_empty();
+            let user = &entered.identity.caller.user;
+            if req.bookmark_watches {
+                if !whole {
+                    return Err(ApiError::BookmarksNotAllowed {
+                        user: user.clone(),
+                        resource: req.resource.clone(),
+                    });
+                }
+                self.user_limits.costly_read(user)?;
+            }
             let snapshot = self.cache_for(s, RequestedVersion::Latest).await?;
             let now = snapshot.revision;
             let dispatched = s.cache.wait_dispatched(now, PROGRESS_WAIT).await.min(now);
@@ -42,7 +57,7 @@ impl Api {
                 watch_resource_version: dispatched.to_string(),
                 changed_resource_version: changed.map(|c| c.to_string()).unwrap_or_default(),
                 state_digest: (snapshot.digest)
-                    .filter(|_| changed.is_some())
+                    .filter(|_| changed.is_some() && whole)
                     .map(|d| d.to_string())
                     .unwrap_or_default(),
             })

@@ -106,3 +106,33 @@ async fn an_idle_resource_is_proven_fresh_on_demand_and_its_watches_told() {
         assert_eq!(unknown.code(), tonic::Code::NotFound);
     }
 }
+
+/// Bookmarking every watch of a resource is a costly read of the caller's:
+/// past its budget, RESOURCE_EXHAUSTED with when to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarking_every_watch_is_a_costly_read() {
+    let etcd = Etcd::start().await;
+    let mut config = Config::from_yaml(&pods_yaml(&etcd.client_url, 64)).unwrap();
+    config.limits.costly_reads_per_user_per_second = Some(0.01);
+    config.limits.costly_read_burst_per_user = 2;
+    config.validate().unwrap();
+    let proxy = Proxy::start_config(config).await;
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    for _ in 0..2 {
+        client
+            .request_progress(progress("pods", true))
+            .await
+            .unwrap();
+    }
+    let spent = client
+        .request_progress(progress("pods", true))
+        .await
+        .unwrap_err();
+    assert_eq!(spent.code(), tonic::Code::ResourceExhausted, "{spent:?}");
+    // Without the bookmarks, a proof of progress costs nothing of it.
+    client
+        .request_progress(progress("pods", false))
+        .await
+        .unwrap();
+}

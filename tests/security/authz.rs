@@ -429,3 +429,44 @@ async fn wait_until_listed(client: &mut WatchProxyClient<Channel>, token: &str) 
     }
     panic!("pods did not become ready");
 }
+
+/// RequestProgress tells a caller only what its rules cover: the state
+/// digest (over every object of the resource) goes only to a rule over the
+/// whole resource, and only such a caller may bookmark every watch of it.
+/// A namespace's reader and a node's reader (a forced field selector) get
+/// the versions, no digest, and PERMISSION_DENIED for the bookmarks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_shows_and_bookmarks_only_what_the_rules_cover() {
+    let etcd = Etcd::start().await;
+    let mut ec = etcd.client().await;
+    put_pod(&mut ec, "tenant-a", "p1", &[], "node-7").await;
+    put_pod(&mut ec, "tenant-b", "p2", &[], "node-2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start_config(with_rules(&etcd, dir.path())).await;
+    let mut client = proxy.client().await;
+    wait_until_listed(&mut client, "alice-token").await;
+    let progress = |namespace: &str, bookmark_watches| pb::ProgressRequest {
+        resource: "pods".into(),
+        namespace: namespace.into(),
+        bookmark_watches,
+    };
+    for (token, namespace) in [("alice-token", "tenant-a"), ("node-token", "")] {
+        let answer = client
+            .request_progress(as_caller(token, progress(namespace, false)))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!answer.resource_version.is_empty(), "{token}: {answer:?}");
+        assert_eq!(answer.state_digest, "", "{token}: the digest of every pod");
+        let refused = client
+            .request_progress(as_caller(token, progress(namespace, true)))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Code::PermissionDenied,
+            "{token}: {refused:?}"
+        );
+        assert!(refused.message().contains("bookmark"), "{refused:?}");
+    }
+}
