@@ -157,6 +157,37 @@ pub struct Judged {
     generation: u64,
 }
 
+/// Who a request was identified as from its headers, before its body was
+/// read, and under which authenticators: set by admission, so the handler
+/// does not identify it again unless they changed since.
+#[derive(Debug, Clone)]
+pub struct Identified {
+    pub identity: Identity,
+    generation: u64,
+}
+
+impl Judged {
+    /// `identity`, as these authenticators identified it.
+    pub fn identified(&self, identity: Identity) -> Identified {
+        Identified {
+            identity,
+            generation: self.generation,
+        }
+    }
+
+    /// The identity admission found, if these authenticators still name
+    /// it: looked at again when they changed since (a file read again, a
+    /// new configuration) or its credential has expired.
+    pub fn still_identified(&self, identified: &Identified) -> Result<Identity, Revoke> {
+        let identity = &identified.identity;
+        let expired = (identity.credential.expires()).is_some_and(|t| t <= SystemTime::now());
+        if identified.generation != self.generation || expired {
+            self.auth.still_names(identity)?;
+        }
+        Ok(identity.clone())
+    }
+}
+
 /// An open watch's grant, held while it is open.
 pub struct HeldGrant {
     authority: Arc<Authority>,
@@ -265,6 +296,13 @@ impl Authority {
         self.rejudge();
     }
 
+    /// The authenticators' files were read again: calls identified before
+    /// are looked at again, and every open grant is judged again.
+    fn files_read_again(&self) {
+        self.current.write().generation += 1;
+        self.rejudge();
+    }
+
     /// Judges every open grant by the authority in use.
     fn rejudge(&self) {
         let (auth, max) = {
@@ -353,12 +391,13 @@ impl Authority {
     }
 }
 
-/// Judges every grant again, while the authority lives.
+/// Judges every call identified and every grant given before again, while
+/// the authority lives.
 fn rejudge(authority: &Weak<Authority>) -> Arc<dyn Fn() + Send + Sync> {
     let authority = authority.clone();
     Arc::new(move || {
         if let Some(a) = authority.upgrade() {
-            a.rejudge();
+            a.files_read_again();
         }
     })
 }

@@ -31,7 +31,7 @@ use rustls_pki_types::CertificateDer;
 pub use auth::Auth;
 pub use credential::{Credential, Identity, Lapse, Secret};
 pub use error::AccessError;
-pub use grants::{Authority, Grant, HeldGrant, Judged, Revoke};
+pub use grants::{Authority, Grant, HeldGrant, Identified, Judged, Revoke};
 pub use reload::{spawn_reloader, spawn_reloader_on_hangup};
 pub use rules::Scope;
 
@@ -55,8 +55,3 @@ impl Caller {
 /// the connection path that completed the handshake.
 #[derive(Debug, Clone)]
 pub struct PeerCerts(pub Arc<Vec<CertificateDer<'static>>>);
-
-/// Who a request was identified as from its headers, before its body was
-/// read: set by admission, so the handler does not identify it again.
-#[derive(Debug, Clone)]
-pub struct Identified(pub Identity);

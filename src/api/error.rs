@@ -9,7 +9,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::access::{AccessError, Lapse};
+use crate::access::{AccessError, Lapse, Revoke};
 use crate::object::{BadVersion, Revision};
 use crate::selector::SelectorError;
 use crate::source::EtcdError;
@@ -187,6 +187,24 @@ pub enum ApiError {
     /// The client went away or reset the call while it was read.
     #[error("reading the request: {0}")]
     RequestAborted(String),
+}
+
+/// A grant or an identity that ended, as every face reports it: `last` is
+/// where an open watch may resume.
+pub fn revoked(why: Revoke, last: Option<Revision>) -> ApiError {
+    match why {
+        Revoke::Credential(lapse @ Lapse::Expired) => ApiError::CredentialEnded {
+            lapse,
+            detail: "the credential has expired",
+            last,
+        },
+        Revoke::Credential(lapse @ Lapse::Revoked) => ApiError::CredentialEnded {
+            lapse,
+            detail: "the credential was revoked",
+            last,
+        },
+        Revoke::AccessChanged => ApiError::AccessChanged { last },
+    }
 }
 
 /// A refusal of access as every face reports it.

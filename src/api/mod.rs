@@ -212,8 +212,10 @@ impl Api {
     /// its connection's certificates.
     pub fn enter(&self, call: &CallMeta) -> Result<Entered, ApiError> {
         let judged = self.auth.current();
-        let identity = match call.extensions.get() {
-            Some(Identified(identity)) => identity.clone(),
+        let identity = match call.extensions.get::<Identified>() {
+            Some(identified) => {
+                (judged.still_identified(identified)).map_err(|why| error::revoked(why, None))?
+            }
             None => {
                 (judged.auth).identify(&call.metadata, call.certs.as_ref().map(|c| &c.0[..]))?
             }
@@ -222,12 +224,12 @@ impl Api {
     }
 
     /// A caller identified earlier (the opener of an etcd Watch stream),
-    /// under the authenticators and rules in force now.
-    pub fn enter_as(&self, identity: Identity) -> Entered {
-        Entered {
-            judged: self.auth.current(),
-            identity,
-        }
+    /// if the authenticators in force now still name it.
+    pub fn enter_as(&self, identity: &Identity) -> Result<Entered, ApiError> {
+        let judged = self.auth.current();
+        (judged.auth.still_names(identity)).map_err(|why| error::revoked(why, None))?;
+        let identity = identity.clone();
+        Ok(Entered { judged, identity })
     }
 
     /// [`Api::enter`] for a read, which takes one unit of the caller's
@@ -244,7 +246,7 @@ impl Api {
         &self,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
-    ) -> Result<Identity, ApiError> {
+    ) -> Result<Identified, ApiError> {
         let request = Request::from_parts(
             MetadataMap::from_headers(headers.clone()),
             extensions.clone(),
@@ -252,7 +254,9 @@ impl Api {
         );
         let (call, ()) = CallMeta::of(request);
         let certs = call.certs.as_ref().map(|c| &c.0[..]);
-        Ok((self.auth.current().auth).identify(&call.metadata, certs)?)
+        let judged = self.auth.current();
+        let identity = (judged.auth).identify(&call.metadata, certs)?;
+        Ok(judged.identified(identity))
     }
 
     /// The resource a call names, and what the caller may see of it there.

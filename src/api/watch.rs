@@ -203,28 +203,12 @@ impl WatchStream {
 
     /// Ends the watch because its grant ended.
     fn revoked(&mut self, why: Revoke) -> ApiError {
-        let last = self.resume_from();
-        let (reason, error) = match why {
-            Revoke::Credential(lapse @ Lapse::Expired) => (
-                EndReason::credential_expired,
-                ApiError::CredentialEnded {
-                    lapse,
-                    detail: "the watch's credential expired",
-                    last,
-                },
-            ),
-            Revoke::Credential(lapse @ Lapse::Revoked) => (
-                EndReason::credential_revoked,
-                ApiError::CredentialEnded {
-                    lapse,
-                    detail: "the watch's credential was revoked",
-                    last,
-                },
-            ),
-            Revoke::AccessChanged => (EndReason::access_changed, ApiError::AccessChanged { last }),
-        };
-        self.end.reason = Some(reason);
-        error
+        self.end.reason = Some(match why {
+            Revoke::Credential(Lapse::Expired) => EndReason::credential_expired,
+            Revoke::Credential(Lapse::Revoked) => EndReason::credential_revoked,
+            Revoke::AccessChanged => EndReason::access_changed,
+        });
+        super::error::revoked(why, self.resume_from())
     }
 
     /// What the watch shows next, before it is encoded for a wire: the

@@ -87,7 +87,7 @@ async fn register(
     after: Option<Revision>,
     home: &Home,
 ) -> Result<WatchStream, ApiError> {
-    let entered = api.enter_as(identity.clone());
+    let entered = api.enter_as(identity)?;
     let name = &part.served.cache.resource.name;
     let limit = api.user_limits().watch(&identity.caller)?;
     let (s, scope) = (api.admit(&entered, Verb::Watch, name, &part.namespace))?;

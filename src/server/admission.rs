@@ -21,7 +21,6 @@ use tonic::Status;
 use tower::{Service, ServiceExt};
 
 use super::routes::Routes;
-use crate::access::Identified;
 use crate::api::compression::Codec;
 use crate::api::error::ApiError;
 use crate::api::Api;
@@ -107,8 +106,8 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
                     Err(e) => return Ok(Status::from(e).into_http()),
                 };
                 // The connection's span, on the service's own server.
-                tracing::Span::current().record("identity", caller.caller.user.as_str());
-                parts.extensions.insert(Identified(caller));
+                tracing::Span::current().record("identity", caller.identity.caller.user.as_str());
+                parts.extensions.insert(caller);
             }
             let Some(bounds) = bounds else {
                 let req = http::Request::from_parts(parts, body);

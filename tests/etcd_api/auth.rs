@@ -402,3 +402,83 @@ async fn prev_kv_never_shows_a_state_outside_the_callers_rule() {
         "(revision, the earlier state's revision); {hidden} was outside both rules"
     );
 }
+
+/// A watch created on an idle etcd Watch stream after its opener's token
+/// left the token file is refused (canceled, saying why): the stream's
+/// identity is looked at again at every creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_created_after_the_token_left_its_file_is_refused() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    put_pod(&mut e, "tenant-a", "a1", &[], "node-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = pods_yaml(&etcd.client_url, 64)
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        + &tenant_auth(dir.path());
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let addr = proxy.addr;
+    let (key, end) = ("/registry/pods/tenant-a/", "/registry/pods/tenant-a0");
+    let mut ready = false;
+    for _ in 0..100 {
+        if as_caller::range(addr, Some("alice-token"), key, end)
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "alice reads her namespace");
+    // An idle stream: open, answered once (a watch the rules refuse),
+    // with no watch.
+    let (tx, mut alice) = as_caller::watch(addr, Some("alice-token")).await.unwrap();
+    tx.send(create(
+        "/registry/pods/tenant-b/",
+        "/registry/pods/tenant-b0",
+    ))
+    .await
+    .unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(10), alice.message())
+        .await
+        .expect("the creation answered within 10 s")
+        .unwrap()
+        .unwrap();
+    assert!(answered.created && answered.canceled, "{answered:?}");
+
+    // Only node-7's token stays; once the file is read again, a new call
+    // with alice's is refused.
+    let tokens = dir.path().join("tokens.yaml");
+    let kept = TENANT_TOKENS
+        .lines()
+        .filter(|l| !l.contains("alice"))
+        .collect::<Vec<_>>();
+    std::fs::write(dir.path().join(".tokens.tmp"), kept.join("\n")).unwrap();
+    std::fs::rename(dir.path().join(".tokens.tmp"), &tokens).unwrap();
+    let mut read_again = false;
+    for _ in 0..100 {
+        if let Err(e) = as_caller::range(addr, Some("alice-token"), key, end).await {
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+            read_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(read_again, "the token file is read again within 10 s");
+
+    tx.send(create(key, end)).await.unwrap();
+    let answer = loop {
+        let r = tokio::time::timeout(Duration::from_secs(10), alice.message())
+            .await
+            .expect("an answer to the creation within 10 s")
+            .unwrap()
+            .unwrap();
+        if r.created {
+            break r;
+        }
+    };
+    assert!(
+        answer.canceled && answer.cancel_reason.contains("revoked"),
+        "a watch created under a revoked token: {answer:?}"
+    );
+}

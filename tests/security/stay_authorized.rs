@@ -443,6 +443,81 @@ async fn a_token_taken_out_of_its_file_ends_its_watches_on_the_tonic_path() {
     token_revocation(ServePath::Tonic).await;
 }
 
+/// A Watch identified from its headers whose body arrives after its token
+/// left the token file is refused with CREDENTIAL_REVOKED, not registered
+/// under the identity its headers named.
+async fn revoked_between_headers_and_body(path: ServePath) {
+    use prost::Message;
+    let TwoUsers {
+        etcd: _etcd,
+        dir,
+        proxy,
+        mut client,
+        ..
+    } = TwoUsers::start(path).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut send = send.ready().await.unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("http://localhost/watchproxy.v1.WatchProxy/Watch")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", "Bearer alice-1")
+        .body(())
+        .unwrap();
+    let (response, mut body) = send.send_request(request, false).unwrap();
+
+    // alice's token leaves the file; once it is read again, a new call
+    // with it is refused.
+    write(dir.path(), "tokens.yaml", "- {token: bob-1, user: bob}\n");
+    let mut read_again = false;
+    for _ in 0..100 {
+        if let Err(e) = list_as(&mut client, "alice-1").await {
+            assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+            read_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(read_again, "the token file is read again within 10 s");
+
+    let message = watch_from("", 0).encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    body.send_data(framed.into(), true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    let status = match response.headers().get("grpc-status") {
+        Some(status) => status.clone(),
+        None => {
+            let mut stream = response.into_body();
+            let trailers = tokio::time::timeout(Duration::from_secs(3), async {
+                while stream.data().await.is_some() {}
+                stream.trailers().await
+            })
+            .await
+            .expect("the watch was registered under the revoked token");
+            trailers.unwrap().unwrap()["grpc-status"].clone()
+        }
+    };
+    assert_eq!(status, "16", "{path:?}: UNAUTHENTICATED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_between_a_watchs_headers_and_body_refuses_it_on_the_fast_path() {
+    revoked_between_headers_and_body(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_between_a_watchs_headers_and_body_refuses_it_on_the_tonic_path() {
+    revoked_between_headers_and_body(ServePath::Tonic).await;
+}
+
 /// The configuration file read again: a narrowed rule ends the watches it
 /// no longer allows with ACCESS_CHANGED (a new watch then sees only what
 /// the rule allows) and leaves the others; a file that does not validate

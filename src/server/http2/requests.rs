@@ -19,7 +19,6 @@ use super::protocol::state::{Closed, Continuing, RecvSide};
 use super::protocol::window::SendWindow;
 use super::table::{Entry, Reading, State};
 use super::Routes;
-use crate::access::Identified;
 use crate::api::error::ApiError;
 use crate::api::v1::WATCH_PATH;
 use crate::etcd_api::{self, WATCH_PATH as ETCD_WATCH_PATH};
@@ -138,8 +137,9 @@ impl<S: Routes> Driver<S> {
             // before a byte of its body is read.
             match self.api.identify(&head.headers, &extensions) {
                 Ok(caller) => {
-                    tracing::Span::current().record("identity", caller.caller.user.as_str());
-                    extensions.insert(Identified(caller))
+                    tracing::Span::current()
+                        .record("identity", caller.identity.caller.user.as_str());
+                    extensions.insert(caller)
                 }
                 Err(refused) => {
                     self.refuse_new(id, refused.into(), end);
