@@ -83,6 +83,20 @@ mod as_caller {
     }
 }
 
+/// Waits up to 10 s until `token`'s caller can read `key`..`end` (the
+/// cache is ready); what the last try answered otherwise.
+async fn until_readable(addr: std::net::SocketAddr, token: &str, key: &str, end: &str) {
+    let mut last = None;
+    for _ in 0..100 {
+        match as_caller::range(addr, Some(token), key, end).await {
+            Ok(_) => return,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{token} cannot read {key}: {last:?}");
+}
+
 /// Keys of a Range's pairs.
 fn keys_of(r: &watchproxy::etcdpb::etcdserverpb::RangeResponse) -> Vec<String> {
     r.kvs
@@ -104,23 +118,13 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
         + &tenant_auth(dir.path());
     let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
     let addr = proxy.addr;
-    let mut ready = false;
-    for _ in 0..100 {
-        if as_caller::range(
-            addr,
-            Some("alice-token"),
-            "/registry/pods/tenant-a/",
-            "/registry/pods/tenant-a0",
-        )
-        .await
-        .is_ok()
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "alice reads her namespace");
+    until_readable(
+        addr,
+        "alice-token",
+        "/registry/pods/tenant-a/",
+        "/registry/pods/tenant-a0",
+    )
+    .await;
 
     // Ranges: a namespace's, or what a forced selector leaves.
     let alice = as_caller::range(
@@ -347,21 +351,7 @@ async fn prev_kv_never_shows_a_state_outside_the_callers_rule() {
         + &FORCED_RULES.replace("TOKENS", &tokens.display().to_string());
     let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
     let addr = proxy.addr;
-    let mut ready = false;
-    for _ in 0..100 {
-        let range = as_caller::range(
-            addr,
-            Some("tenant-token"),
-            "/registry/pods/",
-            "/registry/pods0",
-        );
-        if range.await.is_ok() {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the tenant reader reads the pods");
+    until_readable(addr, "tenant-token", "/registry/pods/", "/registry/pods0").await;
 
     let (tenant_tx, mut tenant) = as_caller::watch(addr, Some("tenant-token")).await.unwrap();
     let (node_tx, mut node) = as_caller::watch(addr, Some("node-token")).await.unwrap();
@@ -418,18 +408,7 @@ async fn a_watch_created_after_the_token_left_its_file_is_refused() {
     let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
     let addr = proxy.addr;
     let (key, end) = ("/registry/pods/tenant-a/", "/registry/pods/tenant-a0");
-    let mut ready = false;
-    for _ in 0..100 {
-        if as_caller::range(addr, Some("alice-token"), key, end)
-            .await
-            .is_ok()
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "alice reads her namespace");
+    until_readable(addr, "alice-token", key, end).await;
     // An idle stream: open, answered once (a watch the rules refuse),
     // with no watch.
     let (tx, mut alice) = as_caller::watch(addr, Some("alice-token")).await.unwrap();
