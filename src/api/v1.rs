@@ -54,6 +54,11 @@ impl Api {
             query.limit = self.user_limits.page(query.limit);
             let mut page = self.list_page(s, query, &caller.user).await?;
             page.continue_token = self.sealer.seal(&page.continue_token);
+            // A digest of every object of the resource: only for a rule
+            // that covers it whole (every namespace, no selector forced).
+            if !(req.namespace.is_empty() && scope.alternatives.is_empty()) {
+                page.state_digest.clear();
+            }
             Ok(page)
         };
         self.answer(&meta.metadata, info, call).await

@@ -430,9 +430,10 @@ async fn wait_until_listed(client: &mut WatchProxyClient<Channel>, token: &str) 
     panic!("pods did not become ready");
 }
 
-/// RequestProgress tells a caller only what its rules cover: the state
-/// digest (over every object of the resource) goes only to a rule over the
-/// whole resource, and only such a caller may bookmark every watch of it.
+/// RequestProgress and List tell a caller only what its rules cover: the
+/// state digest (over every object of the resource) goes only to a rule
+/// over the whole resource, and only such a caller may bookmark every
+/// watch of it.
 /// A namespace's reader and a node's reader (a forced field selector) get
 /// the versions, no digest, and PERMISSION_DENIED for the bookmarks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,6 +459,15 @@ async fn progress_shows_and_bookmarks_only_what_the_rules_cover() {
             .into_inner();
         assert!(!answer.resource_version.is_empty(), "{token}: {answer:?}");
         assert_eq!(answer.state_digest, "", "{token}: the digest of every pod");
+        let page = client
+            .list(as_caller(token, list(namespace)))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            page.state_digest, "",
+            "{token}: a page with the digest of every pod"
+        );
         let refused = client
             .request_progress(as_caller(token, progress(namespace, true)))
             .await
