@@ -23,6 +23,12 @@ impl Scope {
         Self::default()
     }
 
+    /// Whether a request in `namespace` ("" for every one) under this
+    /// scope sees the whole resource: every namespace, no selector forced.
+    pub fn covers_whole(&self, namespace: &str) -> bool {
+        namespace.is_empty() && self.alternatives.is_empty()
+    }
+
     /// A request's own selectors within what this scope lets it see: the
     /// predicate every read and watch of the request is judged by.
     pub fn predicate(

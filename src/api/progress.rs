@@ -34,7 +34,7 @@ impl Api {
             // The digest is over every object of the resource, and the
             // bookmarks go to every watch of it: only for a caller whose
             // rule covers it whole (every namespace, no selector forced).
-            let whole = req.namespace.is_empty() && scope.alternatives.is_empty();
+            let whole = scope.covers_whole(&req.namespace);
             let user = &entered.identity.caller.user;
             if req.bookmark_watches {
                 if !whole {

@@ -55,8 +55,8 @@ impl Api {
             let mut page = self.list_page(s, query, &caller.user).await?;
             page.continue_token = self.sealer.seal(&page.continue_token);
             // A digest of every object of the resource: only for a rule
-            // that covers it whole (every namespace, no selector forced).
-            if !(req.namespace.is_empty() && scope.alternatives.is_empty()) {
+            // that covers it whole.
+            if !scope.covers_whole(&req.namespace) {
                 page.state_digest.clear();
             }
             Ok(page)

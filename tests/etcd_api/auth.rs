@@ -97,6 +97,17 @@ async fn until_readable(addr: std::net::SocketAddr, token: &str, key: &str, end:
     panic!("{token} cannot read {key}: {last:?}");
 }
 
+/// watchproxy with etcd's API and the tenant fixture's tokens and rules,
+/// and the directory that holds its token file.
+async fn tenant_proxy(etcd: &Etcd) -> (tempfile::TempDir, Proxy) {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = pods_yaml(&etcd.client_url, 64)
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        + &tenant_auth(dir.path());
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    (dir, proxy)
+}
+
 /// Keys of a Range's pairs.
 fn keys_of(r: &watchproxy::etcdpb::etcdserverpb::RangeResponse) -> Vec<String> {
     r.kvs
@@ -112,11 +123,7 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
     put_pod(&mut e, "tenant-a", "a1", &[], "node-1").await;
     put_pod(&mut e, "tenant-b", "b1", &[], "node-7").await;
     put_pod(&mut e, "tenant-b", "b2", &[], "node-2").await;
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = pods_yaml(&etcd.client_url, 64)
-        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
-        + &tenant_auth(dir.path());
-    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let (_dir, proxy) = tenant_proxy(&etcd).await;
     let addr = proxy.addr;
     until_readable(
         addr,
@@ -401,11 +408,7 @@ async fn a_watch_created_after_the_token_left_its_file_is_refused() {
     let etcd = Etcd::start().await;
     let mut e = etcd.client().await;
     put_pod(&mut e, "tenant-a", "a1", &[], "node-1").await;
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = pods_yaml(&etcd.client_url, 64)
-        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
-        + &tenant_auth(dir.path());
-    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    let (dir, proxy) = tenant_proxy(&etcd).await;
     let addr = proxy.addr;
     let (key, end) = ("/registry/pods/tenant-a/", "/registry/pods/tenant-a0");
     until_readable(addr, "alice-token", key, end).await;
