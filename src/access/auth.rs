@@ -219,10 +219,7 @@ impl Auth {
     /// (etcd's API, forwarded): only by a rule over every resource and
     /// namespace without a selector. Denials are logged and counted.
     pub fn authorize_unserved(&self, caller: &Caller, verb: Verb) -> Result<(), AccessError> {
-        let Some(rules) = &self.rules else {
-            return Ok(());
-        };
-        if rules.allows_everything(caller, verb) {
+        if self.allows_unserved(caller, verb) {
             return Ok(());
         }
         const UNSERVED: &str = "(keys of no resource)";
@@ -235,6 +232,12 @@ impl Auth {
             namespace: String::new(),
             too_wide: false,
         })
+    }
+
+    /// Whether `caller` may `verb` keys that no served resource holds, as
+    /// [`Auth::authorize_unserved`] judges, with nothing logged.
+    pub fn allows_unserved(&self, caller: &Caller, verb: Verb) -> bool {
+        (self.rules.as_ref()).is_none_or(|rules| rules.allows_everything(caller, verb))
     }
 
     /// Whether `caller` may `verb` `resource` in `namespace` ("" for every

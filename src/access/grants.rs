@@ -38,13 +38,28 @@ pub enum Revoke {
     AccessChanged,
 }
 
-/// What an open watch was allowed, and whether it still is.
+/// What a grant allows `verb` on.
+pub enum Granted {
+    /// The objects of `resource` in `namespace` ("" for all) that `scope`
+    /// lets through.
+    Resource {
+        resource: Arc<Resource>,
+        namespace: String,
+        scope: Scope,
+    },
+    /// Keys that no served resource holds (etcd's API, forwarded): judged
+    /// by whether a rule still gives every resource and namespace.
+    Unserved,
+    /// Nothing but the caller's identity: a stream that lives longer than
+    /// the watches it opens (etcd's Watch) ends with its credential.
+    Identity,
+}
+
+/// What an open watch or stream was allowed, and whether it still is.
 pub struct Grant {
     identity: Identity,
     verb: Verb,
-    resource: Arc<Resource>,
-    namespace: String,
-    scope: Scope,
+    granted: Granted,
     revoked: OnceLock<Revoke>,
     /// Wakes the watch, so that it sees the end at once.
     alarm: OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -58,12 +73,20 @@ impl Grant {
         namespace: &str,
         scope: Scope,
     ) -> Self {
-        Self {
-            identity,
-            verb,
+        let granted = Granted::Resource {
             resource,
             namespace: namespace.to_owned(),
             scope,
+        };
+        Self::of(identity, verb, granted)
+    }
+
+    /// A grant of `verb` on what `granted` names.
+    pub fn of(identity: Identity, verb: Verb, granted: Granted) -> Self {
+        Self {
+            identity,
+            verb,
+            granted,
             revoked: OnceLock::new(),
             alarm: OnceLock::new(),
         }
@@ -84,10 +107,19 @@ impl Grant {
     fn revoke(&self, why: Revoke, ended: &Ended) {
         if self.revoked.set(why).is_ok() {
             ended.0.fetch_add(1, Ordering::Release);
+            let (resource, namespace) = match &self.granted {
+                Granted::Resource {
+                    resource,
+                    namespace,
+                    ..
+                } => (resource.name.as_str(), namespace.as_str()),
+                Granted::Unserved => ("(keys of no resource)", ""),
+                Granted::Identity => ("(a stream)", ""),
+            };
             info!(
                 user = %self.identity.caller.user,
-                resource = %self.resource.name,
-                namespace = %self.namespace,
+                resource,
+                namespace,
                 reason = ?why,
                 "ending a watch: its grant ended"
             );
@@ -106,13 +138,26 @@ impl Grant {
         if let Err(why) = auth.still_names(&self.identity) {
             return Some(why);
         }
-        let scope = auth.scope_of(
-            &self.identity.caller,
-            self.verb,
-            &self.resource,
-            &self.namespace,
-        );
-        (scope.as_ref() != Some(&self.scope)).then_some(Revoke::AccessChanged)
+        let caller = &self.identity.caller;
+        let allowed = match &self.granted {
+            Granted::Resource {
+                resource,
+                namespace,
+                scope,
+            } => {
+                auth.scope_of(caller, self.verb, resource, namespace)
+                    .as_ref()
+                    == Some(scope)
+            }
+            Granted::Unserved => auth.allows_unserved(caller, self.verb),
+            Granted::Identity => true,
+        };
+        (!allowed).then_some(Revoke::AccessChanged)
+    }
+
+    /// Whether it holds one of its user's watch places.
+    fn is_a_watch(&self) -> bool {
+        matches!(self.granted, Granted::Resource { .. })
     }
 }
 
@@ -323,7 +368,8 @@ impl Authority {
         // Oldest first: each user keeps its first `max`.
         grants.sort_unstable_by_key(|(given, _)| *given);
         let mut kept: HashMap<&str, usize> = HashMap::new();
-        for (_, grant) in grants.iter().filter(|(_, g)| g.revoked().is_none()) {
+        let counted = |g: &Grant| g.revoked().is_none() && g.is_a_watch();
+        for (_, grant) in grants.iter().filter(|(_, g)| counted(g)) {
             let n = kept.entry(grant.identity.caller.user.as_str()).or_default();
             if *n < max {
                 *n += 1;

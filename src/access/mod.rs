@@ -31,7 +31,7 @@ use rustls_pki_types::CertificateDer;
 pub use auth::Auth;
 pub use credential::{Credential, Identity, Lapse, Secret};
 pub use error::AccessError;
-pub use grants::{Authority, Grant, HeldGrant, Identified, Judged, Revoke};
+pub use grants::{Authority, Grant, Granted, HeldGrant, Identified, Judged, Revoke};
 pub use reload::{spawn_reloader, spawn_reloader_on_hangup};
 pub use rules::Scope;
 

@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 
 use super::forward;
-use crate::api::error::ApiError;
+use crate::access::HeldGrant;
+use crate::api::error::{revoked, ApiError};
 use crate::api::{Mark, Shown, WatchStream};
 use crate::dispatch::View;
 use crate::etcdpb::mvccpb;
@@ -128,12 +130,21 @@ pub struct Merge {
     held: usize,
     /// When the parts that hold the others back are asked next.
     ask: Pin<Box<tokio::time::Sleep>>,
+    /// What allows the parts read from etcd, while it still does, and
+    /// the waker its end wakes.
+    gaps: Option<(HeldGrant, Arc<AtomicWaker>)>,
 }
 
 impl Merge {
     /// The parts, in key order, of a watch that has seen everything up to
-    /// `after`.
-    pub fn new(sources: Vec<PartFeed>, after: Revision) -> Self {
+    /// `after`; `gaps`: the grant its parts read from etcd hold.
+    pub fn new(sources: Vec<PartFeed>, after: Revision, gaps: Option<HeldGrant>) -> Self {
+        let gaps = gaps.map(|grant| {
+            let woken = Arc::new(AtomicWaker::new());
+            let alarm = woken.clone();
+            grant.grant().on_revoke(move || alarm.wake());
+            (grant, woken)
+        });
         let parts = (sources.into_iter())
             .map(|source| Part {
                 source,
@@ -148,10 +159,18 @@ impl Merge {
             progress_shown: after,
             held: 0,
             ask: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            gaps,
         }
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Seen, ApiError>>> {
+        if let Some((grant, woken)) = &mut self.gaps {
+            woken.register(cx.waker());
+            if let Some(why) = grant.revoked() {
+                self.gaps = None;
+                return Poll::Ready(Some(Err(revoked(why, None))));
+            }
+        }
         for part in &mut self.parts {
             while self.held < MAX_HELD {
                 match part.poll_take(cx) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::keys::{KeyRange, Located};
 use super::merge::{Merge, PartFeed, Watched};
 use super::EtcdApi;
-use crate::access::{Grant, Identity};
+use crate::access::{Grant, Granted, Identity};
 use crate::api::error::ApiError;
 use crate::api::query::WatchQuery;
 use crate::api::{Api, Entered, WatchStream, PROGRESS_WAIT};
@@ -28,9 +28,17 @@ pub(super) async fn start(
 ) -> Result<(Watched, Vec<String>), ApiError> {
     let placement = etcd.place(&range)?;
     let api = &etcd.core;
-    if !placement.gaps.is_empty() {
-        (api.authority().current().auth).authorize_unserved(&identity.caller, Verb::Watch)?;
-    }
+    // The keys between the served prefixes are allowed as a cache part
+    // is: judged now, held while the watch is open.
+    let gaps_grant = match placement.gaps.is_empty() {
+        true => None,
+        false => {
+            let Entered { judged, identity } = api.enter_as(&identity)?;
+            (judged.auth).authorize_unserved(&identity.caller, Verb::Watch)?;
+            let grant = Grant::of(identity, Verb::Watch, Granted::Unserved);
+            Some(api.authority().hold(grant, &judged))
+        }
+    };
     let resources = placement.resources();
     if let Some(whole) = placement.whole() {
         let after = match start_revision {
@@ -60,7 +68,7 @@ pub(super) async fn start(
     sources.sort_by(|a, b| a.0.cmp(&b.0));
     let sources = sources.into_iter().map(|(_, s)| s).collect();
     Ok((
-        Watched::Merged(Box::new(Merge::new(sources, after))),
+        Watched::Merged(Box::new(Merge::new(sources, after, gaps_grant))),
         resources,
     ))
 }

@@ -21,9 +21,10 @@ use super::merge::Watched;
 use super::register::{fresh_revision, start};
 use super::wire::header;
 use super::EtcdApi;
-use crate::access::Identity;
-use crate::api::error::{etcd_status, ApiError};
-use crate::api::CallMeta;
+use crate::access::{Grant, Granted, HeldGrant, Identity};
+use crate::api::error::{etcd_status, revoked, ApiError};
+use crate::api::{CallMeta, Entered};
+use crate::config::Verb;
 use crate::dispatch::{Inbox, Mailbox, Place};
 use crate::etcdpb::etcdserverpb::watch_create_request::FilterType;
 use crate::etcdpb::etcdserverpb::watch_request::RequestUnion;
@@ -56,19 +57,28 @@ impl EtcdApi {
         max_message: usize,
     ) -> Result<EtcdStream, Status> {
         let (meta, requests) = CallMeta::of(request);
-        let identity = self.core.enter(&meta).map_err(etcd_status)?.identity;
+        let Entered { judged, identity } = self.core.enter(&meta).map_err(etcd_status)?;
+        // The stream ends with its credential, watches or none.
+        let grant = Grant::of(identity.clone(), Verb::Watch, Granted::Identity);
+        let grant = self.core.authority().hold(grant, &judged);
+        let requests_woken = Arc::new(Woken::default());
+        let alarm = requests_woken.clone();
+        grant
+            .grant()
+            .on_revoke(move || std::task::Wake::wake_by_ref(&alarm));
         let inbox = meta.extensions.get::<Arc<Inbox>>().cloned();
         let place = inbox.as_ref().map(Inbox::reserve);
         Ok(EtcdStream {
             shutdown: Box::pin(self.core.shutdown().clone().cancelled_owned()),
             api: self.clone(),
             identity,
+            grant,
             open: HashMap::new(),
             streams: StreamMap::new(),
             next_id: 0,
             max_message,
             requests,
-            requests_woken: Arc::new(Woken::default()),
+            requests_woken,
             registered: None,
             reading: true,
             pending: None,
@@ -112,6 +122,8 @@ enum Pending {
 pub struct EtcdStream {
     api: EtcdApi,
     identity: Identity,
+    /// Its caller's credential, while it is in force.
+    grant: HeldGrant,
     open: HashMap<i64, Opened>,
     streams: StreamMap<i64, Watched>,
     /// Where the search for a free id starts, as etcd assigns them.
@@ -164,6 +176,14 @@ impl Stream for EtcdStream {
             }
             if this.ended {
                 return Poll::Ready(None);
+            }
+            if let Some(why) = this.grant.revoked() {
+                // Nothing more reaches a caller whose credential ended.
+                this.out.clear();
+                this.streams = StreamMap::new();
+                this.open.clear();
+                this.end = Some(etcd_status(revoked(why, None)));
+                continue;
             }
             if !std::mem::replace(&mut shutdown_seen, true)
                 && this.shutdown.as_mut().poll(cx).is_ready()

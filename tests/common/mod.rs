@@ -21,7 +21,7 @@ mod forwarder;
 mod informers;
 
 #[allow(unused_imports)]
-pub use auth::{as_caller, tenant_auth, TENANT_TOKENS};
+pub use auth::{as_caller, issuer, now, tenant_auth, write, Issuer, JWT_AUTH, TENANT_TOKENS};
 #[allow(unused_imports)]
 pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, Ev, Kv};
 #[allow(unused_imports)]

@@ -10,6 +10,7 @@ mod common;
 mod auth;
 mod campaign;
 mod clients;
+mod credentials;
 mod forward;
 mod kv;
 mod shared;

@@ -83,3 +83,101 @@ pub fn create(key: &str, end: &str) -> WatchRequest {
         })),
     }
 }
+
+/// A call of etcd's API as `token`'s caller, with a client that sends the
+/// bearer token watchproxy reads.
+pub mod as_caller {
+    use http::uri::PathAndQuery;
+    use tonic::metadata::MetadataValue;
+    use tonic::transport::Channel;
+    use tonic::{Request, Status, Streaming};
+    use tonic_prost::ProstCodec;
+    use watchproxy::etcdpb::etcdserverpb::{
+        RangeRequest, RangeResponse, WatchRequest, WatchResponse,
+    };
+
+    async fn grpc(addr: std::net::SocketAddr) -> tonic::client::Grpc<Channel> {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        grpc
+    }
+
+    fn with_token<T>(token: Option<&str>, message: T) -> Request<T> {
+        let mut req = Request::new(message);
+        if let Some(token) = token {
+            let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+            req.metadata_mut().insert("authorization", value);
+        }
+        req
+    }
+
+    pub async fn range(
+        addr: std::net::SocketAddr,
+        token: Option<&str>,
+        key: &str,
+        end: &str,
+    ) -> Result<RangeResponse, Status> {
+        let req = RangeRequest {
+            key: key.as_bytes().to_vec().into(),
+            range_end: end.as_bytes().to_vec().into(),
+            ..Default::default()
+        };
+        let path = PathAndQuery::from_static("/etcdserverpb.KV/Range");
+        let mut grpc = grpc(addr).await;
+        let answer = grpc
+            .unary(with_token(token, req), path, ProstCodec::default())
+            .await;
+        answer.map(|r| r.into_inner())
+    }
+
+    /// A Watch stream: its requests' sender and its responses.
+    pub async fn watch(
+        addr: std::net::SocketAddr,
+        token: Option<&str>,
+    ) -> Result<
+        (
+            tokio::sync::mpsc::Sender<WatchRequest>,
+            Streaming<WatchResponse>,
+        ),
+        Status,
+    > {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let path = PathAndQuery::from_static("/etcdserverpb.Watch/Watch");
+        let mut grpc = grpc(addr).await;
+        let answer = grpc
+            .streaming(with_token(token, requests), path, ProstCodec::default())
+            .await?;
+        Ok((tx, answer.into_inner()))
+    }
+}
+
+/// Waits up to 10 s until `token`'s caller can read `key`..`end` (the
+/// cache is ready); what the last try answered otherwise.
+pub async fn until_readable(addr: std::net::SocketAddr, token: &str, key: &str, end: &str) {
+    let mut last = None;
+    for _ in 0..100 {
+        match as_caller::range(addr, Some(token), key, end).await {
+            Ok(_) => return,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{token} cannot read {key}: {last:?}");
+}
+
+/// watchproxy with etcd's API and the tenant fixture's tokens and rules,
+/// and the directory that holds its token file.
+pub async fn tenant_proxy(etcd: &Etcd) -> (tempfile::TempDir, Proxy) {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = pods_yaml(&etcd.client_url, 64)
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        + &tenant_auth(dir.path());
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    (dir, proxy)
+}

@@ -10,31 +10,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::*;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
-use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
-use tonic::{Code, Request};
+use tonic::Code;
 use watchproxy::config::{Config, ServePath};
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 use watchproxy::pb::{self, WatchEvent};
-
-/// Written by rename, as Kubernetes updates mounted files.
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    path
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// The pods configuration on `path`, with `extra` (auth and rules) after
 /// it.
@@ -52,13 +32,6 @@ fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
 /// Started from a file, so that it reads the file again.
 async fn start_from(file: &Path) -> Proxy {
     Proxy::start_config(Config::from_file(file).unwrap()).await
-}
-
-fn as_caller<T>(token: &str, message: T) -> Request<T> {
-    let mut req = Request::new(message);
-    let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-    req.metadata_mut().insert("authorization", value);
-    req
 }
 
 fn watch_from(namespace: &str, rv: u64) -> pb::WatchRequest {
@@ -165,48 +138,7 @@ fn write_for(
     })
 }
 
-/// An ES256 issuer: its key and its JWKS document.
-struct Issuer {
-    key: EncodingKey,
-    jwks: String,
-}
-
-fn issuer(kid: &str) -> Issuer {
-    let pair = rcgen::KeyPair::generate().unwrap();
-    let raw = pair.public_key_raw();
-    Issuer {
-        key: EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap(),
-        jwks: format!(
-            r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"{kid}","x":"{}","y":"{}"}}]}}"#,
-            URL_SAFE_NO_PAD.encode(&raw[1..33]),
-            URL_SAFE_NO_PAD.encode(&raw[33..65])
-        ),
-    }
-}
-
-impl Issuer {
-    fn sign(&self, kid: &str, claims: serde_json::Value) -> String {
-        let mut header = Header::new(Algorithm::ES256);
-        header.kid = Some(kid.into());
-        encode(&header, &claims, &self.key).unwrap()
-    }
-
-    fn token(&self, kid: &str, exp: u64) -> String {
-        self.sign(
-            kid,
-            serde_json::json!({
-                "sub": "system:serviceaccount:ns:reader",
-                "groups": ["system:serviceaccounts:ns"],
-                "iss": "https://kubernetes.default.svc", "aud": ["watchproxy"], "exp": exp,
-            }),
-        )
-    }
-}
-
-const JWT_AUTH: &str = r#"
-auth:
-  allow_plaintext_tokens: true
-  jwt: {jwks_file: JWKS, issuer: "https://kubernetes.default.svc", audiences: [watchproxy]}
+const NS_READER: &str = r#"
 authorization:
   rules:
     - {subjects: ["group:system:serviceaccounts:ns"], resources: [pods], namespaces: [ns], verbs: [list, watch]}
@@ -227,7 +159,7 @@ async fn jwt_expiry_and_revocation(path: ServePath) {
         &config_text(
             &etcd,
             path,
-            &JWT_AUTH.replace("JWKS", &jwks.display().to_string()),
+            &(JWT_AUTH.replace("JWKS", &jwks.display().to_string()) + NS_READER),
         ),
     );
     let proxy = start_from(&file).await;
