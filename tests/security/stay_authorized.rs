@@ -23,10 +23,13 @@ fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
         ServePath::Fast => "fast",
         ServePath::Tonic => "tonic",
     };
-    pods_yaml(&etcd.client_url, 64).replace(
-        "  watcher_queue: 64",
-        &format!("  watcher_queue: 64\n  serve_path: {serve}"),
-    ) + extra
+    pods_yaml(&etcd.client_url, 64)
+        .replace(
+            "  watcher_queue: 64",
+            &format!("  watcher_queue: 64\n  serve_path: {serve}"),
+        )
+        .replace("resources:", "etcd_api: {enabled: true}\nresources:")
+        + extra
 }
 
 /// Started from a file, so that it reads the file again.
@@ -375,11 +378,15 @@ async fn a_token_taken_out_of_its_file_ends_its_watches_on_the_tonic_path() {
     token_revocation(ServePath::Tonic).await;
 }
 
-/// A Watch identified from its headers whose body arrives after its token
-/// left the token file is refused with CREDENTIAL_REVOKED, not registered
-/// under the identity its headers named.
+/// A call identified from its headers whose body arrives after its token
+/// left the token file is refused with CREDENTIAL_REVOKED, not served
+/// under the identity its headers named: a `watchproxy.v1` Watch, an etcd
+/// Watch stream (whose first request creates a watch) and an etcd Range.
 async fn revoked_between_headers_and_body(path: ServePath) {
     use prost::Message;
+    use watchproxy::etcdpb::etcdserverpb::{
+        watch_request::RequestUnion, RangeRequest, WatchCreateRequest, WatchRequest,
+    };
     let TwoUsers {
         etcd: _etcd,
         dir,
@@ -390,16 +397,41 @@ async fn revoked_between_headers_and_body(path: ServePath) {
     let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     let (send, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
-    let mut send = send.ready().await.unwrap();
-    let request = http::Request::builder()
-        .method("POST")
-        .uri("http://localhost/watchproxy.v1.WatchProxy/Watch")
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("authorization", "Bearer alice-1")
-        .body(())
-        .unwrap();
-    let (response, mut body) = send.send_request(request, false).unwrap();
+    let pods = (b"/registry/pods/".to_vec(), b"/registry/pods0".to_vec());
+    let etcd_watch = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: pods.0.clone().into(),
+            range_end: pods.1.clone().into(),
+            ..Default::default()
+        })),
+    };
+    let etcd_range = RangeRequest {
+        key: pods.0.into(),
+        range_end: pods.1.into(),
+        ..Default::default()
+    };
+    let calls = [
+        (
+            "/watchproxy.v1.WatchProxy/Watch",
+            watch_from("", 0).encode_to_vec(),
+        ),
+        ("/etcdserverpb.Watch/Watch", etcd_watch.encode_to_vec()),
+        ("/etcdserverpb.KV/Range", etcd_range.encode_to_vec()),
+    ];
+    let mut open = Vec::new();
+    for (method, message) in calls {
+        let mut send = send.clone().ready().await.unwrap();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://localhost{method}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("authorization", "Bearer alice-1")
+            .body(())
+            .unwrap();
+        let (response, body) = send.send_request(request, false).unwrap();
+        open.push((method, message, response, body));
+    }
 
     // alice's token leaves the file; once it is read again, a new call
     // with it is refused.
@@ -415,38 +447,41 @@ async fn revoked_between_headers_and_body(path: ServePath) {
     }
     assert!(read_again, "the token file is read again within 10 s");
 
-    let message = watch_from("", 0).encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&message);
-    body.send_data(framed.into(), true).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), response)
-        .await
-        .expect("an answer within 10 s")
-        .unwrap();
-    let status = match response.headers().get("grpc-status") {
-        Some(status) => status.clone(),
-        None => {
-            let mut stream = response.into_body();
-            let trailers = tokio::time::timeout(Duration::from_secs(3), async {
-                while stream.data().await.is_some() {}
-                stream.trailers().await
-            })
+    for (method, message, response, mut body) in open {
+        let mut framed = vec![0];
+        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&message);
+        // A stream's end would tell the server no more is coming; the
+        // etcd Watch stream is left open, as its clients leave it.
+        let _ = body.send_data(framed.into(), !method.ends_with("Watch/Watch"));
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
             .await
-            .expect("the watch was registered under the revoked token");
-            trailers.unwrap().unwrap()["grpc-status"].clone()
-        }
-    };
-    assert_eq!(status, "16", "{path:?}: UNAUTHENTICATED");
+            .expect("an answer within 10 s")
+            .unwrap();
+        let status = match response.headers().get("grpc-status") {
+            Some(status) => status.clone(),
+            None => {
+                let mut stream = response.into_body();
+                let trailers = tokio::time::timeout(Duration::from_secs(3), async {
+                    while stream.data().await.is_some() {}
+                    stream.trailers().await
+                })
+                .await
+                .unwrap_or_else(|_| panic!("{method} was served under the revoked token"));
+                trailers.unwrap().unwrap()["grpc-status"].clone()
+            }
+        };
+        assert_eq!(status, "16", "{path:?} {method}: UNAUTHENTICATED");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_revoked_between_a_watchs_headers_and_body_refuses_it_on_the_fast_path() {
+async fn a_token_revoked_between_a_calls_headers_and_body_refuses_it_on_the_fast_path() {
     revoked_between_headers_and_body(ServePath::Fast).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_revoked_between_a_watchs_headers_and_body_refuses_it_on_the_tonic_path() {
+async fn a_token_revoked_between_a_calls_headers_and_body_refuses_it_on_the_tonic_path() {
     revoked_between_headers_and_body(ServePath::Tonic).await;
 }
 
