@@ -33,15 +33,35 @@ impl Snapshot {
         predicate: &'a Predicate,
         after: Option<&str>,
     ) -> Box<dyn Iterator<Item = &'a Arc<Object>> + 'a> {
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.as_bytes()));
+        self.select_between(resource, predicate, from, Bound::Unbounded)
+    }
+
+    /// [`Snapshot::select`] of the keys between `from` and `to`: the
+    /// store's range, or the field index a pinned field names, whichever
+    /// is narrower.
+    pub fn select_between<'a>(
+        &'a self,
+        resource: &Resource,
+        predicate: &'a Predicate,
+        from: Bound<&[u8]>,
+        to: Bound<&'a [u8]>,
+    ) -> Box<dyn Iterator<Item = &'a Arc<Object>> + 'a> {
+        let within = move |key: &[u8]| {
+            let above = match from {
+                Bound::Included(f) => key >= f,
+                Bound::Excluded(f) => key > f,
+                Bound::Unbounded => true,
+            };
+            above && below(to, key)
+        };
         let namespace = predicate.namespace().unwrap_or("");
         if let Some(name) = predicate.name() {
             if !resource.namespaced || !namespace.is_empty() {
                 let key = resource.key(namespace, name);
-                let past = after.is_some_and(|a| a >= key.as_str());
-                let hit = if past {
-                    None
-                } else {
-                    self.store.get(key.as_bytes())
+                let hit = match within(key.as_bytes()) {
+                    true => self.store.get(key.as_bytes()),
+                    false => None,
                 };
                 return Box::new(
                     hit.into_iter()
@@ -59,24 +79,48 @@ impl Snapshot {
             let Some(keys) = keys else {
                 return Box::new(std::iter::empty());
             };
-            let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.as_bytes()));
+            let from = owned(from);
             return Box::new(
-                (keys.range::<_, [u8]>((lower, Bound::Unbounded)))
+                (keys.range::<_, [u8]>((bound_ref(&from), Bound::Unbounded)))
                     .map(|s| &s.0)
+                    .take_while(move |o| below(to, o.key_bytes()))
                     .filter(move |o| o.key_bytes().starts_with(prefix.as_bytes()))
                     .filter(|o| predicate.matches(o)),
             );
         }
-        let lower = match after {
-            Some(a) if a >= prefix.as_str() => Bound::Excluded(a.as_bytes()),
-            _ => Bound::Included(prefix.as_bytes()),
+        let lower = match from {
+            Bound::Included(f) | Bound::Excluded(f) if f < prefix.as_bytes() => {
+                Bound::Included(prefix.as_bytes().to_vec())
+            }
+            Bound::Unbounded => Bound::Included(prefix.as_bytes().to_vec()),
+            from => owned(from),
         };
-        let range = self.store.range::<_, [u8]>((lower, Bound::Unbounded));
+        let range = self
+            .store
+            .range::<_, [u8]>((bound_ref(&lower), Bound::Unbounded));
         Box::new(
             range
                 .map(|s| &s.0)
                 .take_while(move |o| o.key_bytes().starts_with(prefix.as_bytes()))
+                .take_while(move |o| below(to, o.key_bytes()))
                 .filter(|o| predicate.matches(o)),
         )
     }
+}
+
+/// Whether `key` is before the upper bound `to`.
+fn below(to: Bound<&[u8]>, key: &[u8]) -> bool {
+    match to {
+        Bound::Included(t) => key <= t,
+        Bound::Excluded(t) => key < t,
+        Bound::Unbounded => true,
+    }
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    b.map(<[u8]>::to_vec)
+}
+
+fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    b.as_ref().map(Vec::as_slice)
 }

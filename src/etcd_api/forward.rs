@@ -13,6 +13,10 @@ use crate::etcdpb::mvccpb;
 use crate::object::Revision;
 use crate::source::{Etcd, Origin};
 
+/// The most pairs one read of etcd for keys between the served prefixes
+/// asks for.
+const GAP_PAGE: usize = 1000;
+
 impl EtcdApi {
     /// The connection keys outside the served prefixes are read on: the
     /// one the caches read etcd with.
@@ -28,12 +32,22 @@ impl EtcdApi {
             })
     }
 
-    /// A Range wholly outside the served prefixes: etcd's own answer.
-    pub(super) async fn forward_range(&self, r: &RangeRequest) -> Result<RangeResponse, ApiError> {
+    /// A Range wholly outside the served prefixes: etcd's own answer,
+    /// at most `page` pairs of it (`more` when cut).
+    pub(super) async fn forward_range(
+        &self,
+        r: &RangeRequest,
+        page: usize,
+    ) -> Result<RangeResponse, ApiError> {
         let etcd = self.forwarder()?;
         self.core.metrics().etcd_api_forwarded("range");
+        let limit = match r.limit {
+            n if n > 0 && (n as usize) <= page => n,
+            _ if page < usize::MAX => page as i64,
+            n => n,
+        };
         let mut o = GetOptions::new()
-            .with_limit(r.limit)
+            .with_limit(limit)
             .with_revision(r.revision)
             .with_min_mod_revision(r.min_mod_revision)
             .with_max_mod_revision(r.max_mod_revision)
@@ -66,21 +80,38 @@ impl EtcdApi {
         })
     }
 
-    /// Every pair of `gap` at `revision`, from etcd.
+    /// How many pairs `gap` holds at `revision`, and the first `want` of
+    /// them in key order, read from etcd in pages of at most
+    /// [`GAP_PAGE`].
     pub(super) async fn read_gap(
         &self,
         gap: &KeyRange,
         revision: Revision,
-    ) -> Result<Vec<mvccpb::KeyValue>, ApiError> {
+        want: usize,
+    ) -> Result<(usize, Vec<mvccpb::KeyValue>), ApiError> {
         let etcd = self.forwarder()?;
         self.core.metrics().etcd_api_forwarded("range");
-        let (key, end) = gap.etcd_bounds();
-        let mut o = GetOptions::new().with_revision(revision as i64);
-        if !end.is_empty() {
-            o = o.with_range(end);
+        let (mut from, end) = gap.etcd_bounds();
+        let (mut count, mut kvs) = (None, Vec::new());
+        loop {
+            let take = want.saturating_sub(kvs.len()).min(GAP_PAGE);
+            let mut o = GetOptions::new().with_revision(revision as i64);
+            if !end.is_empty() {
+                o = o.with_range(end.clone());
+            }
+            o = match take {
+                0 => o.with_count_only(),
+                n => o.with_limit(n as i64),
+            };
+            let got = etcd.range(from, o).await?;
+            // The first page's count is the whole gap's.
+            count.get_or_insert(got.count() as usize);
+            kvs.extend(got.kvs().iter().map(key_value));
+            match got.kvs().last() {
+                Some(last) if got.more() && kvs.len() < want => from = [last.key(), &[0]].concat(),
+                _ => return Ok((count.unwrap_or_default(), kvs)),
+            }
         }
-        let got = etcd.range(key, o).await?;
-        Ok(got.kvs().iter().map(key_value).collect())
     }
 
     /// A watch of `range` on etcd from `start` (0: from now).

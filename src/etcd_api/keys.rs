@@ -3,6 +3,7 @@
 //! keys say, one namespace's) is that resource's query.
 
 use std::fmt;
+use std::ops::Bound;
 
 use super::EtcdApi;
 use crate::api::error::ApiError;
@@ -65,6 +66,16 @@ impl KeyRange {
         }
     }
 
+    /// Its keys as bounds of a key-ordered map.
+    pub fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        let end = match &self.end {
+            End::Key => Bound::Included(self.start.as_slice()),
+            End::Unbounded => Bound::Unbounded,
+            End::Before(end) => Bound::Excluded(end.as_slice()),
+        };
+        (Bound::Included(self.start.as_slice()), end)
+    }
+
     /// Whether no key outside `[start, end)` is in it.
     fn within(&self, start: &[u8], end: &[u8]) -> bool {
         self.start.as_slice() >= start
@@ -90,7 +101,7 @@ impl KeyRange {
 
     /// The first key after the range; none when it runs to the end of
     /// the key space.
-    fn end_key(&self) -> Option<Vec<u8>> {
+    pub fn end_key(&self) -> Option<Vec<u8>> {
         match &self.end {
             End::Key => Some([&self.start[..], &[0]].concat()),
             End::Unbounded => None,

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
+use prost::Message;
 
 use super::forward;
 use crate::access::HeldGrant;
@@ -29,9 +30,12 @@ use crate::object::Revision;
 /// revision it has shown everything up to.
 const ASK_EVERY: Duration = Duration::from_millis(50);
 
-/// Changes one merged watch holds at most while a part lags: past it the
-/// watch is canceled as compacted and its client reads again.
+/// Changes one merged watch holds at most while a part lags, and the
+/// memory they may keep (the cache's objects, which the window would
+/// otherwise let go, and etcd's events): past either the watch is canceled
+/// as compacted and its client reads again.
 pub const MAX_HELD: usize = 65_536;
+pub const MAX_HELD_BYTES: u64 = 16 << 20;
 
 /// What an etcd watch shows next.
 pub enum Seen {
@@ -128,6 +132,8 @@ pub struct Merge {
     /// The progress last shown.
     progress_shown: Revision,
     held: usize,
+    /// What the held changes keep, as [`weight`] counts it.
+    held_bytes: u64,
     /// When the parts that hold the others back are asked next.
     ask: Pin<Box<tokio::time::Sleep>>,
     /// What allows the parts read from etcd, while it still does, and
@@ -158,6 +164,7 @@ impl Merge {
             shown_through: after,
             progress_shown: after,
             held: 0,
+            held_bytes: 0,
             ask: Box::pin(tokio::time::sleep(Duration::ZERO)),
             gaps,
         }
@@ -172,9 +179,12 @@ impl Merge {
             }
         }
         for part in &mut self.parts {
-            while self.held < MAX_HELD {
+            while self.held < MAX_HELD && self.held_bytes < MAX_HELD_BYTES {
                 match part.poll_take(cx) {
-                    Poll::Ready(Some(Taken::Changes(n))) => self.held += n,
+                    Poll::Ready(Some(Taken::Changes(n, bytes))) => {
+                        self.held += n;
+                        self.held_bytes += bytes;
+                    }
                     Poll::Ready(Some(Taken::Progress)) => {}
                     Poll::Ready(Some(Taken::End(end))) => return Poll::Ready(Some(*end)),
                     Poll::Ready(None) => return Poll::Ready(None),
@@ -192,11 +202,12 @@ impl Merge {
         if let Some((_, i)) = next {
             self.held -= 1;
             let (revision, seen) = self.parts[i].held.pop_front().expect("a held change");
+            self.held_bytes -= weight(&seen);
             self.shown_through = self.shown_through.max(revision.saturating_sub(1));
             return Poll::Ready(Some(Ok(seen)));
         }
         self.shown_through = self.shown_through.max(through);
-        if self.held >= MAX_HELD {
+        if self.held >= MAX_HELD || self.held_bytes >= MAX_HELD_BYTES {
             return Poll::Ready(Some(Ok(Seen::Canceled {
                 current: through,
                 compact_revision: through + 1,
@@ -229,7 +240,8 @@ impl Merge {
 
 /// What one turn of reading a part took.
 enum Taken {
-    Changes(usize),
+    /// How many changes, and their [`weight`].
+    Changes(usize, u64),
     Progress,
     End(Box<Result<Seen, ApiError>>),
 }
@@ -250,9 +262,12 @@ impl Part {
                     }
                     Shown::Change(view) => {
                         // More of its revision may follow.
-                        self.through = self.through.max(view.revision - 1);
-                        self.held.push_back((view.revision, Seen::Change(view)));
-                        Taken::Changes(1)
+                        let revision = view.revision;
+                        self.through = self.through.max(revision - 1);
+                        let seen = Seen::Change(view);
+                        let bytes = weight(&seen);
+                        self.held.push_back((revision, seen));
+                        Taken::Changes(1, bytes)
                     }
                     Shown::Bookmark(revision, mark) => {
                         self.through = self.through.max(revision);
@@ -289,14 +304,25 @@ impl Part {
                     return Poll::Ready(Some(Taken::Progress));
                 }
                 // etcd sends a revision whole in one response.
+                let mut bytes = 0;
                 for e in events {
                     let revision = e.kv().map_or(0, |kv| kv.mod_revision()) as Revision;
                     self.through = self.through.max(revision);
                     let seen = Seen::Forwarded(revision, forward::event(e));
+                    bytes += weight(&seen);
                     self.held.push_back((revision, seen));
                 }
-                Poll::Ready(Some(Taken::Changes(events.len())))
+                Poll::Ready(Some(Taken::Changes(events.len(), bytes)))
             }
         }
+    }
+}
+
+/// About the memory a held change keeps.
+fn weight(seen: &Seen) -> u64 {
+    match seen {
+        Seen::Change(view) => view.object.cost() + view.prev.as_ref().map_or(0, |p| p.cost()),
+        Seen::Forwarded(_, e) => (e.encoded_len() + std::mem::size_of::<Seen>()) as u64,
+        Seen::Progress(..) | Seen::Canceled { .. } => 0,
     }
 }

@@ -3,24 +3,22 @@
 //! filtered, sorted and cut as etcd does.
 
 use std::cmp::Ordering;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::keys::{current, End, KeyRange};
+use super::keys::{current, KeyRange};
 use super::wire::{header, key_value};
 use super::EtcdApi;
 use crate::api::error::{etcd_status, ApiError};
 use crate::api::{origin_failed, CallInfo, CallMeta, ReadFrom, Served};
-use crate::cache::Snapshot;
 use crate::config::Verb;
 use crate::etcdpb::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::etcdpb::mvccpb;
 use crate::object::{Object, RequestedVersion, Revision};
 use crate::selector::Predicate;
-use crate::source::PageStart;
+use crate::source::Origin;
 
 /// Which state a Range reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,11 +77,35 @@ impl RangeQuery {
         })
     }
 
-    /// The answer etcd gives from these pairs of the range at `revision`,
-    /// in key order: `count` is of them all, the revision filters, the
-    /// sort and the limit then apply in that order.
-    fn answer(&self, revision: Revision, kvs: Vec<mvccpb::KeyValue>) -> RangeResponse {
-        let count = kvs.len() as i64;
+    /// Whether the answer needs every pair of the range: to sort them
+    /// other than by key, or to filter them by revision (etcd reads them
+    /// all then too). Otherwise the first of them in key order make it.
+    fn needs_every_pair(&self) -> bool {
+        self.sort.is_some() || self.mod_revisions != (0, 0) || self.create_revisions != (0, 0)
+    }
+
+    /// The pairs of the range one answer holds at most: the limit asked
+    /// for (0: all), within `max_page`.
+    fn page(&self, max_page: impl Fn(usize) -> usize) -> usize {
+        max_page(match self.limit {
+            0 => usize::MAX,
+            n => n,
+        })
+    }
+
+    /// The answer etcd gives from `kvs`, in key order, of the `count`
+    /// pairs of the range at `revision`: all of them when the answer
+    /// [needs every pair](Self::needs_every_pair), else the first in key
+    /// order. The revision filters, the sort and `page` apply in that
+    /// order; `more` when pairs are left out.
+    fn answer(
+        &self,
+        revision: Revision,
+        kvs: Vec<mvccpb::KeyValue>,
+        count: usize,
+        page: usize,
+    ) -> RangeResponse {
+        let read = kvs.len();
         let between =
             |v: i64, (min, max): (i64, i64)| (min == 0 || v >= min) && (max == 0 || v <= max);
         let mut kept: Vec<mvccpb::KeyValue> = kvs
@@ -100,10 +122,8 @@ impl RangeQuery {
                 }
             });
         }
-        let more = self.limit > 0 && kept.len() > self.limit;
-        if more {
-            kept.truncate(self.limit);
-        }
+        let more = kept.len() > page || count > read;
+        kept.truncate(page);
         if self.count_only {
             kept.clear();
         }
@@ -114,7 +134,7 @@ impl RangeQuery {
             header: header(revision),
             kvs: kept,
             more: more && !self.count_only,
-            count,
+            count: count as i64,
         }
     }
 }
@@ -154,8 +174,13 @@ impl EtcdApi {
             if !placement.gaps.is_empty() {
                 (entered.judged.auth).authorize_unserved(caller, Verb::List)?;
             }
+            let reader = &caller.user;
+            let page = q.page(|n| self.core.user_limits().page(n));
             if placement.parts.is_empty() {
-                return self.forward_range(&req).await;
+                // etcd's own read, charged as a read the caches cannot
+                // answer.
+                self.core.user_limits().costly_read(reader)?;
+                return self.forward_range(&req, page).await;
             }
             let verb = match (q.range.is_key(), placement.whole().is_some()) {
                 (true, true) => Verb::Get,
@@ -168,7 +193,6 @@ impl EtcdApi {
                 let predicate = scope.predicate(&s.cache.resource, &part.namespace, "", "", "")?;
                 parts.push((s, predicate, &part.range));
             }
-            let reader = &caller.user;
             // One resource: its state as asked; several: each at one
             // revision, with what the gaps hold there.
             let at = match (&parts[..], q.at) {
@@ -182,39 +206,64 @@ impl EtcdApi {
                         .unwrap_or_default(),
                 ),
             };
-            let mut revision = 0;
-            let mut kvs = Vec::new();
-            for (s, predicate, range) in &parts {
-                let (r, objects) = self.range_objects(s, range, at, predicate, reader).await?;
-                revision = revision.max(r);
-                kvs.extend(objects.iter().map(|o| key_value(o, true)));
-            }
-            if let At::Exact(n) = at {
-                for gap in &placement.gaps {
-                    kvs.extend(self.read_gap(gap, n).await?);
+            // Each part and gap in key order, until the answer has the
+            // pairs it shows; every part counts its own.
+            let mut want = match (q.count_only, q.needs_every_pair()) {
+                (true, _) => 0,
+                (false, true) => usize::MAX,
+                (false, false) => page,
+            };
+            let mut pieces: Vec<(&[u8], Option<usize>)> = (parts.iter().enumerate())
+                .map(|(i, (.., range))| (range.start.as_slice(), Some(i)))
+                .collect();
+            if let At::Exact(_) = at {
+                if !placement.gaps.is_empty() {
+                    self.core.user_limits().costly_read(reader)?;
                 }
+                pieces.extend(placement.gaps.iter().map(|g| (g.start.as_slice(), None)));
             }
-            if parts.len() + placement.gaps.len() > 1 {
-                kvs.sort_by(|a, b| a.key.cmp(&b.key));
+            pieces.sort_by(|a, b| a.0.cmp(b.0));
+            let mut gaps = placement.gaps.iter();
+            let (mut revision, mut count, mut kvs) = (0, 0, Vec::new());
+            for (_, piece) in pieces {
+                let (r, n, read) = match (piece, at) {
+                    (Some(i), _) => {
+                        let (s, predicate, range) = &parts[i];
+                        let cut = Cut { range, want };
+                        self.range_part(s, cut, at, predicate, reader).await?
+                    }
+                    (None, At::Exact(n)) => {
+                        let gap = gaps.next().expect("a gap for each gap piece");
+                        let (count, kvs) = self.read_gap(gap, n, want).await?;
+                        (0, count, kvs)
+                    }
+                    (None, _) => continue,
+                };
+                revision = revision.max(r);
+                count += n;
+                want = want.saturating_sub(read.len());
+                kvs.extend(read);
             }
-            Ok(q.answer(revision, kvs))
+            Ok(q.answer(revision, kvs, count, page))
         };
         self.core
             .answer_with(&meta.metadata, info, call, etcd_status)
             .await
     }
 
-    /// The objects of `range` the caller may see, in key order, and
+    /// Of the objects of `cut.range` the caller may see: how many there
+    /// are, the first `cut.want` of them in key order as etcd's pairs, and
     /// etcd's revision at the time (what etcd's header names, whichever
-    /// state was read).
-    async fn range_objects(
+    /// state was read). A snapshot is read through the narrowest of its
+    /// key range and field indexes, as a List page is.
+    async fn range_part(
         &self,
         s: &Served,
-        range: &KeyRange,
+        cut: Cut<'_>,
         at: At,
         predicate: &Predicate,
         reader: &str,
-    ) -> Result<(Revision, Vec<Arc<Object>>), ApiError> {
+    ) -> Result<(Revision, usize, Vec<mvccpb::KeyValue>), ApiError> {
         let source = match at {
             At::Serializable => self.core.source_for(s, RequestedVersion::Any).await?,
             At::Consistent => self.core.source_for(s, RequestedVersion::Latest).await?,
@@ -222,27 +271,25 @@ impl EtcdApi {
         };
         let revision = match source {
             ReadFrom::Cache(snapshot) => {
-                let objects = in_range(&snapshot, range, predicate).cloned().collect();
-                return Ok((current(s).max(snapshot.revision), objects));
+                let (from, to) = cut.range.bounds();
+                let it = snapshot.select_between(&s.cache.resource, predicate, from, to);
+                let (count, kvs) = cut.take(it);
+                return Ok((current(s).max(snapshot.revision), count, kvs));
             }
             ReadFrom::Origin(revision) => revision,
         };
-        let resource = &s.cache.resource;
-        let read = (s.origin)
-            .objects_at(
-                &s.metrics,
-                resource,
-                predicate,
-                revision,
-                PageStart::default(),
-                usize::MAX,
-            )
-            .await;
-        let page = read.map_err(|e| origin_failed(s, revision, e))?;
-        let objects = (page.items.into_iter())
-            .filter(|o| range.contains(o.key_bytes()))
-            .collect();
-        Ok((current(s).max(revision), objects))
+        let Origin::Etcd(etcd) = &s.origin else {
+            return Err(ApiError::NotFresh {
+                resource: s.cache.resource.name.clone(),
+            });
+        };
+        let end = cut.range.end_key().unwrap_or_else(|| vec![0]);
+        let keys = (cut.range.start.as_slice(), end.as_slice());
+        let read =
+            (etcd.objects_in(&s.metrics, &s.cache.resource, predicate, keys, revision)).await;
+        let objects = read.map_err(|e| origin_failed(s, revision, e))?;
+        let (count, kvs) = cut.take(objects.iter());
+        Ok((current(s).max(revision), count, kvs))
     }
 
     /// The state at `n`: a snapshot of the cache, else etcd's at `n`
@@ -277,21 +324,26 @@ impl EtcdApi {
     }
 }
 
-/// The objects of `snapshot` in `range` that `predicate` selects.
-fn in_range<'a>(
-    snapshot: &'a Snapshot,
+/// How much of a part's range an answer takes.
+struct Cut<'a> {
     range: &'a KeyRange,
-    predicate: &'a Predicate,
-) -> impl Iterator<Item = &'a Arc<Object>> + 'a {
-    let start = Bound::Included(range.start.as_slice());
-    let end = match &range.end {
-        End::Key => Bound::Included(range.start.as_slice()),
-        End::Unbounded => Bound::Unbounded,
-        End::Before(end) => Bound::Excluded(end.as_slice()),
-    };
-    (snapshot.store.range::<_, [u8]>((start, end)))
-        .map(|s| &s.0)
-        .filter(move |o| predicate.matches(o))
+    /// The pairs still wanted, in key order.
+    want: usize,
+}
+
+impl Cut<'_> {
+    /// How many `objects` there are, and the first `want` as pairs.
+    fn take<'o>(
+        &self,
+        objects: impl Iterator<Item = &'o Arc<Object>>,
+    ) -> (usize, Vec<mvccpb::KeyValue>) {
+        let mut objects = objects.peekable();
+        let kvs: Vec<mvccpb::KeyValue> = (objects.by_ref())
+            .take(self.want)
+            .map(|o| key_value(o, true))
+            .collect();
+        (kvs.len() + objects.count(), kvs)
+    }
 }
 
 #[cfg(test)]
@@ -326,6 +378,11 @@ mod tests {
         r.kvs.iter().map(key).collect()
     }
 
+    /// The answer from every pair of the range, with no page bound.
+    fn answer(q: &RangeQuery) -> RangeResponse {
+        q.answer(10, objects(), 3, q.page(|n| n))
+    }
+
     fn query(f: impl FnOnce(&mut RangeRequest)) -> RangeQuery {
         let mut r = RangeRequest {
             key: b"/p/".to_vec().into(),
@@ -344,7 +401,7 @@ mod tests {
             r.limit = 1;
             r.min_create_revision = 3;
         });
-        let answer = q.answer(10, objects());
+        let answer = answer(&q);
         assert_eq!(keys(&answer), ["c"].map(|n| format!("/p/ns/{n}")));
         assert_eq!((answer.count, answer.more), (3, true));
         assert_eq!(answer.header.unwrap().revision, 10);
@@ -353,7 +410,7 @@ mod tests {
     #[test]
     fn a_target_other_than_the_key_sorts_ascending_by_default() {
         let q = query(|r| r.sort_target = SortTarget::Value as i32);
-        let answer = q.answer(10, objects());
+        let answer = answer(&q);
         assert_eq!(keys(&answer), ["b", "c", "a"].map(|n| format!("/p/ns/{n}")));
         let kv = &answer.kvs[0];
         assert_eq!(
@@ -369,13 +426,31 @@ mod tests {
 
     #[test]
     fn keys_only_and_count_only_leave_out_what_they_say() {
-        let keys_only = query(|r| r.keys_only = true).answer(10, objects());
+        let keys_only = answer(&query(|r| r.keys_only = true));
         assert!(keys_only
             .kvs
             .iter()
             .all(|kv| kv.value.is_empty() && kv.version > 0));
-        let count_only = query(|r| r.count_only = true).answer(10, objects());
+        let count_only = answer(&query(|r| r.count_only = true));
         assert_eq!((count_only.kvs.len(), count_only.count), (0, 3));
+    }
+
+    #[test]
+    fn a_page_bound_cuts_the_answer_as_a_limit_does_and_the_count_stays_whole() {
+        let sorted = query(|r| {
+            r.sort_target = SortTarget::Value as i32;
+            r.limit = 3;
+        });
+        let cut = sorted.answer(10, objects(), 3, sorted.page(|n| n.min(2)));
+        assert_eq!(keys(&cut), ["b", "c"].map(|n| format!("/p/ns/{n}")));
+        assert_eq!((cut.count, cut.more), (3, true));
+        // In key order only the first pairs are read: the count says how
+        // many the range holds.
+        let plain = query(|_| {});
+        assert!(!plain.needs_every_pair() && sorted.needs_every_pair());
+        let first: Vec<_> = objects().into_iter().take(2).collect();
+        let cut = plain.answer(10, first, 3, plain.page(|n| n.min(2)));
+        assert_eq!((cut.kvs.len(), cut.count, cut.more), (2, 3, true));
     }
 
     #[test]

@@ -201,3 +201,38 @@ impl Etcd {
         })
     }
 }
+
+impl Etcd {
+    /// The objects `predicate` selects among the keys `[start, end)` at
+    /// `revision`, in key order, read in pages of [`PAGE`] keys: a read of
+    /// one key reads that key alone. Values that cannot be decoded are
+    /// skipped, as the cache skips them.
+    pub async fn objects_in(
+        &self,
+        m: &ResourceMetrics,
+        resource: &Resource,
+        predicate: &Predicate,
+        (start, end): (&[u8], &[u8]),
+        revision: Revision,
+    ) -> Result<Vec<Arc<Object>>, EtcdError> {
+        let mut items = Vec::new();
+        let mut from = start.to_vec();
+        loop {
+            m.etcd_request(EtcdRequest::exact_list_page);
+            let options = etcd_client::GetOptions::new()
+                .with_range(end)
+                .with_limit(PAGE)
+                .with_revision(revision as i64);
+            let page = self.range(from, options).await?;
+            let decoded = page
+                .kvs()
+                .iter()
+                .filter_map(|kv| super::decode(resource, kv).ok());
+            items.extend(decoded.filter(|o| predicate.matches(o)).map(Arc::new));
+            match page.kvs().last() {
+                Some(last) if page.more() => from = [last.key(), &[0]].concat(),
+                _ => return Ok(items),
+            }
+        }
+    }
+}

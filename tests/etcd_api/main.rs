@@ -8,6 +8,7 @@
 mod common;
 
 mod auth;
+mod bounds;
 mod campaign;
 mod clients;
 mod credentials;
