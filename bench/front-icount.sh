@@ -6,7 +6,10 @@
 # and RATE; 200, 10 and 20 by default); the counts of 20 s in the middle
 # of the writes are divided by the deliveries asked in that time.
 # WATCHPROXY_BIN measures another build (an earlier commit's, say) with
-# the same load generator.
+# the same load generator. TARGET=watchproxy-etcd measures etcd's API
+# (each watcher its own etcd Watch stream); CLIENT_WINDOW sets the
+# watchers' HTTP/2 windows (65535: as Go's gRPC clients start). CG_OUT
+# names a file to keep callgrind's counts in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y valgrind)" >&2; exit 1; }
@@ -23,7 +26,8 @@ exec valgrind --tool=callgrind --callgrind-out-file=$tmp/cg.%p $bin "\$@"
 EOF
 chmod +x "$tmp/watchproxy"
 ./target/release/watchproxy-bench --watchers "$watchers" --connections "$connections" \
-  --rate "$rate" --duration $((window + 30)) --mode all --targets watchproxy \
+  --rate "$rate" --duration $((window + 30)) --mode all --targets "${TARGET:-watchproxy}" \
+  ${CLIENT_WINDOW:+--client-window "$CLIENT_WINDOW"} \
   --watchproxy-bin "$tmp/watchproxy" >"$tmp/bench.txt" 2>&1 &
 bench=$!
 pid=
@@ -42,6 +46,8 @@ wait "$bench" || { cat "$tmp/bench.txt" >&2; exit 1; }
 bench=
 tail -3 "$tmp/bench.txt"
 out="$tmp/cg.$pid.2"
+# CG_OUT keeps the counts, for callgrind_annotate.
+[ -n "${CG_OUT:-}" ] && cp "$out" "$CG_OUT"
 ir=$(awk '/^summary:/ { print $2 }' "$out")
 deliveries=$((watchers * rate * window))
 echo

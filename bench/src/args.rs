@@ -150,6 +150,14 @@ pub struct Args {
     /// is wanted by one).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub shards: Option<u64>,
+    /// The HTTP/2 window (stream and connection) the watchers' connections
+    /// start with, as Go's gRPC clients start with 65535 and keep near it
+    /// on loopback. Set, the etcd targets' watchers are raw etcd Watch
+    /// streams on tonic channels with this window (the `etcd-client`
+    /// crate cannot set it), each still its own stream with one watch;
+    /// unset, tonic's and etcd-client's defaults.
+    #[arg(long)]
+    pub client_window: Option<u32>,
     /// Edges of the watchproxy-tiers target, replicas of the
     /// watchproxy-replicas one.
     #[arg(long, default_value_t = 3)]

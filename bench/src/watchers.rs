@@ -136,7 +136,9 @@ pub async fn open(
         let started = Instant::now();
         let mut connecting = tokio::task::JoinSet::new();
         for c in 0..args.connections.max(1) {
-            let mut channel = Channel::from_shared(endpoints[c % endpoints.len()].clone())?;
+            let mut channel = Channel::from_shared(endpoints[c % endpoints.len()].clone())?
+                .initial_stream_window_size(args.client_window)
+                .initial_connection_window_size(args.client_window);
             if let Some(tls) = tls {
                 channel = channel.tls_config(tls.client())?;
             }
@@ -153,11 +155,19 @@ pub async fn open(
             front_cpu.map_or(0.0, |(after, before)| after - before)
         );
     }
+    let mut raw_channels = Vec::new();
     for _ in 0..args.connections.max(1) {
-        match target {
-            t if t.is_watchproxy() => {}
-            Target::Floor => {}
-            _ => etcd_clients.push(Client::connect([&endpoint], None).await?),
+        match (target, args.client_window) {
+            (t, _) if t.is_watchproxy() => {}
+            (Target::Floor, _) => {}
+            (_, Some(window)) => raw_channels.push(
+                Channel::from_shared(endpoint.clone())?
+                    .initial_stream_window_size(window)
+                    .initial_connection_window_size(window)
+                    .connect()
+                    .await?,
+            ),
+            (_, None) => etcd_clients.push(Client::connect([&endpoint], None).await?),
         }
     }
     // Held unread until the end.
@@ -243,6 +253,13 @@ pub async fn open(
                 }
                 tasks.push(tokio::spawn(follow_watchproxy(
                     client, req, stop, opened, counted,
+                )));
+            }
+            _ if !raw_channels.is_empty() => {
+                let c = connection_of(i, nodes, raw_channels.len(), args.layout);
+                let channel = raw_channels[c].clone();
+                tasks.push(tokio::spawn(follow_etcd_raw(
+                    channel, start_rev, wanted, stop, opened, counted,
                 )));
             }
             _ => {
@@ -370,6 +387,60 @@ async fn follow_etcd(
                             if seen.record(kv.value(), wanted.as_deref()) {
                                 counted.fetch_add(1, Ordering::Relaxed);
                             }
+                        }
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+    anyhow::Ok(seen)
+}
+
+/// [`follow_etcd`] as an etcd Watch stream of its own on `channel`, made
+/// with tonic alone: one creation, then the request side left open, as
+/// etcd's clients leave it.
+async fn follow_etcd_raw(
+    channel: Channel,
+    start_rev: i64,
+    wanted: Option<Vec<u8>>,
+    stop: CancellationToken,
+    opened: Arc<AtomicU64>,
+    counted: Arc<AtomicU64>,
+) -> anyhow::Result<Seen> {
+    use tokio_stream::StreamExt;
+    use watchproxy::etcdpb::etcdserverpb::{
+        watch_request::RequestUnion, WatchCreateRequest, WatchRequest, WatchResponse,
+    };
+    let mut seen = Seen::default();
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: format!("{PREFIX}/").into_bytes().into(),
+            range_end: format!("{PREFIX}0").into_bytes().into(),
+            start_revision: start_rev + 1,
+            ..Default::default()
+        })),
+    };
+    let requests = tokio_stream::iter([create]).chain(tokio_stream::pending());
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await?;
+    let path = http::uri::PathAndQuery::from_static("/etcdserverpb.Watch/Watch");
+    let codec = tonic_prost::ProstCodec::<WatchRequest, WatchResponse>::default();
+    let response = grpc.streaming(tonic::Request::new(requests), path, codec);
+    let mut stream = response.await?.into_inner();
+    opened.fetch_add(1, Ordering::Relaxed);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            m = stream.message() => match m? {
+                Some(r) if r.canceled => {
+                    seen.ended = Some(format!("canceled: {}", r.cancel_reason));
+                    break;
+                }
+                Some(r) => {
+                    for kv in r.events.iter().filter_map(|e| e.kv.as_ref()) {
+                        if seen.record(&kv.value, wanted.as_deref()) {
+                            counted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }

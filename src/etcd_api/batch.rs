@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use bytes::BufMut;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
+use smallvec::SmallVec;
 
 use super::wire::{header, Encoded};
-use crate::etcdpb::etcdserverpb::{ResponseHeader, WatchResponse};
+use crate::etcdpb::etcdserverpb::WatchResponse;
 use crate::object::Revision;
 
 /// The watch id of a response that belongs to no one watch (a progress
@@ -29,7 +30,9 @@ pub enum Outgoing {
         watch_id: i64,
         /// More of the last revision follows in the next response.
         fragment: bool,
-        events: Vec<Encoded>,
+        /// Most responses carry one change: kept inline, with no
+        /// allocation of its own.
+        events: SmallVec<[Encoded; 1]>,
     },
 }
 
@@ -38,6 +41,20 @@ const HEADER: u32 = 1;
 const WATCH_ID: u32 = 2;
 const FRAGMENT: u32 = 7;
 const EVENTS: u32 = 11;
+/// The most a response's fields before its changes take (each key and
+/// varint at most 1 and 10 bytes), and a change's key and length.
+const HEAD_BYTES: usize = 48;
+const KEY_BYTES: usize = 12;
+/// `ResponseHeader.revision`, the one field of [`header`] watchproxy sets.
+const HEADER_REVISION: u32 = 3;
+
+/// The bytes of a [`header`] at `revision`.
+fn header_len(revision: u64) -> usize {
+    match revision {
+        0 => 0,
+        r => key_len(HEADER_REVISION) + encoded_len_varint(r),
+    }
+}
 
 impl Outgoing {
     /// When the oldest live change it carries reached its cache.
@@ -48,8 +65,21 @@ impl Outgoing {
         }
     }
 
-    fn header(events: &[Encoded]) -> ResponseHeader {
-        header(events.last().map_or(0, |e| e.revision)).unwrap_or_default()
+    /// The revision its header names: the last change's, as etcd's does.
+    fn revision(events: &[Encoded]) -> u64 {
+        events.last().map_or(0, |e| e.revision)
+    }
+
+    /// An upper bound of [`Outgoing::encoded_len`] for changes, cheap to
+    /// take: what a response's cut is decided by.
+    fn size_bound(&self) -> usize {
+        match self {
+            Outgoing::Message(m) => m.encoded_len(),
+            Outgoing::Changes { events, .. } => {
+                const FRAMING: usize = 48;
+                FRAMING + (events.iter()).map(|e| e.bytes.len() + 8).sum::<usize>()
+            }
+        }
     }
 
     pub fn encoded_len(&self) -> usize {
@@ -61,7 +91,7 @@ impl Outgoing {
                 events,
             } => (*watch_id, *fragment, events),
         };
-        let header = Self::header(events).encoded_len();
+        let header = header_len(Self::revision(events));
         let mut len = key_len(HEADER) + encoded_len_varint(header as u64) + header;
         if watch_id != 0 {
             len += key_len(WATCH_ID) + encoded_len_varint(watch_id as u64);
@@ -84,76 +114,118 @@ impl Outgoing {
                 events,
             } => (*watch_id, *fragment, events),
         };
-        prost::encoding::message::encode(HEADER, &Self::header(events), buf);
+        // What comes before the changes, gathered and written at once: a
+        // buffer takes a varint byte by byte. The header is written by
+        // hand: its revision is all it holds.
+        let mut head = [0u8; HEAD_BYTES];
+        let mut at = &mut head[..];
+        let revision = Self::revision(events);
+        encode_key(HEADER, WireType::LengthDelimited, &mut at);
+        encode_varint(header_len(revision) as u64, &mut at);
+        if revision != 0 {
+            encode_key(HEADER_REVISION, WireType::Varint, &mut at);
+            encode_varint(revision, &mut at);
+        }
         if watch_id != 0 {
-            prost::encoding::int64::encode(WATCH_ID, &watch_id, buf);
+            encode_key(WATCH_ID, WireType::Varint, &mut at);
+            encode_varint(watch_id as u64, &mut at);
         }
         if fragment {
-            prost::encoding::bool::encode(FRAGMENT, &fragment, buf);
+            encode_key(FRAGMENT, WireType::Varint, &mut at);
+            encode_varint(1, &mut at);
         }
+        let written = HEAD_BYTES - at.len();
+        buf.put_slice(&head[..written]);
         for e in events {
-            encode_key(EVENTS, WireType::LengthDelimited, buf);
-            encode_varint(e.bytes.len() as u64, buf);
+            let mut key = [0u8; KEY_BYTES];
+            let mut at = &mut key[..];
+            encode_key(EVENTS, WireType::LengthDelimited, &mut at);
+            encode_varint(e.bytes.len() as u64, &mut at);
+            let written = KEY_BYTES - at.len();
+            buf.put_slice(&key[..written]);
             buf.put_slice(&e.bytes);
         }
     }
 }
 
-/// The responses one turn of the stream sends, in order: a watch's
-/// changes taken together go in one response (split only between
-/// revisions, or, for a watch that allows it, into fragments). Kept by
-/// its stream from turn to turn, with its room.
+/// The responses of a stream waiting to be sent, in order. A turn of the
+/// stream adds to them: a watch's changes taken together go in one
+/// response (split only between revisions, or, for a watch that allows
+/// it, into fragments), until something else for that watch follows.
 #[derive(Default)]
 pub struct Batch {
-    responses: Vec<Outgoing>,
-    /// Where each watch's changes are gathered, while nothing else for it
-    /// has followed: a turn has few watches, looked for in order.
+    out: VecDeque<Outgoing>,
+    /// Where each watch's changes are gathered in `out` this turn: a turn
+    /// has few watches, looked for in order.
     gathering: Vec<(i64, usize)>,
+    /// Where this turn's responses start in `out`.
+    turn: usize,
 }
 
 impl Batch {
     pub fn push(&mut self, response: WatchResponse) {
         self.gathering.retain(|(id, _)| *id != response.watch_id);
-        self.responses.push(Outgoing::Message(response));
+        self.out.push_back(Outgoing::Message(response));
     }
 
     pub fn event(&mut self, id: i64, event: Encoded) {
         let at = match self.gathering.iter().find(|(w, _)| *w == id) {
             Some(&(_, at)) => at,
             None => {
-                self.responses.push(Outgoing::Changes {
+                self.out.push_back(Outgoing::Changes {
                     watch_id: id,
                     fragment: false,
-                    events: Vec::new(),
+                    events: SmallVec::new(),
                 });
-                self.gathering.push((id, self.responses.len() - 1));
-                self.responses.len() - 1
+                self.gathering.push((id, self.out.len() - 1));
+                self.out.len() - 1
             }
         };
-        if let Outgoing::Changes { events, .. } = &mut self.responses[at] {
+        if let Some(Outgoing::Changes { events, .. }) = self.out.get_mut(at) {
             events.push(event);
         }
     }
 
-    /// Moves the turn's responses to `out`, cut to `max` bytes, and
-    /// starts the next turn.
-    pub fn drain_into(
-        &mut self,
-        out: &mut VecDeque<Outgoing>,
-        fragments: impl Fn(i64) -> bool,
-        max: usize,
-    ) {
+    /// Ends the turn: its responses over `max` bytes are cut.
+    pub fn end_turn(&mut self, fragments: impl Fn(i64) -> bool, max: usize) {
         self.gathering.clear();
-        for r in self.responses.drain(..) {
-            match r {
-                Outgoing::Changes {
-                    watch_id, events, ..
-                } if r.encoded_len() > max => {
-                    split(watch_id, events, max, fragments(watch_id), out)
+        if self.turn >= self.out.len() {
+            return;
+        }
+        let turn = std::mem::replace(&mut self.turn, 0).min(self.out.len());
+        let over = |r: &Outgoing| r.size_bound() > max && r.encoded_len() > max;
+        if let Some(first) = (self.out.range(turn..)).position(over) {
+            let rest: Vec<Outgoing> = self.out.drain(turn + first..).collect();
+            for r in rest {
+                match r {
+                    Outgoing::Changes {
+                        watch_id, events, ..
+                    } if over(&r) => {
+                        split(watch_id, events, max, fragments(watch_id), &mut self.out)
+                    }
+                    r => self.out.push_back(r),
                 }
-                r => out.push_back(r),
             }
         }
+        self.turn = self.out.len();
+    }
+
+    /// The next response to send.
+    pub fn pop_front(&mut self) -> Option<Outgoing> {
+        let next = self.out.pop_front()?;
+        self.turn = self.turn.saturating_sub(1);
+        Some(next)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// Forgets every response not sent.
+    pub fn clear(&mut self) {
+        self.out.clear();
+        self.gathering.clear();
+        self.turn = 0;
     }
 }
 
@@ -161,13 +233,19 @@ impl Batch {
 /// can be: cut between revisions, and, with `fragment`, inside one too,
 /// each part but the last of a cut revision marked `fragment` as etcd
 /// marks them.
-fn split(id: i64, events: Vec<Encoded>, max: usize, fragment: bool, out: &mut VecDeque<Outgoing>) {
-    let part = |events: Vec<Encoded>, fragment: bool| Outgoing::Changes {
+fn split(
+    id: i64,
+    events: SmallVec<[Encoded; 1]>,
+    max: usize,
+    fragment: bool,
+    out: &mut VecDeque<Outgoing>,
+) {
+    let part = |events: SmallVec<[Encoded; 1]>, fragment: bool| Outgoing::Changes {
         watch_id: id,
         fragment,
         events,
     };
-    let mut current: Vec<Encoded> = Vec::new();
+    let mut current: SmallVec<[Encoded; 1]> = SmallVec::new();
     let mut size = 0;
     let mut events = events.into_iter().peekable();
     while let Some(e) = events.next() {
@@ -244,7 +322,7 @@ mod tests {
     fn parts(fragment: bool) -> Vec<(Vec<i64>, bool)> {
         let events = vec![put("/a", 5), put("/b", 5), put("/c", 5), put("/d", 6)];
         let mut out = VecDeque::new();
-        split(3, events, 250, fragment, &mut out);
+        split(3, events.into(), 250, fragment, &mut out);
         let revisions = |r: &WatchResponse| {
             r.events
                 .iter()
@@ -254,6 +332,32 @@ mod tests {
         (out.iter().map(read))
             .map(|r| (revisions(&r), r.fragment))
             .collect()
+    }
+
+    #[test]
+    fn changes_are_written_as_prost_writes_the_response() {
+        for (revision, id, fragment) in [(5, 3, false), (300, 0, true), (1 << 40, 7, false)] {
+            let events = [put("/a", revision), put("/b", revision)];
+            let r = Outgoing::Changes {
+                watch_id: id,
+                fragment,
+                events: events.iter().cloned().collect(),
+            };
+            let mut ours = Vec::new();
+            r.encode_raw(&mut ours);
+            let theirs = WatchResponse {
+                header: header(revision as Revision),
+                watch_id: id,
+                fragment,
+                events: (events.iter())
+                    .map(|e| mvccpb::Event::decode(&e.bytes[..]).unwrap())
+                    .collect(),
+                ..Default::default()
+            };
+            assert_eq!(ours, theirs.encode_to_vec(), "{revision} {id} {fragment}");
+            assert_eq!(r.encoded_len(), ours.len());
+            assert!(r.size_bound() >= ours.len());
+        }
     }
 
     #[test]
@@ -274,9 +378,10 @@ mod tests {
             ..Default::default()
         });
         batch.event(1, put("/d", 7));
-        let mut out = VecDeque::new();
-        batch.drain_into(&mut out, |_| false, usize::MAX);
-        let sent: Vec<WatchResponse> = out.iter().map(read).collect();
+        batch.end_turn(|_| false, usize::MAX);
+        let sent: Vec<WatchResponse> = std::iter::from_fn(|| batch.pop_front())
+            .map(|r| read(&r))
+            .collect();
         let shape: Vec<(i64, usize, bool)> = sent
             .iter()
             .map(|r| (r.watch_id, r.events.len(), r.canceled))

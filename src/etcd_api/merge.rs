@@ -41,8 +41,10 @@ pub const MAX_HELD_BYTES: u64 = 16 << 20;
 pub enum Seen {
     /// A change of a cache.
     Change(Arc<View>),
-    /// A change etcd sent, for keys outside the served prefixes.
-    Forwarded(Revision, mvccpb::Event),
+    /// A change etcd sent, for keys outside the served prefixes (boxed:
+    /// a cache's changes, far more common, move through the stream by
+    /// value).
+    Forwarded(Revision, Box<mvccpb::Event>),
     /// Every change up to the revision was shown; `notify`: as a progress
     /// notification, which a watch that asked for them is sent.
     Progress(Revision, bool),
@@ -88,6 +90,7 @@ impl Watched {
 impl Stream for Watched {
     type Item = Result<Seen, ApiError>;
 
+    #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.get_mut() {
             Watched::One(stream) => loop {
@@ -308,7 +311,7 @@ impl Part {
                 for e in events {
                     let revision = e.kv().map_or(0, |kv| kv.mod_revision()) as Revision;
                     self.through = self.through.max(revision);
-                    let seen = Seen::Forwarded(revision, forward::event(e));
+                    let seen = Seen::Forwarded(revision, Box::new(forward::event(e)));
                     bytes += weight(&seen);
                     self.held.push_back((revision, seen));
                 }
@@ -322,7 +325,7 @@ impl Part {
 fn weight(seen: &Seen) -> u64 {
     match seen {
         Seen::Change(view) => view.object.cost() + view.prev.as_ref().map_or(0, |p| p.cost()),
-        Seen::Forwarded(_, e) => (e.encoded_len() + std::mem::size_of::<Seen>()) as u64,
+        Seen::Forwarded(_, e) => (e.encoded_len() + std::mem::size_of::<mvccpb::Event>()) as u64,
         Seen::Progress(..) | Seen::Canceled { .. } => 0,
     }
 }

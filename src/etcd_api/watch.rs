@@ -2,7 +2,7 @@
 //! each a watcher of the resource its key range lies in, registered and
 //! served as a `watchproxy.v1` watch is; only the messages are etcd's.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -11,7 +11,6 @@ use std::task::{Context, Poll, Waker};
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
-use tokio_stream::StreamMap;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -74,7 +73,7 @@ impl EtcdApi {
             identity,
             grant,
             open: HashMap::new(),
-            streams: StreamMap::new(),
+            streams: WatchSet::default(),
             next_id: 0,
             max_message,
             requests,
@@ -82,7 +81,6 @@ impl EtcdApi {
             registered: None,
             reading: true,
             pending: None,
-            out: VecDeque::new(),
             batch: Batch::default(),
             end: None,
             ended: false,
@@ -92,14 +90,8 @@ impl EtcdApi {
     }
 }
 
-/// What a watch of the stream asked for.
+/// A watch of the stream, as its cancel and its responses need it.
 struct Opened {
-    /// Its range, when the caches it follows hold keys outside it.
-    range: Option<KeyRange>,
-    no_put: bool,
-    no_delete: bool,
-    prev_kv: bool,
-    progress_notify: bool,
     fragment: bool,
     /// The resources it reads.
     resources: Vec<String>,
@@ -125,7 +117,7 @@ pub struct EtcdStream {
     /// Its caller's credential, while it is in force.
     grant: HeldGrant,
     open: HashMap<i64, Opened>,
-    streams: StreamMap<i64, Watched>,
+    streams: WatchSet,
     /// Where the search for a free id starts, as etcd assigns them.
     next_id: i64,
     max_message: usize,
@@ -138,10 +130,9 @@ pub struct EtcdStream {
     /// etcd goes on sending after its client's half-close.
     reading: bool,
     pending: Option<Pending>,
-    out: VecDeque<Outgoing>,
-    /// Where a turn gathers its responses, kept with its room.
+    /// The responses waiting to be sent, where a turn adds its own.
     batch: Batch,
-    /// The status that ends the stream, once `out` is sent.
+    /// The status that ends the stream, once `batch` is sent.
     end: Option<Status>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     ended: bool,
@@ -159,15 +150,14 @@ impl Stream for EtcdStream {
         // Shutdown closes every cache's queues, which ends the stream; a
         // stream with no watch of a cache looks for it, once a call (its
         // token takes a lock).
-        let mut shutdown_seen =
-            !this.streams.is_empty() && this.streams.values().all(Watched::follows_a_cache);
+        let mut shutdown_seen = this.streams.all_follow_a_cache();
         // The waker rarely changes: handed over again only when it does.
         if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
             *this.requests_woken.stream.lock() = Some(cx.waker().clone());
             this.registered = Some(cx.waker().clone());
         }
         loop {
-            if let Some(response) = this.out.pop_front() {
+            if let Some(response) = this.batch.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
             }
             if let Some(status) = this.end.take() {
@@ -179,8 +169,8 @@ impl Stream for EtcdStream {
             }
             if let Some(why) = this.grant.revoked() {
                 // Nothing more reaches a caller whose credential ended.
-                this.out.clear();
-                this.streams = StreamMap::new();
+                this.batch.clear();
+                this.streams = WatchSet::default();
                 this.open.clear();
                 this.end = Some(etcd_status(revoked(why, None)));
                 continue;
@@ -191,10 +181,9 @@ impl Stream for EtcdStream {
                 this.end = Some(etcd_status(ApiError::ShuttingDown { last: None }));
                 continue;
             }
-            let mut batch = std::mem::take(&mut this.batch);
             let mut progressed = false;
             if let Some(pending) = this.pending.take() {
-                if let Poll::Ready(answered) = this.poll_pending(pending, cx, &mut batch) {
+                if let Poll::Ready(answered) = this.poll_pending(pending, cx) {
                     progressed = true;
                     this.end = answered.err();
                 }
@@ -205,7 +194,7 @@ impl Stream for EtcdStream {
                         progressed = true;
                         // More may be buffered, with no wake to come.
                         this.requests_woken.woken.store(true, Ordering::Release);
-                        this.on_request(request, &mut batch);
+                        this.on_request(request);
                     }
                     Poll::Ready(None) => {
                         progressed = true;
@@ -216,7 +205,7 @@ impl Stream for EtcdStream {
                     Poll::Pending => {}
                 }
             }
-            match this.take_ready(cx, &mut batch, BATCH) {
+            match this.take_ready(cx, BATCH) {
                 Ok(taken) => progressed |= taken > 0,
                 Err(status) => {
                     this.end.get_or_insert(status);
@@ -224,9 +213,8 @@ impl Stream for EtcdStream {
             }
             let open = &this.open;
             let fragments = |id| open.get(&id).is_some_and(|o| o.fragment);
-            batch.drain_into(&mut this.out, fragments, this.max_message);
-            this.batch = batch;
-            if !progressed && this.out.is_empty() && this.end.is_none() {
+            this.batch.end_turn(fragments, this.max_message);
+            if !progressed && this.batch.is_empty() && this.end.is_none() {
                 return Poll::Pending;
             }
         }
@@ -242,13 +230,13 @@ impl EtcdStream {
 
     /// Answers what it can at once; a creation or a progress request is
     /// left pending.
-    fn on_request(&mut self, r: WatchRequest, batch: &mut Batch) {
+    fn on_request(&mut self, r: WatchRequest) {
         match r.request_union {
-            Some(RequestUnion::CreateRequest(request)) => self.create(request, batch),
+            Some(RequestUnion::CreateRequest(request)) => self.create(request),
             Some(RequestUnion::CancelRequest(c)) => {
                 if let Some(opened) = self.open.remove(&c.watch_id) {
-                    self.streams.remove(&c.watch_id);
-                    batch.push(WatchResponse {
+                    self.streams.remove(c.watch_id);
+                    self.batch.push(WatchResponse {
                         header: header(self.revision_of(&opened.resources)),
                         watch_id: c.watch_id,
                         canceled: true,
@@ -286,7 +274,7 @@ impl EtcdStream {
 
     /// Starts creating a watch as etcd does: its id, the client's or the
     /// next free one; a duplicate is refused at once.
-    fn create(&mut self, request: WatchCreateRequest, batch: &mut Batch) {
+    fn create(&mut self, request: WatchCreateRequest) {
         let id = match request.watch_id {
             0 => {
                 while self.open.contains_key(&self.next_id) {
@@ -296,7 +284,7 @@ impl EtcdStream {
             }
             id if self.open.contains_key(&id) => {
                 let why = "mvcc: duplicate watch ID provided on the WatchStream";
-                batch.push(refused(why.into()));
+                self.batch.push(refused(why.into()));
                 return;
             }
             id => id,
@@ -320,12 +308,7 @@ impl EtcdStream {
         });
     }
 
-    fn poll_pending(
-        &mut self,
-        pending: Pending,
-        cx: &mut Context<'_>,
-        batch: &mut Batch,
-    ) -> Poll<Result<(), Status>> {
+    fn poll_pending(&mut self, pending: Pending, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
         match pending {
             Pending::Create {
                 id,
@@ -334,7 +317,7 @@ impl EtcdStream {
                 mut start,
             } => match start.as_mut().poll(cx) {
                 Poll::Ready(started) => {
-                    self.created(id, request, range, started, batch);
+                    self.created(id, request, range, started);
                     Poll::Ready(Ok(()))
                 }
                 Poll::Pending => {
@@ -354,16 +337,18 @@ impl EtcdStream {
                     if let Some(inbox) = &self.inbox {
                         inbox.sort_now();
                     }
-                    self.take_ready(cx, batch, usize::MAX)?;
+                    self.take_ready(cx, usize::MAX)?;
                     // Merged watches vouch only for what they have shown.
-                    let shown = (self.streams.values()).filter_map(Watched::through).min();
+                    let shown = (self.streams.values())
+                        .filter_map(|w| w.feed.through())
+                        .min();
                     let revision = match shown {
                         Some(shown) => revision.map(|r| r.min(shown)),
                         None => revision,
                     };
                     // etcd leaves a request it cannot answer unanswered.
                     if let Some(revision) = revision {
-                        batch.push(WatchResponse {
+                        self.batch.push(WatchResponse {
                             header: header(revision),
                             watch_id: NO_WATCH,
                             ..Default::default()
@@ -389,11 +374,10 @@ impl EtcdStream {
         c: WatchCreateRequest,
         range: KeyRange,
         started: Result<(Watched, Vec<String>), ApiError>,
-        batch: &mut Batch,
     ) {
         match started {
             Ok((stream, resources)) => {
-                batch.push(WatchResponse {
+                self.batch.push(WatchResponse {
                     header: header(self.revision_of(&resources)),
                     watch_id: id,
                     created: true,
@@ -403,14 +387,20 @@ impl EtcdStream {
                 let whole = (resources.iter())
                     .filter_map(|name| self.api.core.served(name).ok())
                     .all(|s| range.covers(&s.cache.resource));
-                let opened = Opened {
-                    range: (!whole).then_some(range),
+                let asked = Asked {
                     no_put: filters(FilterType::Noput),
                     no_delete: filters(FilterType::Nodelete),
                     prev_kv: c.prev_kv,
                     progress_notify: c.progress_notify,
+                };
+                let opened = Opened {
                     fragment: c.fragment,
                     resources,
+                };
+                let stream = Watch {
+                    feed: stream,
+                    range: (!whole).then_some(range),
+                    asked,
                 };
                 self.open.insert(id, opened);
                 self.streams.insert(id, stream);
@@ -418,29 +408,26 @@ impl EtcdStream {
             Err(ApiError::TooOld {
                 oldest, current, ..
             }) => {
-                batch.push(WatchResponse {
+                self.batch.push(WatchResponse {
                     header: header(current),
                     watch_id: id,
                     created: true,
                     ..Default::default()
                 });
-                batch.push(compacted(id, current, oldest + 1));
+                self.batch.push(compacted(id, current, oldest + 1));
             }
-            Err(e) => batch.push(refused(etcd_status(e).message().to_owned())),
+            Err(e) => self
+                .batch
+                .push(refused(etcd_status(e).message().to_owned())),
         }
     }
 
     /// Takes what the watches have ready, at most `max` of it; how much.
-    fn take_ready(
-        &mut self,
-        cx: &mut Context<'_>,
-        batch: &mut Batch,
-        max: usize,
-    ) -> Result<usize, Status> {
+    fn take_ready(&mut self, cx: &mut Context<'_>, max: usize) -> Result<usize, Status> {
         let mut taken = 0;
         while taken < max {
-            match self.streams.poll_next_unpin(cx) {
-                Poll::Ready(Some((id, shown))) => self.take(id, shown, batch)?,
+            match self.streams.poll_next(cx) {
+                Poll::Ready(Some((id, shown, asked))) => self.take(id, shown, asked)?,
                 Poll::Ready(None) | Poll::Pending => break,
             }
             taken += 1;
@@ -452,4 +439,5 @@ impl EtcdStream {
 mod shown;
 mod woken;
 
+use shown::{Asked, Watch, WatchSet};
 use woken::Woken;

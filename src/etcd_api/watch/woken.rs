@@ -25,8 +25,10 @@ impl Default for Woken {
 }
 
 impl Woken {
+    /// Whether it was woken since the last take. Read first: the stream
+    /// asks on every poll, and a swap would write the line each time.
     pub(super) fn take(&self) -> bool {
-        self.woken.swap(false, Ordering::AcqRel)
+        self.woken.load(Ordering::Acquire) && self.woken.swap(false, Ordering::AcqRel)
     }
 }
 
