@@ -10,6 +10,8 @@ use crate::common::*;
 use etcd_client::{Client, GetOptions, GetResponse, SortOrder, SortTarget, Txn, TxnOp};
 use watchproxy::config::{Config, ServePath};
 
+use super::shared::EVERYONE_READS_ALL;
+
 fn pairs(r: &GetResponse) -> Vec<Kv> {
     r.kvs().iter().map(kv).collect()
 }
@@ -123,13 +125,6 @@ async fn a_single_key_at_a_past_revision_is_read_from_etcd_alone() {
     assert_eq!(got.count(), 1);
     assert_eq!(pages() - before, 1.0, "one read of etcd, of that key");
 }
-
-/// Every caller may read everything: keys of no resource too.
-const EVERYONE_READS_ALL: &str = r#"
-authorization:
-  rules:
-    - {subjects: ["*"], resources: ["*"], namespaces: ["*"], verbs: [list, get, watch]}
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_of_keys_outside_the_served_prefixes_are_bounded_and_costly() {

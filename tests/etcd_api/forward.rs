@@ -8,13 +8,7 @@ use crate::common::*;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
 use watchproxy::config::{Config, ServePath};
 
-/// Forwarding needs rules that say who may read keys of no resource:
-/// here, every caller.
-const EVERYONE_READS_ALL: &str = r#"
-authorization:
-  rules:
-    - {subjects: ["*"], resources: ["*"], namespaces: ["*"], verbs: [list, get, watch]}
-"#;
+use super::shared::EVERYONE_READS_ALL;
 
 fn config(etcd_url: &str, path: ServePath) -> Config {
     let yaml = pods_yaml(etcd_url, 256).replace(

@@ -11,6 +11,14 @@ use watchproxy::etcdpb::etcdserverpb::{WatchCreateRequest, WatchRequest};
 
 pub const PATHS: [ServePath; 2] = [ServePath::Fast, ServePath::Tonic];
 
+/// Forwarding needs rules that say who may read keys of no resource:
+/// here, every caller.
+pub const EVERYONE_READS_ALL: &str = r#"
+authorization:
+  rules:
+    - {subjects: ["*"], resources: ["*"], namespaces: ["*"], verbs: [list, get, watch]}
+"#;
+
 pub fn config(etcd_url: &str, path: ServePath) -> Config {
     let yaml =
         pods_yaml(etcd_url, 256).replace("resources:", "etcd_api: {enabled: true}\nresources:");
