@@ -372,7 +372,6 @@ async fn follow_etcd(
         .with_prefix()
         .with_start_revision(start_rev + 1);
     let mut stream = client.watch(format!("{PREFIX}/"), Some(options)).await?;
-    opened.fetch_add(1, Ordering::Relaxed);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -380,6 +379,10 @@ async fn follow_etcd(
                 Some(r) if r.canceled() => {
                     seen.ended = Some(format!("canceled: {}", r.cancel_reason()));
                     break;
+                }
+                // Open once its watch is: the stream's headers come first.
+                Some(r) if r.created() => {
+                    opened.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(r) => {
                     for e in r.events() {
@@ -428,7 +431,6 @@ async fn follow_etcd_raw(
     let codec = tonic_prost::ProstCodec::<WatchRequest, WatchResponse>::default();
     let response = grpc.streaming(tonic::Request::new(requests), path, codec);
     let mut stream = response.await?.into_inner();
-    opened.fetch_add(1, Ordering::Relaxed);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -436,6 +438,9 @@ async fn follow_etcd_raw(
                 Some(r) if r.canceled => {
                     seen.ended = Some(format!("canceled: {}", r.cancel_reason));
                     break;
+                }
+                Some(r) if r.created => {
+                    opened.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(r) => {
                     for kv in r.events.iter().filter_map(|e| e.kv.as_ref()) {
