@@ -79,9 +79,8 @@ impl Snapshot {
             let Some(keys) = keys else {
                 return Box::new(std::iter::empty());
             };
-            let from = owned(from);
             return Box::new(
-                (keys.range::<_, [u8]>((bound_ref(&from), Bound::Unbounded)))
+                (keys.range::<_, [u8]>((from, Bound::Unbounded)))
                     .map(|s| &s.0)
                     .take_while(move |o| below(to, o.key_bytes()))
                     .filter(move |o| o.key_bytes().starts_with(prefix.as_bytes()))
@@ -89,15 +88,10 @@ impl Snapshot {
             );
         }
         let lower = match from {
-            Bound::Included(f) | Bound::Excluded(f) if f < prefix.as_bytes() => {
-                Bound::Included(prefix.as_bytes().to_vec())
-            }
-            Bound::Unbounded => Bound::Included(prefix.as_bytes().to_vec()),
-            from => owned(from),
+            Bound::Included(f) | Bound::Excluded(f) if f >= prefix.as_bytes() => from,
+            _ => Bound::Included(prefix.as_bytes()),
         };
-        let range = self
-            .store
-            .range::<_, [u8]>((bound_ref(&lower), Bound::Unbounded));
+        let range = self.store.range::<_, [u8]>((lower, Bound::Unbounded));
         Box::new(
             range
                 .map(|s| &s.0)
@@ -115,12 +109,4 @@ fn below(to: Bound<&[u8]>, key: &[u8]) -> bool {
         Bound::Excluded(t) => key < t,
         Bound::Unbounded => true,
     }
-}
-
-fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
-    b.map(<[u8]>::to_vec)
-}
-
-fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    b.as_ref().map(Vec::as_slice)
 }

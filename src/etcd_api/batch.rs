@@ -76,8 +76,10 @@ impl Outgoing {
         match self {
             Outgoing::Message(m) => m.encoded_len(),
             Outgoing::Changes { events, .. } => {
-                const FRAMING: usize = 48;
-                FRAMING + (events.iter()).map(|e| e.bytes.len() + 8).sum::<usize>()
+                HEAD_BYTES
+                    + (events.iter())
+                        .map(|e| KEY_BYTES + e.bytes.len())
+                        .sum::<usize>()
             }
         }
     }
@@ -192,7 +194,7 @@ impl Batch {
         if self.turn >= self.out.len() {
             return;
         }
-        let turn = std::mem::replace(&mut self.turn, 0).min(self.out.len());
+        let turn = self.turn;
         let over = |r: &Outgoing| r.size_bound() > max && r.encoded_len() > max;
         if let Some(first) = (self.out.range(turn..)).position(over) {
             let rest: Vec<Outgoing> = self.out.drain(turn + first..).collect();

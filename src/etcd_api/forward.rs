@@ -41,11 +41,8 @@ impl EtcdApi {
     ) -> Result<RangeResponse, ApiError> {
         let etcd = self.forwarder()?;
         self.core.metrics().etcd_api_forwarded("range");
-        let limit = match r.limit {
-            n if n > 0 && (n as usize) <= page => n,
-            _ if page < usize::MAX => page as i64,
-            n => n,
-        };
+        // `page` is the request's limit within the bound; none: 0, all.
+        let limit = i64::try_from(page).unwrap_or(0);
         let mut o = GetOptions::new()
             .with_limit(limit)
             .with_revision(r.revision)

@@ -213,31 +213,29 @@ impl EtcdApi {
                 (false, true) => usize::MAX,
                 (false, false) => page,
             };
-            let mut pieces: Vec<(&[u8], Option<usize>)> = (parts.iter().enumerate())
-                .map(|(i, (.., range))| (range.start.as_slice(), Some(i)))
+            let mut pieces: Vec<Piece> = (parts.iter().enumerate())
+                .map(|(i, (.., range))| Piece::Part(range.start.as_slice(), i))
                 .collect();
             if let At::Exact(_) = at {
                 if !placement.gaps.is_empty() {
                     self.core.user_limits().costly_read(reader)?;
                 }
-                pieces.extend(placement.gaps.iter().map(|g| (g.start.as_slice(), None)));
+                pieces.extend(placement.gaps.iter().map(Piece::Gap));
             }
-            pieces.sort_by(|a, b| a.0.cmp(b.0));
-            let mut gaps = placement.gaps.iter();
+            pieces.sort_by(|a, b| a.start().cmp(b.start()));
             let (mut revision, mut count, mut kvs) = (0, 0, Vec::new());
-            for (_, piece) in pieces {
+            for piece in pieces {
                 let (r, n, read) = match (piece, at) {
-                    (Some(i), _) => {
+                    (Piece::Part(_, i), _) => {
                         let (s, predicate, range) = &parts[i];
                         let cut = Cut { range, want };
                         self.range_part(s, cut, at, predicate, reader).await?
                     }
-                    (None, At::Exact(n)) => {
-                        let gap = gaps.next().expect("a gap for each gap piece");
+                    (Piece::Gap(gap), At::Exact(n)) => {
                         let (count, kvs) = self.read_gap(gap, n, want).await?;
                         (0, count, kvs)
                     }
-                    (None, _) => continue,
+                    (Piece::Gap(_), _) => continue,
                 };
                 revision = revision.max(r);
                 count += n;
@@ -324,6 +322,22 @@ impl EtcdApi {
     }
 }
 
+/// A part of a Range's keys, read in key order: a cache's (by its index
+/// among the parts) or a gap between the served prefixes.
+enum Piece<'a> {
+    Part(&'a [u8], usize),
+    Gap(&'a KeyRange),
+}
+
+impl Piece<'_> {
+    fn start(&self) -> &[u8] {
+        match self {
+            Piece::Part(start, _) => start,
+            Piece::Gap(gap) => &gap.start,
+        }
+    }
+}
+
 /// How much of a part's range an answer takes.
 struct Cut<'a> {
     range: &'a KeyRange,
@@ -335,9 +349,8 @@ impl Cut<'_> {
     /// How many `objects` there are, and the first `want` as pairs.
     fn take<'o>(
         &self,
-        objects: impl Iterator<Item = &'o Arc<Object>>,
+        mut objects: impl Iterator<Item = &'o Arc<Object>>,
     ) -> (usize, Vec<mvccpb::KeyValue>) {
-        let mut objects = objects.peekable();
         let kvs: Vec<mvccpb::KeyValue> = (objects.by_ref())
             .take(self.want)
             .map(|o| key_value(o, true))

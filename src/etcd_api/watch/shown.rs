@@ -105,17 +105,6 @@ impl WatchSet {
     /// The next change of any watch, with its id and what its client
     /// asked for; a watch that ended is dropped.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(i64, Next, Asked)>> {
-        // One watch, as most streams hold: no turn to keep.
-        if let [(id, watch)] = &mut self.watches[..] {
-            return match watch.poll_seen(cx) {
-                Poll::Ready(Some(seen)) => Poll::Ready(Some((*id, seen, watch.asked))),
-                Poll::Ready(None) => {
-                    self.remove_at(0);
-                    Poll::Ready(None)
-                }
-                Poll::Pending => Poll::Pending,
-            };
-        }
         let mut tried = 0;
         while tried < self.watches.len() {
             let at = (self.next + tried) % self.watches.len();
