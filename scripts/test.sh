@@ -12,6 +12,9 @@
 # at once, .config/nextest.toml); `cargo test` otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A run builds everything once: incremental caches would only take disk
+# (several GiB across the test binaries) that a CI machine may not have.
+export CARGO_INCREMENTAL=0
 start=$SECONDS
 logs=$(mktemp -d -t watchproxy-test.XXXXXX)
 declare -A jobs=()
