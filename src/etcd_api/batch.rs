@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use bytes::BufMut;
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
 use smallvec::SmallVec;
 
@@ -22,8 +22,9 @@ pub const NO_WATCH: i64 = -1;
 /// A response of an etcd Watch stream, as it is written.
 #[derive(Debug)]
 pub enum Outgoing {
-    /// Anything but changes: a creation, a cancel, progress.
-    Message(WatchResponse),
+    /// Anything but changes: a creation, a cancel, progress. Boxed: they
+    /// are few, and changes move through the stream small.
+    Message(Box<WatchResponse>),
     /// Changes of one watch, in order; the header names the last one's
     /// revision, as etcd's does.
     Changes {
@@ -48,6 +49,25 @@ const KEY_BYTES: usize = 12;
 /// `ResponseHeader.revision`, the one field of [`header`] watchproxy sets.
 const HEADER_REVISION: u32 = 3;
 
+/// The one-byte key of field `field` (below 16) of wire type `wire`.
+const fn key(field: u32, wire: u8) -> u8 {
+    ((field << 3) as u8) | wire
+}
+const VARINT: u8 = 0;
+const LENGTH_DELIMITED: u8 = 2;
+
+/// Writes `v` as a varint at `at` of `buf`, which has room for it.
+#[inline]
+fn put_varint(buf: &mut [u8], at: &mut usize, mut v: u64) {
+    while v >= 0x80 {
+        buf[*at] = (v as u8) | 0x80;
+        v >>= 7;
+        *at += 1;
+    }
+    buf[*at] = v as u8;
+    *at += 1;
+}
+
 /// The bytes of a [`header`] at `revision`.
 fn header_len(revision: u64) -> usize {
     match revision {
@@ -71,8 +91,9 @@ impl Outgoing {
     }
 
     /// An upper bound of [`Outgoing::encoded_len`] for changes, cheap to
-    /// take: what a response's cut is decided by.
-    fn size_bound(&self) -> usize {
+    /// take: what a response's cut is decided by, and the room its
+    /// writing reserves.
+    pub fn len_hint(&self) -> usize {
         match self {
             Outgoing::Message(m) => m.encoded_len(),
             Outgoing::Changes { events, .. } => {
@@ -120,31 +141,32 @@ impl Outgoing {
         // buffer takes a varint byte by byte. The header is written by
         // hand: its revision is all it holds.
         let mut head = [0u8; HEAD_BYTES];
-        let mut at = &mut head[..];
+        let mut at = 0;
         let revision = Self::revision(events);
-        encode_key(HEADER, WireType::LengthDelimited, &mut at);
-        encode_varint(header_len(revision) as u64, &mut at);
+        head[at] = key(HEADER, LENGTH_DELIMITED);
+        at += 1;
+        put_varint(&mut head, &mut at, header_len(revision) as u64);
         if revision != 0 {
-            encode_key(HEADER_REVISION, WireType::Varint, &mut at);
-            encode_varint(revision, &mut at);
+            head[at] = key(HEADER_REVISION, VARINT);
+            at += 1;
+            put_varint(&mut head, &mut at, revision);
         }
         if watch_id != 0 {
-            encode_key(WATCH_ID, WireType::Varint, &mut at);
-            encode_varint(watch_id as u64, &mut at);
+            head[at] = key(WATCH_ID, VARINT);
+            at += 1;
+            put_varint(&mut head, &mut at, watch_id as u64);
         }
         if fragment {
-            encode_key(FRAGMENT, WireType::Varint, &mut at);
-            encode_varint(1, &mut at);
+            head[at..at + 2].copy_from_slice(&[key(FRAGMENT, VARINT), 1]);
+            at += 2;
         }
-        let written = HEAD_BYTES - at.len();
-        buf.put_slice(&head[..written]);
+        buf.put_slice(&head[..at]);
         for e in events {
-            let mut key = [0u8; KEY_BYTES];
-            let mut at = &mut key[..];
-            encode_key(EVENTS, WireType::LengthDelimited, &mut at);
-            encode_varint(e.bytes.len() as u64, &mut at);
-            let written = KEY_BYTES - at.len();
-            buf.put_slice(&key[..written]);
+            let mut key_and_len = [0u8; KEY_BYTES];
+            key_and_len[0] = key(EVENTS, LENGTH_DELIMITED);
+            let mut at = 1;
+            put_varint(&mut key_and_len, &mut at, e.bytes.len() as u64);
+            buf.put_slice(&key_and_len[..at]);
             buf.put_slice(&e.bytes);
         }
     }
@@ -159,43 +181,57 @@ pub struct Batch {
     out: VecDeque<Outgoing>,
     /// Where each watch's changes are gathered in `out` this turn: a turn
     /// has few watches, looked for in order.
-    gathering: Vec<(i64, usize)>,
+    gathering: SmallVec<[(i64, usize); 2]>,
     /// Where this turn's responses start in `out`.
     turn: usize,
+    /// An upper bound of the largest response of this turn: while it is
+    /// within the limit, none is looked at to be cut.
+    turn_bound: usize,
 }
 
 impl Batch {
     pub fn push(&mut self, response: WatchResponse) {
         self.gathering.retain(|(id, _)| *id != response.watch_id);
-        self.out.push_back(Outgoing::Message(response));
+        let response = Outgoing::Message(Box::new(response));
+        self.turn_bound = self.turn_bound.max(response.len_hint());
+        self.out.push_back(response);
     }
 
     pub fn event(&mut self, id: i64, event: Encoded) {
-        let at = match self.gathering.iter().find(|(w, _)| *w == id) {
-            Some(&(_, at)) => at,
-            None => {
+        // Each response's bound is within the sum of all of them.
+        self.turn_bound += KEY_BYTES + event.bytes.len();
+        let gathered = (self.gathering.iter())
+            .find(|(w, _)| *w == id)
+            .and_then(|&(_, at)| self.out.get_mut(at));
+        match gathered {
+            Some(Outgoing::Changes { events, .. }) => events.push(event),
+            _ => {
+                self.turn_bound += HEAD_BYTES;
+                self.gathering.push((id, self.out.len()));
                 self.out.push_back(Outgoing::Changes {
                     watch_id: id,
                     fragment: false,
-                    events: SmallVec::new(),
+                    events: smallvec::smallvec![event],
                 });
-                self.gathering.push((id, self.out.len() - 1));
-                self.out.len() - 1
             }
-        };
-        if let Some(Outgoing::Changes { events, .. }) = self.out.get_mut(at) {
-            events.push(event);
         }
     }
 
     /// Ends the turn: its responses over `max` bytes are cut.
+    #[inline]
     pub fn end_turn(&mut self, fragments: impl Fn(i64) -> bool, max: usize) {
         self.gathering.clear();
-        if self.turn >= self.out.len() {
-            return;
+        if std::mem::take(&mut self.turn_bound) > max {
+            self.cut(fragments, max);
         }
+        self.turn = self.out.len();
+    }
+
+    /// Cuts this turn's responses over `max` bytes.
+    #[cold]
+    fn cut(&mut self, fragments: impl Fn(i64) -> bool, max: usize) {
         let turn = self.turn;
-        let over = |r: &Outgoing| r.size_bound() > max && r.encoded_len() > max;
+        let over = |r: &Outgoing| r.len_hint() > max && r.encoded_len() > max;
         if let Some(first) = (self.out.range(turn..)).position(over) {
             let rest: Vec<Outgoing> = self.out.drain(turn + first..).collect();
             for r in rest {
@@ -209,7 +245,6 @@ impl Batch {
                 }
             }
         }
-        self.turn = self.out.len();
     }
 
     /// The next response to send.
@@ -228,6 +263,7 @@ impl Batch {
         self.out.clear();
         self.gathering.clear();
         self.turn = 0;
+        self.turn_bound = 0;
     }
 }
 
@@ -358,7 +394,7 @@ mod tests {
             };
             assert_eq!(ours, theirs.encode_to_vec(), "{revision} {id} {fragment}");
             assert_eq!(r.encoded_len(), ours.len());
-            assert!(r.size_bound() >= ours.len());
+            assert!(r.len_hint() >= ours.len());
         }
     }
 

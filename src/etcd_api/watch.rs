@@ -79,6 +79,7 @@ impl EtcdApi {
             requests,
             requests_woken,
             registered: None,
+            waiting: false,
             reading: true,
             pending: None,
             batch: Batch::default(),
@@ -127,6 +128,11 @@ pub struct EtcdStream {
     requests_woken: Arc<Woken>,
     /// The waker `requests_woken` wakes.
     registered: Option<Waker>,
+    /// Every watch was found waiting in this pass of its connection's
+    /// task (the service's own path): none has more before the next,
+    /// which its wake starts. Asking again in the same pass would only
+    /// find them waiting.
+    waiting: bool,
     /// etcd goes on sending after its client's half-close.
     reading: bool,
     pending: Option<Pending>,
@@ -146,7 +152,33 @@ impl Stream for EtcdStream {
     type Item = Result<Outgoing, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
+        self.get_mut().poll_response(cx, false)
+    }
+}
+
+impl EtcdStream {
+    /// A pass of its connection's task begins: a watch found waiting
+    /// before may have changes now.
+    pub(crate) fn begin_pass(&mut self) {
+        self.waiting = false;
+    }
+
+    /// Its next response, polled in a pass of its connection's task, which
+    /// calls [`EtcdStream::begin_pass`] first: watches found waiting are
+    /// not asked again in the same pass.
+    pub(crate) fn poll_in_pass(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Outgoing, Status>>> {
+        self.poll_response(cx, true)
+    }
+
+    fn poll_response(
+        &mut self,
+        cx: &mut Context<'_>,
+        in_pass: bool,
+    ) -> Poll<Option<Result<Outgoing, Status>>> {
+        let this = self;
         // Shutdown closes every cache's queues, which ends the stream; a
         // stream with no watch of a cache looks for it, once a call (its
         // token takes a lock).
@@ -155,6 +187,7 @@ impl Stream for EtcdStream {
         if !(this.registered.as_ref()).is_some_and(|w| w.will_wake(cx.waker())) {
             *this.requests_woken.stream.lock() = Some(cx.waker().clone());
             this.registered = Some(cx.waker().clone());
+            this.waiting = false;
         }
         loop {
             if let Some(response) = this.batch.pop_front() {
@@ -205,10 +238,15 @@ impl Stream for EtcdStream {
                     Poll::Pending => {}
                 }
             }
-            match this.take_ready(cx, BATCH) {
-                Ok(taken) => progressed |= taken > 0,
-                Err(status) => {
-                    this.end.get_or_insert(status);
+            if !(in_pass && this.waiting) {
+                match this.take_ready(cx, BATCH) {
+                    Ok((taken, waiting)) => {
+                        progressed |= taken > 0;
+                        this.waiting = waiting;
+                    }
+                    Err(status) => {
+                        this.end.get_or_insert(status);
+                    }
                 }
             }
             let open = &this.open;
@@ -337,7 +375,8 @@ impl EtcdStream {
                     if let Some(inbox) = &self.inbox {
                         inbox.sort_now();
                     }
-                    self.take_ready(cx, usize::MAX)?;
+                    let (_, waiting) = self.take_ready(cx, usize::MAX)?;
+                    self.waiting = waiting;
                     // Merged watches vouch only for what they have shown.
                     let shown = (self.streams.values())
                         .filter_map(|w| w.feed.through())
@@ -404,6 +443,8 @@ impl EtcdStream {
                 };
                 self.open.insert(id, opened);
                 self.streams.insert(id, stream);
+                // Not asked yet.
+                self.waiting = false;
             }
             Err(ApiError::TooOld {
                 oldest, current, ..
@@ -422,17 +463,19 @@ impl EtcdStream {
         }
     }
 
-    /// Takes what the watches have ready, at most `max` of it; how much.
-    fn take_ready(&mut self, cx: &mut Context<'_>, max: usize) -> Result<usize, Status> {
+    /// Takes what the watches have ready, at most `max` of it: how much,
+    /// and whether every watch was then found waiting.
+    fn take_ready(&mut self, cx: &mut Context<'_>, max: usize) -> Result<(usize, bool), Status> {
         let mut taken = 0;
         while taken < max {
             match self.streams.poll_next(cx) {
                 Poll::Ready(Some((id, shown, asked))) => self.take(id, shown, asked)?,
-                Poll::Ready(None) | Poll::Pending => break,
+                Poll::Ready(None) => break,
+                Poll::Pending => return Ok((taken, true)),
             }
             taken += 1;
         }
-        Ok(taken)
+        Ok((taken, false))
     }
 }
 

@@ -110,15 +110,23 @@ impl Feed {
                 Some(Err(status)) => Poll::Ready(Some(Err(status))),
                 None => Poll::Ready(None),
             },
-            Feed::Etcd(session) => match ready!(session.poll_next_unpin(cx)) {
+            Feed::Etcd(session) => match ready!(session.poll_in_pass(cx)) {
                 Some(Ok(response)) => {
                     clock.note(WatchApi::etcd, response.received());
-                    put_message(dst, response.encoded_len(), |b| response.encode_raw(b));
+                    put_message(dst, response.len_hint(), |b| response.encode_raw(b));
                     Poll::Ready(Some(Ok(())))
                 }
                 Some(Err(status)) => Poll::Ready(Some(Err(status))),
                 None => Poll::Ready(None),
             },
+        }
+    }
+
+    /// A pass of its connection's task begins: what it found waiting in
+    /// the last one is worth asking again.
+    fn begin_pass(&mut self) {
+        if let Feed::Etcd(session) = self {
+            session.begin_pass();
         }
     }
 
@@ -213,6 +221,7 @@ impl Drive for LiveWatch {
     /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
     /// named in `out.starved`, by one for the connection.
     fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        self.events.begin_pass();
         let mut framed = 0;
         loop {
             if framed >= POLL_BYTES {
