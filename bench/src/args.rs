@@ -30,6 +30,9 @@ pub enum Target {
     /// watchproxy serving etcd's own API (`etcd_api.enabled`), its
     /// watchers etcd clients as against etcd and grpc-proxy.
     WatchproxyEtcd,
+    /// The `--baseline-bin` build serving etcd's API: rounds alternate it
+    /// with `watchproxy-etcd`.
+    WatchproxyEtcdBaseline,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection

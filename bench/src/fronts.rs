@@ -112,11 +112,12 @@ pub async fn start(
         | Target::WatchproxyBaseline
         | Target::WatchproxyTls
         | Target::WatchproxyTlsNodes
-        | Target::WatchproxyEtcd => {
+        | Target::WatchproxyEtcd
+        | Target::WatchproxyEtcdBaseline => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
             let mut yaml = watchproxy_yaml(&etcd_url, port);
-            if target == Target::WatchproxyEtcd {
+            if matches!(target, Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline) {
                 yaml += "etcd_api: {enabled: true}\n";
             }
             if let Some(tls) = &tls {
@@ -127,10 +128,10 @@ pub async fn start(
             }
             std::fs::write(&config, yaml)?;
             let bin = match (target, &args.watchproxy_bin) {
-                (Target::WatchproxyBaseline, _) => args
+                (Target::WatchproxyBaseline | Target::WatchproxyEtcdBaseline, _) => args
                     .baseline_bin
                     .clone()
-                    .context("the watchproxy-baseline target needs --baseline-bin")?,
+                    .context("the watchproxy-baseline targets need --baseline-bin")?,
                 (_, Some(b)) => b.clone(),
                 (_, None) => std::env::current_exe()?.with_file_name("watchproxy"),
             };

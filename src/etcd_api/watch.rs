@@ -179,6 +179,19 @@ impl EtcdStream {
         in_pass: bool,
     ) -> Poll<Option<Result<Outgoing, Status>>> {
         let this = self;
+        // Asked again in the same pass once its responses went out: its
+        // watches were found waiting, and its requests and its credential
+        // (whose end raises the same flag) have said nothing since.
+        if in_pass
+            && this.waiting
+            && this.batch.is_empty()
+            && this.end.is_none()
+            && !this.ended
+            && this.pending.is_none()
+            && !this.requests_woken.woken.load(Ordering::Acquire)
+        {
+            return Poll::Pending;
+        }
         // Shutdown closes every cache's queues, which ends the stream; a
         // stream with no watch of a cache looks for it, once a call (its
         // token takes a lock).
@@ -193,9 +206,10 @@ impl EtcdStream {
             if let Some(response) = this.batch.pop_front() {
                 return Poll::Ready(Some(Ok(response)));
             }
-            if let Some(status) = this.end.take() {
+            // Looked at before taken: a take moves the whole status.
+            if this.end.is_some() {
                 this.ended = true;
-                return Poll::Ready(Some(Err(status)));
+                return Poll::Ready(this.end.take().map(Err));
             }
             if this.ended {
                 return Poll::Ready(None);
@@ -215,10 +229,13 @@ impl EtcdStream {
                 continue;
             }
             let mut progressed = false;
-            if let Some(pending) = this.pending.take() {
-                if let Poll::Ready(answered) = this.poll_pending(pending, cx) {
-                    progressed = true;
-                    this.end = answered.err();
+            // Looked at before taken, as the status is.
+            if this.pending.is_some() {
+                if let Some(pending) = this.pending.take() {
+                    if let Poll::Ready(answered) = this.poll_pending(pending, cx) {
+                        progressed = true;
+                        this.end = answered.err();
+                    }
                 }
             } else if this.reading && this.requests_woken.take() {
                 let waker = Waker::from(this.requests_woken.clone());

@@ -107,7 +107,12 @@ impl WatchSet {
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(i64, Next, Asked)>> {
         let mut tried = 0;
         while tried < self.watches.len() {
-            let at = (self.next + tried) % self.watches.len();
+            let len = self.watches.len();
+            // Most streams hold one watch: no division for them.
+            let at = match self.next + tried {
+                at if at < len => at,
+                at => at % len,
+            };
             let (id, watch) = &mut self.watches[at];
             match watch.poll_seen(cx) {
                 Poll::Ready(Some(seen)) => {
