@@ -46,7 +46,6 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::{info, warn};
 
 use api::{Api, InitialStates, Served};
@@ -115,11 +114,13 @@ pub async fn run(
     }
 
     let (health, health_service) = tonic_health::server::health_reporter();
+    let health_service = server::router::HealthRoute::new(health_service, &config.limits);
     if let Some(listener) = listeners.health {
         info!(addr = %listener.local_addr()?, "serving health checks in plain text");
         tasks.push(server::spawn_health_only(
             listener,
             health_service.clone(),
+            &config.limits,
             shutdown.clone(),
         ));
     }
@@ -294,7 +295,7 @@ async fn start_resources(
 /// serves before the faces.
 fn base_routes(
     config: &Config,
-    health: HealthServer<impl Health>,
+    health: server::router::HealthRoute,
 ) -> anyhow::Result<tonic::service::Routes> {
     let reflection = || {
         let builder = tonic_reflection::server::Builder::configure()
@@ -308,12 +309,16 @@ fn base_routes(
             false => builder,
         }
     };
+    // Its requests stream for as long as a client explores: each message
+    // bounded, read as it comes.
     let reflection_v1 = reflection()
         .build_v1()
-        .context("building the reflection service")?;
+        .context("building the reflection service")?
+        .max_decoding_message_size(server::router::REFLECTION_REQUEST_BYTES);
     let reflection_v1alpha = reflection()
         .build_v1alpha()
-        .context("building the reflection service")?;
+        .context("building the reflection service")?
+        .max_decoding_message_size(server::router::REFLECTION_REQUEST_BYTES);
 
     Ok(tonic::service::Routes::new(health)
         .add_service(reflection_v1)

@@ -117,7 +117,10 @@ pub async fn start(
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
             let mut yaml = watchproxy_yaml(&etcd_url, port);
-            if matches!(target, Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline) {
+            if matches!(
+                target,
+                Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline
+            ) {
                 yaml += "etcd_api: {enabled: true}\n";
             }
             if let Some(tls) = &tls {

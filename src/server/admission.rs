@@ -42,33 +42,34 @@ pub struct Bounds {
 #[derive(Clone)]
 pub struct Admission<S> {
     inner: S,
-    api: Api,
+    /// Who identifies the callers; None for calls that name no caller in
+    /// their headers (etcd's Authenticate names it in its body, a health
+    /// check none).
+    identify: Option<Api>,
     /// None for a call whose client streams: its messages are read by its
     /// handler, one at a time, each within the message limit.
     bounds: Option<Bounds>,
     slots: Option<Arc<Semaphore>>,
-    /// False for the one call that names its caller in its body (etcd's
-    /// Authenticate): its handler identifies it.
-    identify: bool,
 }
 
 impl<S> Admission<S> {
     pub fn new(inner: S, api: Api, bounds: Bounds, slots: Option<Arc<Semaphore>>) -> Self {
         Self {
             inner,
-            api,
+            identify: Some(api),
             bounds: Some(bounds),
             slots,
-            identify: true,
         }
     }
 
-    /// Admits calls whose request names its caller: bounded as every
-    /// call, identified by their handler.
-    pub fn unidentified(inner: S, api: Api, bounds: Bounds, slots: Option<Arc<Semaphore>>) -> Self {
+    /// Admits calls whose headers name no caller: bounded as every call,
+    /// identified by their handler if at all.
+    pub fn unidentified(inner: S, bounds: Bounds, slots: Option<Arc<Semaphore>>) -> Self {
         Self {
-            identify: false,
-            ..Self::new(inner, api, bounds, slots)
+            inner,
+            identify: None,
+            bounds: Some(bounds),
+            slots,
         }
     }
 
@@ -78,10 +79,9 @@ impl<S> Admission<S> {
     pub fn streaming(inner: S, api: Api) -> Self {
         Self {
             inner,
-            api,
+            identify: Some(api),
             bounds: None,
             slots: None,
-            identify: true,
         }
     }
 }
@@ -96,11 +96,11 @@ impl<S: Routes> Service<http::Request<Body>> for Admission<S> {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let (inner, api, bounds) = (self.inner.clone(), self.api.clone(), self.bounds.clone());
-        let (slots, identify) = (self.slots.clone(), self.identify);
+        let (inner, identify) = (self.inner.clone(), self.identify.clone());
+        let (bounds, slots) = (self.bounds.clone(), self.slots.clone());
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            if identify {
+            if let Some(api) = identify {
                 let caller = match api.identify(&parts.headers, &parts.extensions) {
                     Ok(caller) => caller,
                     Err(e) => return Ok(Status::from(e).into_http()),

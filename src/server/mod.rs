@@ -27,7 +27,7 @@ use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
 use crate::config::{LimitsConfig, ServePath};
-use http2::{tune, TCP_KEEPALIVE};
+use http2::{tune, MAX_HEADER_LIST, TCP_KEEPALIVE};
 use router::Faces;
 use tls::Tls;
 
@@ -71,6 +71,7 @@ pub async fn serve(
                 // h2's bound on the streams a client makes it reset
                 // (MadeYouReset), which tonic leaves off.
                 .http2_max_local_error_reset_streams(Some(LOCAL_RESETS))
+                .http2_max_header_list_size(MAX_HEADER_LIST as u32)
                 .http2_keepalive_interval(Some(limits.keepalive_interval))
                 .http2_keepalive_timeout(Some(limits.keepalive_timeout));
             // hyper's: GOAWAY at the age, the connection closed after the
@@ -141,30 +142,40 @@ async fn accept_tls(
     }
 }
 
+/// Streams a connection of the health-only listener may have open: a
+/// probe makes one at a time.
+const HEALTH_STREAMS: u32 = 16;
+
+/// The windows of a connection of the health-only listener: its requests
+/// are a few bytes each.
+const HEALTH_WINDOW: u32 = 64 * 1024;
+
 /// Serves only `grpc.health.v1` on `listener`, in plain text, until
 /// `shutdown`: for probes (a kubelet's gRPC probe) that cannot present a
-/// client certificate when the API port asks for one.
-pub fn spawn_health_only<S>(
+/// client certificate when the API port asks for one. Open to whoever
+/// reaches it, it holds the API's HTTP/2 bounds (resets, keepalive, the
+/// header list) with fewer streams and smaller windows, and each request
+/// the size of a health check ([`router::HealthRoute`]).
+pub fn spawn_health_only(
     listener: TcpListener,
-    health: S,
+    health: router::HealthRoute,
+    limits: &LimitsConfig,
     shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()>
-where
-    S: tower::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+) -> tokio::task::JoinHandle<()> {
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(HEALTH_STREAMS)
+        .http2_max_local_error_reset_streams(Some(LOCAL_RESETS))
+        .http2_max_header_list_size(MAX_HEADER_LIST as u32)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .initial_connection_window_size(HEALTH_WINDOW)
+        .initial_stream_window_size(HEALTH_WINDOW)
+        .add_service(health);
     tokio::spawn(async move {
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let served = tonic::transport::Server::builder()
-            .add_service(health)
+        let incoming = TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(TCP_KEEPALIVE));
+        let served = server
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
             .await;
         if let Err(e) = served {

@@ -27,6 +27,49 @@ use crate::etcd_api::{self, EtcdApi};
 
 type HttpService = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
+/// A health check's request names one service.
+pub const HEALTH_REQUEST_BYTES: usize = 1024;
+/// A reflection request names a file, a symbol or an extension.
+pub const REFLECTION_REQUEST_BYTES: usize = 4 * 1024;
+/// etcd's login: a user name and a password.
+pub const AUTHENTICATE_REQUEST_BYTES: usize = 4 * 1024;
+
+/// `grpc.health.v1` behind the bounds a health check needs: its request
+/// read whole within the body deadline, at most [`HEALTH_REQUEST_BYTES`];
+/// no caller identified (a probe presents nothing).
+#[derive(Clone)]
+pub struct HealthRoute(HttpService);
+
+impl HealthRoute {
+    pub fn new<S: super::routes::Routes + Sync>(health: S, limits: &LimitsConfig) -> Self {
+        let bounds = Bounds {
+            max_request_bytes: HEALTH_REQUEST_BYTES,
+            body_timeout: limits.request_body_timeout,
+        };
+        Self(BoxCloneSyncService::new(Admission::unidentified(
+            health, bounds, None,
+        )))
+    }
+}
+
+impl NamedService for HealthRoute {
+    const NAME: &'static str = "grpc.health.v1.Health";
+}
+
+impl Service<http::Request<Body>> for HealthRoute {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        self.0.call(req)
+    }
+}
+
 #[derive(Clone)]
 pub struct ApiService {
     watch: HttpService,
@@ -199,7 +242,13 @@ where
             bounds.clone(),
             Some(slots.clone()),
         );
-        let login = Admission::unidentified(calls.clone(), api.clone(), bounds, Some(slots));
+        // A login names its caller in its body, read before anyone is
+        // identified: it may hold no more than a name and a password.
+        let login_bounds = Bounds {
+            max_request_bytes: AUTHENTICATE_REQUEST_BYTES,
+            ..bounds
+        };
+        let login = Admission::unidentified(calls.clone(), login_bounds, Some(slots));
         Self {
             range: BoxCloneSyncService::new(range),
             watch: BoxCloneSyncService::new(Admission::streaming(calls, api)),

@@ -8,5 +8,6 @@ mod common;
 mod raw;
 
 mod authz;
+mod ports;
 mod preauth;
 mod stay_authorized;

@@ -17,7 +17,7 @@ const WATCH: &str = "/watchproxy.v1.WatchProxy/Watch";
 const TOKEN: &str = "Bearer reader-token";
 
 /// Pods served on `path` to callers with a token only, with `limits`.
-fn config(etcd: &Etcd, dir: &std::path::Path, path: ServePath, limits: &str) -> Config {
+pub(crate) fn config(etcd: &Etcd, dir: &std::path::Path, path: ServePath, limits: &str) -> Config {
     let tokens = dir.join("tokens.yaml");
     std::fs::write(&tokens, "- {token: reader-token, user: reader}\n").unwrap();
     let yaml = PODS_CONFIG
@@ -33,7 +33,7 @@ fn config(etcd: &Etcd, dir: &std::path::Path, path: ServePath, limits: &str) -> 
     config
 }
 
-async fn h2_client(addr: std::net::SocketAddr) -> h2::client::SendRequest<Bytes> {
+pub(crate) async fn h2_client(addr: std::net::SocketAddr) -> h2::client::SendRequest<Bytes> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
@@ -41,7 +41,7 @@ async fn h2_client(addr: std::net::SocketAddr) -> h2::client::SendRequest<Bytes>
 }
 
 /// A gRPC request's head, with the token when `token`.
-fn head(path: &str, token: bool, gzip: bool) -> http::Request<()> {
+pub(crate) fn head(path: &str, token: bool, gzip: bool) -> http::Request<()> {
     let mut b = http::Request::builder()
         .method("POST")
         .uri(format!("http://localhost{path}"))
@@ -57,7 +57,7 @@ fn head(path: &str, token: bool, gzip: bool) -> http::Request<()> {
 }
 
 /// A message with its gRPC prefix; `compressed` marks it so.
-fn framed(body: &[u8], compressed: bool) -> Bytes {
+pub(crate) fn framed(body: &[u8], compressed: bool) -> Bytes {
     let mut b = BytesMut::new();
     b.put_u8(compressed as u8);
     b.put_u32(body.len() as u32);
@@ -75,7 +75,7 @@ fn list_message() -> Vec<u8> {
 
 /// The gRPC status a response ends with: from its head when it has no
 /// body, else from its trailers.
-async fn status_of(response: h2::client::ResponseFuture) -> Result<tonic::Code, String> {
+pub(crate) async fn status_of(response: h2::client::ResponseFuture) -> Result<tonic::Code, String> {
     let response = tokio::time::timeout(Duration::from_secs(5), response)
         .await
         .map_err(|_| "no response head within 5 s".to_string())?
@@ -99,7 +99,7 @@ async fn status_of(response: h2::client::ResponseFuture) -> Result<tonic::Code, 
 }
 
 /// Sends one whole request on a new stream; its status.
-async fn call(
+pub(crate) async fn call(
     send: &mut h2::client::SendRequest<Bytes>,
     head: http::Request<()>,
     body: Bytes,
@@ -112,7 +112,7 @@ async fn call(
 }
 
 /// A served instance of each path, each on its own etcd data.
-async fn each_path(limits: &str, test: impl AsyncFn(ServePath, &Proxy)) {
+pub(crate) async fn each_path(limits: &str, test: impl AsyncFn(ServePath, &Proxy)) {
     for path in [ServePath::Fast, ServePath::Tonic] {
         let etcd = Etcd::start().await;
         let dir = tempfile::tempdir().unwrap();

@@ -89,6 +89,7 @@ pub use super::routes::Routes;
 use super::tls::Tls;
 use crate::access::PeerCerts;
 use bridge::Deadlines;
+pub use protocol::hpack::MAX_HEADER_LIST;
 pub use protocol::socket::{tune, TCP_KEEPALIVE};
 
 /// How one connection is served.
