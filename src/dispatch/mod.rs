@@ -97,8 +97,9 @@ pub struct View {
     /// Compressed forms of the change, shared like `encoded`.
     pub compressed: Compressed,
     /// The change as etcd's API encodes it, without and with the previous
-    /// state: made by the first stream that sends it, for all of them.
-    pub etcd_encoded: [OnceLock<Bytes>; 2],
+    /// state: made by the first stream that sends it, for all of them; a
+    /// whole response of it alone, and where the change starts in it.
+    pub etcd_encoded: [OnceLock<(Bytes, usize)>; 2],
     /// When the cache took the change off its etcd watch; none for a
     /// change read back from the window.
     pub received: Option<std::time::Instant>,

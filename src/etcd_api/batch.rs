@@ -85,6 +85,15 @@ impl Outgoing {
         }
     }
 
+    /// The whole response, encoded once for every stream, where it is a
+    /// lone change of a watch of id 0.
+    fn alone(watch_id: i64, fragment: bool, events: &[Encoded]) -> Option<&[u8]> {
+        match events {
+            [e] if watch_id == 0 && !fragment => Some(e.alone()),
+            _ => None,
+        }
+    }
+
     /// The revision its header names: the last change's, as etcd's does.
     fn revision(events: &[Encoded]) -> u64 {
         events.last().map_or(0, |e| e.revision)
@@ -99,7 +108,7 @@ impl Outgoing {
             Outgoing::Changes { events, .. } => {
                 HEAD_BYTES
                     + (events.iter())
-                        .map(|e| KEY_BYTES + e.bytes.len())
+                        .map(|e| KEY_BYTES + e.event().len())
                         .sum::<usize>()
             }
         }
@@ -122,8 +131,12 @@ impl Outgoing {
         if fragment {
             len += key_len(FRAGMENT) + 1;
         }
+        if let Some(alone) = Self::alone(watch_id, fragment, events) {
+            return alone.len();
+        }
         len + (events.iter())
-            .map(|e| key_len(EVENTS) + encoded_len_varint(e.bytes.len() as u64) + e.bytes.len())
+            .map(|e| e.event().len())
+            .map(|n| key_len(EVENTS) + encoded_len_varint(n as u64) + n)
             .sum::<usize>()
     }
 
@@ -137,6 +150,9 @@ impl Outgoing {
                 events,
             } => (*watch_id, *fragment, events),
         };
+        if let Some(alone) = Self::alone(watch_id, fragment, events) {
+            return buf.put_slice(alone);
+        }
         // What comes before the changes, gathered and written at once: a
         // buffer takes a varint byte by byte. The header is written by
         // hand: its revision is all it holds.
@@ -168,9 +184,9 @@ impl Outgoing {
             }
             head[at] = key(EVENTS, LENGTH_DELIMITED);
             at += 1;
-            put_varint(&mut head, &mut at, e.bytes.len() as u64);
+            put_varint(&mut head, &mut at, e.event().len() as u64);
             buf.put_slice(&head[..at]);
-            buf.put_slice(&e.bytes);
+            buf.put_slice(e.event());
         }
         if first {
             buf.put_slice(&head[..at]);
@@ -205,7 +221,7 @@ impl Batch {
 
     pub fn event(&mut self, id: i64, event: Encoded) {
         // Each response's bound is within the sum of all of them.
-        self.turn_bound += KEY_BYTES + event.bytes.len();
+        self.turn_bound += KEY_BYTES + event.event().len();
         let gathered = (self.gathering.iter())
             .find(|(w, _)| *w == id)
             .and_then(|&(_, at)| self.out.get_mut(at));
@@ -293,7 +309,7 @@ fn split(
     let mut size = 0;
     let mut events = events.into_iter().peekable();
     while let Some(e) = events.next() {
-        let len = e.bytes.len() + 8;
+        let len = e.event().len() + 8;
         let same_revision = current
             .last()
             .is_some_and(|last| last.revision == e.revision);
@@ -348,11 +364,7 @@ mod tests {
             }),
             prev_kv: None,
         };
-        Encoded {
-            revision: revision as Revision,
-            received: None,
-            bytes: e.encode_to_vec().into(),
-        }
+        Encoded::new(revision as Revision, &e, None)
     }
 
     /// `r` as a client reads it.
@@ -380,8 +392,12 @@ mod tests {
 
     #[test]
     fn changes_are_written_as_prost_writes_the_response() {
-        for (revision, id, fragment) in [(5, 3, false), (300, 0, true), (1 << 40, 7, false)] {
+        let cases = [(5, 3, false, 2), (300, 0, true, 2), (1 << 40, 7, false, 2)];
+        // A lone change of watch 0 is its shared encoding, as it is.
+        let alone = [(5, 0, false, 1), (1 << 40, 0, false, 1), (9, 0, false, 2)];
+        for (revision, id, fragment, n) in cases.into_iter().chain(alone) {
             let events = [put("/a", revision), put("/b", revision)];
+            let events = &events[..n];
             let r = Outgoing::Changes {
                 watch_id: id,
                 fragment,
@@ -394,7 +410,7 @@ mod tests {
                 watch_id: id,
                 fragment,
                 events: (events.iter())
-                    .map(|e| mvccpb::Event::decode(&e.bytes[..]).unwrap())
+                    .map(|e| mvccpb::Event::decode(e.event()).unwrap())
                     .collect(),
                 ..Default::default()
             };

@@ -255,7 +255,19 @@ impl EtcdStream {
                     Poll::Pending => {}
                 }
             }
-            if !(in_pass && this.waiting) {
+            let mut more = !(in_pass && this.waiting);
+            if more && this.batch.is_empty() && this.end.is_none() {
+                match this.take_lone(cx) {
+                    Ok(Lone::Alone(response)) => return Poll::Ready(Some(Ok(response))),
+                    Ok(Lone::Waiting) => more = false,
+                    Ok(Lone::More) => progressed = true,
+                    Err(status) => {
+                        this.end = Some(status);
+                        more = false;
+                    }
+                }
+            }
+            if more {
                 match this.take_ready(cx, BATCH) {
                     Ok((taken, waiting)) => {
                         progressed |= taken > 0;
@@ -479,25 +491,10 @@ impl EtcdStream {
                 .push(refused(etcd_status(e).message().to_owned())),
         }
     }
-
-    /// Takes what the watches have ready, at most `max` of it: how much,
-    /// and whether every watch was then found waiting.
-    fn take_ready(&mut self, cx: &mut Context<'_>, max: usize) -> Result<(usize, bool), Status> {
-        let mut taken = 0;
-        while taken < max {
-            match self.streams.poll_next(cx) {
-                Poll::Ready(Some((id, shown, asked))) => self.take(id, shown, asked)?,
-                Poll::Ready(None) => break,
-                Poll::Pending => return Ok((taken, true)),
-            }
-            taken += 1;
-        }
-        Ok((taken, false))
-    }
 }
 
 mod shown;
 mod woken;
 
-use shown::{Asked, Watch, WatchSet};
+use shown::{Asked, Lone, Watch, WatchSet};
 use woken::Woken;

@@ -4,17 +4,56 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::dispatch::View;
-use crate::etcdpb::etcdserverpb::ResponseHeader;
+use crate::etcdpb::etcdserverpb::{ResponseHeader, WatchResponse};
 use crate::etcdpb::mvccpb::{self, event::EventType as Kind};
 use crate::object::{EventType, Object, Revision};
 
-/// A change as etcd's `mvccpb.Event`, encoded.
+/// A change as etcd's watch sends it, encoded once for every stream: the
+/// whole `WatchResponse` a watch of id 0 gets for it alone (its header and
+/// the change), whose tail is the change's `mvccpb.Event`. Most watches
+/// are their stream's first, id 0, and get their changes one at a time:
+/// theirs is a copy of these bytes.
 #[derive(Debug, Clone)]
 pub struct Encoded {
     pub revision: Revision,
-    pub bytes: Bytes,
+    bytes: Bytes,
+    /// Where the `mvccpb.Event` starts in `bytes`.
+    event_at: usize,
     /// When the change reached its cache (live changes of a cache).
     pub received: Option<std::time::Instant>,
+}
+
+impl Encoded {
+    /// `event`, at `revision`.
+    pub fn new(
+        revision: Revision,
+        event: &mvccpb::Event,
+        received: Option<std::time::Instant>,
+    ) -> Self {
+        let alone = WatchResponse {
+            header: header(revision),
+            events: vec![event.clone()],
+            ..Default::default()
+        };
+        let bytes: Bytes = alone.encode_to_vec().into();
+        let event_at = bytes.len() - event.encoded_len();
+        Self {
+            revision,
+            bytes,
+            event_at,
+            received,
+        }
+    }
+
+    /// The change's `mvccpb.Event`.
+    pub fn event(&self) -> &[u8] {
+        &self.bytes[self.event_at..]
+    }
+
+    /// The response of a watch of id 0 holding this change alone.
+    pub fn alone(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// A header at `revision`. watchproxy is no member of etcd's cluster:
@@ -48,12 +87,14 @@ fn key_of(o: &Object) -> Bytes {
 
 /// [`event`], encoded once for every stream that sends it.
 pub fn encoded_event(view: &View, prev_kv: bool) -> Encoded {
-    let bytes = view.etcd_encoded[prev_kv as usize]
-        .get_or_init(|| event(view, prev_kv).encode_to_vec().into())
-        .clone();
+    let shared = view.etcd_encoded[prev_kv as usize].get_or_init(|| {
+        let e = Encoded::new(view.revision, &event(view, prev_kv), None);
+        (e.bytes, e.event_at)
+    });
     Encoded {
         revision: view.revision,
-        bytes,
+        bytes: shared.0.clone(),
+        event_at: shared.1,
         received: view.received,
     }
 }

@@ -6,10 +6,9 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use smallvec::SmallVec;
 
-use prost::Message;
 use tonic::Status;
 
-use super::super::batch::compacted;
+use super::super::batch::{compacted, Outgoing};
 use super::super::keys::KeyRange;
 use super::super::merge::{Seen, Watched};
 use super::super::wire::{encoded_event, header, Encoded};
@@ -107,16 +106,17 @@ impl WatchSet {
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(i64, Next, Asked)>> {
         let mut tried = 0;
         while tried < self.watches.len() {
-            let len = self.watches.len();
-            // Most streams hold one watch: no division for them.
             let at = match self.next + tried {
-                at if at < len => at,
-                at => at % len,
+                at if at < self.watches.len() => at,
+                at => at % self.watches.len(),
             };
+            let len = self.watches.len();
             let (id, watch) = &mut self.watches[at];
             match watch.poll_seen(cx) {
                 Poll::Ready(Some(seen)) => {
-                    self.next = at + 1;
+                    // Kept below the length, so that a stream of one watch
+                    // divides nothing.
+                    self.next = if at + 1 < len { at + 1 } else { 0 };
                     return Poll::Ready(Some((*id, seen, watch.asked)));
                 }
                 Poll::Ready(None) => {
@@ -155,16 +155,7 @@ impl EtcdStream {
             Ok(Seen::Forwarded(revision, e)) => {
                 let put = e.r#type == mvccpb::event::EventType::Put as i32;
                 if !filtered(put) {
-                    let bytes = e.encode_to_vec().into();
-                    let received = None;
-                    self.batch.event(
-                        id,
-                        Encoded {
-                            revision,
-                            bytes,
-                            received,
-                        },
-                    );
+                    self.batch.event(id, Encoded::new(revision, &e, None));
                 }
             }
             Ok(Seen::Progress(revision, true)) if asked.progress_notify => {
@@ -203,8 +194,78 @@ impl EtcdStream {
         Ok(())
     }
 
+    /// Takes what the watches have ready, at most `max` of it: how much,
+    /// and whether every watch was then found waiting.
+    pub(super) fn take_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Result<(usize, bool), Status> {
+        let mut taken = 0;
+        while taken < max {
+            match self.streams.poll_next(cx) {
+                Poll::Ready(Some((id, shown, asked))) => self.take(id, shown, asked)?,
+                Poll::Ready(None) => break,
+                Poll::Pending => return Ok((taken, true)),
+            }
+            taken += 1;
+        }
+        Ok((taken, false))
+    }
+
+    /// A lone change, the common case, answered without the batch: the
+    /// first thing a stream with nothing waiting takes from its watches,
+    /// sent at once when the watches have nothing after it. Anything else
+    /// goes to the batch as [`EtcdStream::take_ready`] puts it.
+    pub(super) fn take_lone(&mut self, cx: &mut Context<'_>) -> Result<Lone, Status> {
+        let (id, seen, asked) = match self.streams.poll_next(cx) {
+            Poll::Pending | Poll::Ready(None) => {
+                self.waiting = true;
+                return Ok(Lone::Waiting);
+            }
+            Poll::Ready(Some(next)) => next,
+        };
+        let change = match seen {
+            Ok(Seen::Change(view)) if view.resync_from.is_none() => view,
+            seen => {
+                self.take(id, seen, asked)?;
+                return Ok(Lone::More);
+            }
+        };
+        let put = change.kind != EventType::Deleted;
+        if (put && asked.no_put) || (!put && asked.no_delete) {
+            return Ok(Lone::More);
+        }
+        let event = encoded_event(&change, asked.prev_kv);
+        match self.streams.poll_next(cx) {
+            Poll::Pending | Poll::Ready(None) => {
+                self.waiting = true;
+                Ok(Lone::Alone(Outgoing::Changes {
+                    watch_id: id,
+                    fragment: false,
+                    events: smallvec::smallvec![event],
+                }))
+            }
+            Poll::Ready(Some((next, seen, asked))) => {
+                self.batch.event(id, event);
+                self.take(next, seen, asked)?;
+                Ok(Lone::More)
+            }
+        }
+    }
+
     fn close(&mut self, id: i64) {
         self.open.remove(&id);
         self.streams.remove(id);
     }
+}
+
+/// What [`EtcdStream::take_lone`] found.
+pub(super) enum Lone {
+    /// One change, and nothing after it: its response.
+    Alone(Outgoing),
+    /// Every watch is waiting.
+    Waiting,
+    /// More than one thing: in the batch, where the rest go.
+    More,
 }
