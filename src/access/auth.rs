@@ -18,7 +18,7 @@ use super::tokens::Tokens;
 use super::{AccessError, Caller};
 use crate::config::{CertificateUser, Config, Verb};
 use crate::object::Resource;
-use crate::telemetry::Metrics;
+use crate::telemetry::{CredentialFile, Metrics};
 
 pub struct Auth {
     tokens: Option<Arc<Tokens>>,
@@ -29,6 +29,8 @@ pub struct Auth {
     authenticating: bool,
     /// Which name of a client certificate is the user.
     certificate_user: CertificateUser,
+    /// Whether one user name is one user across authenticators.
+    shared_names: bool,
     rules: Option<Rules>,
     metrics: Metrics,
 }
@@ -42,6 +44,7 @@ impl Auth {
             anonymous: true,
             authenticating: false,
             certificate_user: CertificateUser::default(),
+            shared_names: false,
             rules: None,
             metrics,
         }
@@ -72,6 +75,7 @@ impl Auth {
             anonymous: config.auth.anonymous.unwrap_or(!authenticating),
             authenticating,
             certificate_user: config.auth.certificate_user,
+            shared_names: config.auth.shared_user_names,
             rules,
             metrics,
         })
@@ -87,16 +91,27 @@ impl Auth {
         let mut tasks = Vec::new();
         if let Some(tokens) = self.tokens.clone() {
             let paths = vec![tokens.path().to_owned()];
-            let after = after.clone();
-            tasks.push(spawn_reloader(paths, shutdown.clone(), move || {
-                tokens.reload();
+            let (after, metrics) = (after.clone(), self.metrics.clone());
+            let seen = tokens.baseline();
+            tasks.push(spawn_reloader(paths, seen, shutdown.clone(), move || {
+                if !tokens.reload() {
+                    metrics
+                        .security
+                        .credential_file_unusable(CredentialFile::tokens);
+                }
                 after();
             }));
         }
         if let Some(jwt) = self.jwt.clone() {
             let paths = vec![jwt.path().to_owned()];
-            tasks.push(spawn_reloader(paths, shutdown, move || {
-                jwt.reload();
+            let metrics = self.metrics.clone();
+            let seen = jwt.baseline();
+            tasks.push(spawn_reloader(paths, seen, shutdown, move || {
+                if !jwt.reload() {
+                    metrics
+                        .security
+                        .credential_file_unusable(CredentialFile::jwks);
+                }
                 after();
             }));
         }
@@ -129,19 +144,25 @@ impl Auth {
                     Lapse::Expired,
                     "the client certificate has expired",
                 ),
-                Some((caller, not_after)) => {
-                    Ok(Identity::new(caller, Credential::Certificate { not_after }))
-                }
+                Some((caller, not_after)) => Ok(Identity::new(
+                    caller,
+                    Credential::Certificate { not_after },
+                    self.shared_names,
+                )),
                 None => refuse(
                     "bad_certificate",
-                    "the client certificate names no user (a SAN or a subject common name)",
+                    "the client certificate does not hold the name auth.certificate_user names",
                 ),
             };
         }
         if let Some(header) = metadata.get("authorization") {
             if self.tokens.is_none() && self.jwt.is_none() {
                 if !self.authenticating {
-                    return Ok(Identity::new(Caller::anonymous(), Credential::Anonymous));
+                    return Ok(Identity::new(
+                        Caller::anonymous(),
+                        Credential::Anonymous,
+                        self.shared_names,
+                    ));
                 }
                 return refuse("tokens_not_accepted", "bearer tokens are not accepted here");
             }
@@ -153,7 +174,11 @@ impl Auth {
                 );
             };
             if let Some(caller) = self.tokens.as_ref().and_then(|t| t.caller(token)) {
-                return Ok(Identity::new(caller, Credential::Token(Secret::new(token))));
+                return Ok(Identity::new(
+                    caller,
+                    Credential::Token(Secret::new(token)),
+                    self.shared_names,
+                ));
             }
             if let Some(jwt) = self.jwt.as_ref().filter(|_| Jwt::looks_like(token)) {
                 return match jwt.caller(token) {
@@ -163,6 +188,7 @@ impl Auth {
                             token: Secret::new(token),
                             exp,
                         },
+                        self.shared_names,
                     )),
                     Err(r) if r.expired => lapsed("expired_jwt", Lapse::Expired, r.reason),
                     Err(r) => refuse("invalid_jwt", r.reason),
@@ -171,7 +197,11 @@ impl Auth {
             return refuse("unknown_token", "unknown bearer token");
         }
         if self.anonymous {
-            return Ok(Identity::new(Caller::anonymous(), Credential::Anonymous));
+            return Ok(Identity::new(
+                Caller::anonymous(),
+                Credential::Anonymous,
+                self.shared_names,
+            ));
         }
         refuse("no_identity", "no client certificate or bearer token")
     }
@@ -339,22 +369,23 @@ fn subject(cert: &CertificateDer<'_>, from: CertificateUser) -> Option<(Caller, 
     use x509_parser::extensions::GeneralName;
     let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
     let subject = cert.subject();
-    let san = cert
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .and_then(|san| {
-            san.value
-                .general_names
-                .iter()
-                .find_map(|name| match (from, name) {
-                    (CertificateUser::Uri, GeneralName::URI(uri)) => Some(uri.to_string()),
-                    (CertificateUser::Dns, GeneralName::DNSName(dns)) => Some(dns.to_string()),
-                    _ => None,
-                })
-        });
+    let san = || {
+        let san = cert.subject_alternative_name().ok().flatten()?;
+        san.value
+            .general_names
+            .iter()
+            .find_map(|name| match (from, name) {
+                (CertificateUser::Uri, GeneralName::URI(uri)) => Some(uri.to_string()),
+                (CertificateUser::Dns, GeneralName::DNSName(dns)) => Some(dns.to_string()),
+                _ => None,
+            })
+    };
     let cn = || Some(subject.iter_common_name().last()?.as_str().ok()?.to_owned());
-    let user = san.filter(|u| !u.is_empty()).or_else(cn)?;
+    let user = match from {
+        CertificateUser::Cn => cn(),
+        CertificateUser::Uri | CertificateUser::Dns => san(),
+    }
+    .filter(|u| !u.is_empty())?;
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_owned))
@@ -381,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn a_certificate_names_its_user_by_san_first_then_cn() {
+    fn a_certificate_names_its_user_by_the_one_name_asked_for_and_cn_by_default() {
         let both = cert(
             "cn-user",
             vec![
@@ -396,9 +427,14 @@ mod tests {
         );
         assert_eq!(user(&both, CertificateUser::Dns), "host.example");
         assert_eq!(user(&both, CertificateUser::Cn), "cn-user");
+        assert_eq!(user(&both, CertificateUser::default()), "cn-user");
+        // No fallback from one kind of name to another: a CA that checks
+        // the names it signs checks one kind.
         let plain = cert("cn-only", vec![]);
-        assert_eq!(user(&plain, CertificateUser::Uri), "cn-only");
-        assert_eq!(user(&plain, CertificateUser::Dns), "cn-only");
+        assert!(subject(&plain, CertificateUser::Uri).is_none());
+        assert!(subject(&plain, CertificateUser::Dns).is_none());
+        let no_cn = cert("", vec![SanType::URI("spiffe://c/x".try_into().unwrap())]);
+        assert!(subject(&no_cn, CertificateUser::Cn).is_none());
         assert_eq!(
             subject(&both, CertificateUser::Uri).unwrap().0.groups,
             ["team"]

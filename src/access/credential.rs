@@ -13,13 +13,29 @@ use super::Caller;
 pub struct Identity {
     pub caller: Caller,
     pub credential: Arc<Credential>,
+    /// Whose per-user budgets the caller spends: its user name as its
+    /// authenticator names it (`cert:alice`, `token:alice`, `jwt:alice`),
+    /// or the bare name where every authenticator names the same users
+    /// (`auth.shared_user_names`).
+    pub account: Arc<str>,
 }
 
 impl Identity {
-    pub(super) fn new(caller: Caller, credential: Credential) -> Self {
+    pub(super) fn new(caller: Caller, credential: Credential, shared_names: bool) -> Self {
+        let kind = match &credential {
+            Credential::Anonymous => "anonymous",
+            Credential::Certificate { .. } => "cert",
+            Credential::Token(_) => "token",
+            Credential::Jwt { .. } => "jwt",
+        };
+        let account = match shared_names {
+            true => caller.user.as_str().into(),
+            false => format!("{kind}:{}", caller.user).into(),
+        };
         Self {
             caller,
             credential: Arc::new(credential),
+            account,
         }
     }
 }

@@ -370,7 +370,7 @@ impl Authority {
         let mut kept: HashMap<&str, usize> = HashMap::new();
         let counted = |g: &Grant| g.revoked().is_none() && g.is_a_watch();
         for (_, grant) in grants.iter().filter(|(_, g)| counted(g)) {
-            let n = kept.entry(grant.identity.caller.user.as_str()).or_default();
+            let n = kept.entry(&*grant.identity.account).or_default();
             if *n < max {
                 *n += 1;
             } else {

@@ -12,15 +12,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{decode, decode_header, DecodingKey, Validation};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tracing::{info, warn};
 
+use super::reload::{baseline, Baseline};
 use super::Caller;
 use crate::config::JwtConfig;
 
 pub struct Jwt {
     config: JwtConfig,
     keys: RwLock<Arc<JwkSet>>,
+    /// What the JWKS file held before the keys in use were read from it,
+    /// for its reloader's first comparison.
+    first_seen: Mutex<Option<Baseline>>,
 }
 
 /// Why a token was refused; never the token or its claims.
@@ -42,28 +46,43 @@ impl From<&'static str> for Refusal {
 
 impl Jwt {
     pub fn load(config: &JwtConfig) -> anyhow::Result<Self> {
+        let first_seen = baseline(std::slice::from_ref(&config.jwks_file));
         Ok(Self {
             keys: RwLock::new(Arc::new(read(&config.jwks_file)?)),
             config: config.clone(),
+            first_seen: Mutex::new(Some(first_seen)),
         })
+    }
+
+    /// Where a reloader of the JWKS file starts (as [`super::tokens::Tokens::baseline`]).
+    pub fn baseline(&self) -> Baseline {
+        (self.first_seen.lock().take())
+            .unwrap_or_else(|| baseline(std::slice::from_ref(&self.config.jwks_file)))
     }
 
     pub fn path(&self) -> &Path {
         &self.config.jwks_file
     }
 
-    /// Reads the key set again; one that cannot be used is logged and the
-    /// keys in use stay.
-    pub fn reload(&self) {
+    /// Reads the key set again. One that cannot be used ends the keys in
+    /// use (a JWKS file is emptied or removed to stop trusting a key);
+    /// logged with the file; false then.
+    pub fn reload(&self) -> bool {
         match read(&self.config.jwks_file) {
             Ok(keys) => {
                 info!(keys = keys.keys.len(), "JWKS file changed; using it");
                 *self.keys.write() = Arc::new(keys);
+                true
             }
-            Err(e) => warn!(
-                error = format!("{e:#}"),
-                "JWKS file changed but cannot be used; keeping the keys in use"
-            ),
+            Err(e) => {
+                *self.keys.write() = Arc::new(JwkSet { keys: Vec::new() });
+                warn!(
+                    file = %self.config.jwks_file.display(),
+                    error = format!("{e:#}"),
+                    "JWKS file changed and cannot be used; no JWT verifies until it can"
+                );
+                false
+            }
         }
     }
 
@@ -205,6 +224,30 @@ mod tests {
             groups_claim: "groups".into(),
         };
         (Jwt::load(&config).unwrap(), dir)
+    }
+
+    #[test]
+    fn a_jwks_file_that_cannot_be_used_ends_its_keys() {
+        let iss = issuer();
+        let (jwt, dir) = verifier(&iss.jwks);
+        let good = token(
+            &iss,
+            serde_json::json!({
+                "sub": "reader", "iss": "https://kubernetes.default.svc",
+                "aud": ["watchproxy"], "exp": now() + 600,
+            }),
+        );
+        assert!(jwt.caller(&good).is_ok());
+        let path = dir.path().join("jwks.json");
+        std::fs::write(&path, "{\"keys\": [").unwrap();
+        assert!(!jwt.reload());
+        assert!(jwt.caller(&good).is_err(), "a file that does not parse");
+        std::fs::write(&path, &iss.jwks).unwrap();
+        assert!(jwt.reload());
+        assert!(jwt.caller(&good).is_ok());
+        std::fs::remove_file(&path).unwrap();
+        assert!(!jwt.reload());
+        assert!(jwt.caller(&good).is_err(), "a file removed");
     }
 
     #[test]

@@ -9,8 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::AccessError;
-use super::Caller;
+use super::{AccessError, Identity};
 use crate::config::LimitsConfig;
 
 /// Buckets not touched for this long are forgotten (a full bucket is what
@@ -95,16 +94,16 @@ impl UserLimits {
         *self.bounds.write() = Bounds::of(limits);
     }
 
-    /// A place for one more watch of `caller`'s user.
+    /// A place for one more watch of `identity`'s account.
     /// Counted with or without a limit, so that one set later counts the
     /// watches already open.
-    pub fn watch(&self, caller: &Caller) -> Result<WatchPlace, AccessError> {
+    pub fn watch(&self, identity: &Identity) -> Result<WatchPlace, AccessError> {
         let max = self.bounds.read().max_watchers;
         let mut w = self.watchers.lock();
-        let n = w.entry(caller.user.clone()).or_default();
+        let n = w.entry(identity.account.to_string()).or_default();
         if let Some(max) = max.filter(|max| *n >= *max) {
             return Err(AccessError::UserLimit {
-                user: caller.user.clone(),
+                user: identity.caller.user.clone(),
                 what: format!("{max} open watches"),
                 retry_after: None,
             });
@@ -112,7 +111,7 @@ impl UserLimits {
         *n += 1;
         Ok(WatchPlace {
             watchers: self.watchers.clone(),
-            user: caller.user.clone(),
+            user: identity.account.to_string(),
         })
     }
 
@@ -125,31 +124,40 @@ impl UserLimits {
             .map_or(limit, |max| limit.min(max))
     }
 
-    /// Takes one List or Get from `caller`'s user's bucket.
-    pub fn unary(&self, caller: &Caller) -> Result<(), AccessError> {
+    /// Takes one List or Get from `identity`'s account's bucket.
+    pub fn unary(&self, identity: &Identity) -> Result<(), AccessError> {
         let Bounds { rate, burst, .. } = *self.bounds.read();
         let what = |rate| format!("{rate} List/Get calls per second");
-        self.buckets.take(&caller.user, rate, burst, what)
+        let user = &identity.caller.user;
+        self.buckets
+            .take(&identity.account, user, rate, burst, what)
     }
 
-    /// Takes one read the cache cannot answer as it is from `user`'s
-    /// bucket of those.
-    pub fn costly_read(&self, user: &str) -> Result<(), AccessError> {
+    /// Takes one read the cache cannot answer as it is from `identity`'s
+    /// account's bucket of those.
+    pub fn costly_read(&self, identity: &Identity) -> Result<(), AccessError> {
         let Bounds {
             costly_rate,
             costly_burst,
             ..
         } = *self.bounds.read();
         let what = |rate| format!("{rate} reads per second from etcd or of old versions");
-        self.costly.take(user, costly_rate, costly_burst, what)
+        self.costly.take(
+            &identity.account,
+            &identity.caller.user,
+            costly_rate,
+            costly_burst,
+            what,
+        )
     }
 }
 
 impl Buckets {
-    /// One token from `user`'s bucket, which fills at `rate` up to `burst`;
-    /// none: no bound.
+    /// One token from `account`'s bucket (of `user`, as it is told), which
+    /// fills at `rate` up to `burst`; none: no bound.
     fn take(
         &self,
+        account: &str,
         user: &str,
         rate: Option<f64>,
         burst: f64,
@@ -163,7 +171,7 @@ impl Buckets {
         if buckets.len() > 1024 {
             buckets.retain(|_, b| now.duration_since(b.at) < IDLE_BUCKET);
         }
-        let b = buckets.entry(user.to_owned()).or_insert(Bucket {
+        let b = buckets.entry(account.to_owned()).or_insert(Bucket {
             tokens: burst,
             at: now,
         });
@@ -184,12 +192,46 @@ impl Buckets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::{Caller, Credential, Secret};
 
-    fn caller(user: &str) -> Caller {
-        Caller {
+    /// `user` as a token of the token file names it.
+    fn caller(user: &str) -> Identity {
+        token_of(user, false)
+    }
+
+    fn token_of(user: &str, shared_names: bool) -> Identity {
+        let caller = Caller {
             user: user.into(),
             groups: vec![],
-        }
+        };
+        Identity::new(caller, Credential::Token(Secret::new("t")), shared_names)
+    }
+
+    fn certificate_of(user: &str, shared_names: bool) -> Identity {
+        let caller = Caller {
+            user: user.into(),
+            groups: vec![],
+        };
+        let not_after = std::time::SystemTime::now() + Duration::from_secs(60);
+        Identity::new(caller, Credential::Certificate { not_after }, shared_names)
+    }
+
+    #[test]
+    fn a_name_each_authenticator_gives_is_a_user_of_its_own_unless_names_are_shared() {
+        let limits = UserLimits::new(&LimitsConfig {
+            max_watchers_per_user: Some(1),
+            ..LimitsConfig::default()
+        });
+        let _alice = limits.watch(&certificate_of("alice", false)).unwrap();
+        assert!(
+            limits.watch(&token_of("alice", false)).is_ok(),
+            "a token naming alice does not spend the certificate's alice's places"
+        );
+        let _shared = limits.watch(&certificate_of("bob", true)).unwrap();
+        assert!(
+            limits.watch(&token_of("bob", true)).is_err(),
+            "shared names: one bob"
+        );
     }
 
     #[test]
@@ -250,13 +292,14 @@ mod tests {
             costly_read_burst_per_user: 2,
             ..LimitsConfig::default()
         });
-        limits.costly_read("a").unwrap();
-        limits.costly_read("a").unwrap();
-        let Err(AccessError::UserLimit { retry_after, .. }) = limits.costly_read("a") else {
+        let (a, b) = (caller("a"), caller("b"));
+        limits.costly_read(&a).unwrap();
+        limits.costly_read(&a).unwrap();
+        let Err(AccessError::UserLimit { retry_after, .. }) = limits.costly_read(&a) else {
             panic!("the burst is spent");
         };
         assert_eq!(retry_after, Some(Duration::from_millis(500)));
-        limits.costly_read("b").unwrap();
+        limits.costly_read(&b).unwrap();
         limits.unary(&caller("a")).unwrap();
     }
 }

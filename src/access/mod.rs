@@ -32,7 +32,7 @@ pub use auth::Auth;
 pub use credential::{Credential, Identity, Lapse, Secret};
 pub use error::AccessError;
 pub use grants::{Authority, Grant, Granted, HeldGrant, Identified, Judged, Revoke};
-pub use reload::{spawn_reloader, spawn_reloader_on_hangup};
+pub use reload::{baseline, spawn_reloader, spawn_reloader_on_hangup, Baseline};
 pub use rules::Scope;
 
 /// An authenticated caller.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::limits::UserLimits;
-use super::reload::spawn_reloader_on_hangup;
+use super::reload::{baseline, spawn_reloader_on_hangup};
 use super::{Auth, Authority};
 use crate::config::{Config, ConfigSource};
 use crate::object::Resource;
@@ -36,9 +36,14 @@ pub fn spawn_config_reload(
         user_limits,
         metrics,
     };
-    Some(spawn_reloader_on_hangup(paths, true, shutdown, move || {
-        reloader.reload()
-    }))
+    let seen = baseline(&paths);
+    Some(spawn_reloader_on_hangup(
+        paths,
+        seen,
+        true,
+        shutdown,
+        move || reloader.reload(),
+    ))
 }
 
 struct Reloader {

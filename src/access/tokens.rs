@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tracing::{info, warn};
 
+use super::reload::{baseline, Baseline};
 use super::Caller;
 
 #[derive(Deserialize)]
@@ -33,6 +34,9 @@ struct Known {
 pub struct Tokens {
     path: PathBuf,
     entries: RwLock<Arc<Vec<Known>>>,
+    /// What the file held before the tokens in use were read from it,
+    /// for its reloader's first comparison.
+    first_seen: Mutex<Option<Baseline>>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -42,9 +46,11 @@ fn digest(token: &str) -> [u8; 32] {
 
 impl Tokens {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let first_seen = baseline(&[path.to_owned()]);
         Ok(Self {
             path: path.to_owned(),
             entries: RwLock::new(Arc::new(read(path)?)),
+            first_seen: Mutex::new(Some(first_seen)),
         })
     }
 
@@ -52,18 +58,33 @@ impl Tokens {
         &self.path
     }
 
-    /// Reads the file again; a file that cannot be used is logged (never
-    /// its contents) and the tokens in use stay.
-    pub fn reload(&self) {
+    /// Where a reloader of the file starts: what it held before it was
+    /// read, the first time; what it holds now after that.
+    pub fn baseline(&self) -> Baseline {
+        (self.first_seen.lock().take())
+            .unwrap_or_else(|| baseline(std::slice::from_ref(&self.path)))
+    }
+
+    /// Reads the file again. A file that cannot be used (gone, emptied
+    /// of anything parseable, unreadable) ends every token it held: a
+    /// revocation is often made that way. Logged with the file, never its
+    /// contents; false then.
+    pub fn reload(&self) -> bool {
         match read(&self.path) {
             Ok(entries) => {
                 info!(tokens = entries.len(), "token file changed; using it");
                 *self.entries.write() = Arc::new(entries);
+                true
             }
-            Err(e) => warn!(
-                error = format!("{e:#}"),
-                "token file changed but cannot be used; keeping the tokens in use"
-            ),
+            Err(e) => {
+                *self.entries.write() = Arc::new(Vec::new());
+                warn!(
+                    file = %self.path.display(),
+                    error = format!("{e:#}"),
+                    "token file changed and cannot be used; every token it held has ended"
+                );
+                false
+            }
         }
     }
 
@@ -126,7 +147,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_token_names_its_caller_and_a_bad_file_keeps_the_tokens_in_use() {
+    fn a_token_names_its_caller_and_a_file_that_cannot_be_used_ends_its_tokens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.yaml");
         std::fs::write(
@@ -145,12 +166,15 @@ mod tests {
         assert_eq!(tokens.caller("s3cre"), None);
         assert_eq!(tokens.caller(""), None);
         std::fs::write(&path, "token: [unclosed").unwrap();
-        tokens.reload();
-        assert!(tokens.caller("s3cret").is_some(), "the old tokens stay");
+        assert!(!tokens.reload());
+        assert_eq!(tokens.caller("s3cret"), None, "a file that does not parse");
         std::fs::write(&path, "- {token: other, user: bob}\n").unwrap();
-        tokens.reload();
+        assert!(tokens.reload());
         assert_eq!(tokens.caller("s3cret"), None);
         assert_eq!(tokens.caller("other").unwrap().user, "bob");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!tokens.reload());
+        assert_eq!(tokens.caller("other"), None, "a file removed");
     }
 
     proptest::proptest! {

@@ -11,6 +11,7 @@ use super::error::ApiError;
 use super::query::{GetQuery, ListAt, ListQuery};
 use super::wire::object_pb;
 use super::{Api, Served};
+use crate::access::Identity;
 use crate::cache::{Digest, NotInWindow, Snapshot};
 use crate::object::{Object, Projection, Resource, Revision};
 use crate::pb;
@@ -34,12 +35,12 @@ struct Page {
 }
 
 impl Api {
-    /// One page of a List by `reader` (the caller's user).
+    /// One page of a List by `reader`.
     pub async fn list_page(
         &self,
         s: &Served,
         q: ListQuery,
-        reader: &str,
+        reader: &Identity,
     ) -> Result<pb::ListResponse, ApiError> {
         let projection = q.projection.clone();
         let shard = (q.predicate.shard()).map(|shard| shard_pb(&s.cache.resource, shard));
@@ -57,7 +58,7 @@ impl Api {
         &self,
         s: &Served,
         q: ListQuery,
-        reader: &str,
+        reader: &Identity,
     ) -> Result<pb::ListResponse, ApiError> {
         let (predicate, limit, scope) = (&q.predicate, q.limit, q.token_scope);
         let costly = || self.user_limits.costly_read(reader);
@@ -119,7 +120,7 @@ impl Api {
         &self,
         s: &Served,
         q: GetQuery,
-        reader: &str,
+        reader: &Identity,
     ) -> Result<pb::Object, ApiError> {
         let found = match self.source_for(s, q.version).await? {
             ReadFrom::Cache(snapshot) => snapshot

@@ -236,7 +236,7 @@ impl Api {
     /// read rate.
     pub fn enter_read(&self, call: &CallMeta) -> Result<Entered, ApiError> {
         let entered = self.enter(call)?;
-        self.user_limits.unary(&entered.identity.caller)?;
+        self.user_limits.unary(&entered.identity)?;
         Ok(entered)
     }
 

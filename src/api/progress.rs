@@ -43,7 +43,7 @@ impl Api {
                         resource: req.resource.clone(),
                     });
                 }
-                self.user_limits.costly_read(user)?;
+                self.user_limits.costly_read(&entered.identity)?;
             }
             let snapshot = self.cache_for(s, RequestedVersion::Latest).await?;
             let now = snapshot.revision;

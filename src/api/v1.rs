@@ -52,7 +52,7 @@ impl Api {
             };
             let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
             query.limit = self.user_limits.page(query.limit);
-            let mut page = self.list_page(s, query, &caller.user).await?;
+            let mut page = self.list_page(s, query, &entered.identity).await?;
             page.continue_token = self.sealer.seal(&page.continue_token);
             // A digest of every object of the resource: only for a rule
             // that covers it whole.
@@ -79,8 +79,7 @@ impl Api {
             let entered = self.enter_read(&meta)?;
             let (s, scope) = self.admit(&entered, Verb::Get, &req.resource, &req.namespace)?;
             let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
-            self.get_object(s, query, &entered.identity.caller.user)
-                .await
+            self.get_object(s, query, &entered.identity).await
         };
         self.answer(&meta.metadata, info, call).await
     }
@@ -107,7 +106,7 @@ impl Api {
         };
         let call = async {
             let entered = self.enter(&meta)?;
-            let place = self.user_limits.watch(&entered.identity.caller)?;
+            let place = self.user_limits.watch(&entered.identity)?;
             let (s, scope) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
             let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;
             let resource = s.cache.resource.clone();

@@ -48,21 +48,34 @@ pub struct AuthConfig {
     /// tokens are.
     #[serde(default)]
     pub jwt: Option<JwtConfig>,
-    /// Which name of a client certificate is the user: its first URI SAN
-    /// (a SPIFFE ID, say) or its first DNS SAN, else its subject CN (the
-    /// last, where there are several, as Kubernetes takes it); or only the
-    /// CN. Groups are the subject's O values.
+    /// Which name of a client certificate is the user: its subject CN (the
+    /// last, where there are several, as Kubernetes takes it), its first
+    /// URI SAN (a SPIFFE ID, say) or its first DNS SAN; only that one, a
+    /// certificate without it is refused. Groups are the subject's O
+    /// values.
     #[serde(default)]
     pub certificate_user: CertificateUser,
+    /// Whether a user name means the same user whichever authenticator
+    /// named it (a client certificate, a token, a JWT): then its per-user
+    /// budgets are shared. Off by default: each authenticator names its
+    /// own users, so one that can carry any name cannot spend another's.
+    #[serde(default)]
+    pub shared_user_names: bool,
 }
 
+/// The name of a client certificate its user is, and what choosing it
+/// trusts: that the client CA signs only the names of that kind it has
+/// checked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CertificateUser {
+    /// The subject's common name, as Kubernetes takes it.
     #[default]
-    Uri,
-    Dns,
     Cn,
+    /// The first URI SAN (SPIFFE IDs).
+    Uri,
+    /// The first DNS SAN.
+    Dns,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -30,7 +30,7 @@ impl EtcdApi {
         if identity.caller.user != login.name {
             return Err(etcd_status(ApiError::LoginFailed));
         }
-        (self.core.user_limits().unary(&identity.caller)).map_err(ApiError::from)?;
+        (self.core.user_limits().unary(&identity)).map_err(ApiError::from)?;
         Ok(Response::new(AuthenticateResponse {
             header: header(0),
             token: login.password,

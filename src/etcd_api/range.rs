@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use super::keys::{current, KeyRange};
 use super::wire::{header, key_value};
 use super::EtcdApi;
+use crate::access::Identity;
 use crate::api::error::{etcd_status, ApiError};
 use crate::api::{origin_failed, CallInfo, CallMeta, ReadFrom, Served};
 use crate::config::Verb;
@@ -174,7 +175,7 @@ impl EtcdApi {
             if !placement.gaps.is_empty() {
                 (entered.judged.auth).authorize_unserved(caller, Verb::List)?;
             }
-            let reader = &caller.user;
+            let reader = &entered.identity;
             let page = q.page(|n| self.core.user_limits().page(n));
             if placement.parts.is_empty() {
                 // etcd's own read, charged as a read the caches cannot
@@ -260,7 +261,7 @@ impl EtcdApi {
         cut: Cut<'_>,
         at: At,
         predicate: &Predicate,
-        reader: &str,
+        reader: &Identity,
     ) -> Result<(Revision, usize, Vec<mvccpb::KeyValue>), ApiError> {
         let source = match at {
             At::Serializable => self.core.source_for(s, RequestedVersion::Any).await?,
@@ -297,7 +298,7 @@ impl EtcdApi {
         &self,
         s: &Served,
         n: Revision,
-        reader: &str,
+        reader: &Identity,
     ) -> Result<ReadFrom, ApiError> {
         if n > s.cache.progress().revision {
             let current = s.freshness.current_revision().await?;

@@ -97,7 +97,7 @@ async fn register(
 ) -> Result<WatchStream, ApiError> {
     let entered = api.enter_as(identity)?;
     let name = &part.served.cache.resource.name;
-    let limit = api.user_limits().watch(&identity.caller)?;
+    let limit = api.user_limits().watch(identity)?;
     let (s, scope) = (api.admit(&entered, Verb::Watch, name, &part.namespace))?;
     let predicate = scope.predicate(&s.cache.resource, &part.namespace, "", "", "")?;
     // etcd never refuses a watch for being early: one created while the

@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::access::spawn_reloader;
+use crate::access::{baseline, spawn_reloader, Baseline};
 use crate::config::{ClientAuth, TlsConfig};
 use crate::telemetry::{Metrics, TlsOutcome};
 
@@ -30,11 +30,15 @@ pub struct Tls {
     files: TlsConfig,
     current: RwLock<Arc<ServerConfig>>,
     metrics: Metrics,
+    /// What the files held before the ones in use were read, for their
+    /// reloader's first comparison.
+    first_seen: parking_lot::Mutex<Option<Baseline>>,
 }
 
 impl Tls {
     /// Reads the files; an error names the file and what is wrong with it.
     pub fn load(files: &TlsConfig, metrics: Metrics) -> anyhow::Result<Arc<Self>> {
+        let first_seen = baseline(&paths(files));
         let config = server_config(files)?;
         info!(
             cert = %files.cert_file.display(),
@@ -45,6 +49,7 @@ impl Tls {
             files: files.clone(),
             current: RwLock::new(Arc::new(config)),
             metrics,
+            first_seen: parking_lot::Mutex::new(Some(first_seen)),
         }))
     }
 
@@ -89,17 +94,23 @@ impl Tls {
         self: Arc<Self>,
         shutdown: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        let paths = [
-            Some(&self.files.cert_file),
-            Some(&self.files.key_file),
-            self.files.client_ca_file.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
-        spawn_reloader(paths, shutdown, move || self.reload())
+        let paths = paths(&self.files);
+        let seen = (self.first_seen.lock().take()).unwrap_or_else(|| baseline(&paths));
+        spawn_reloader(paths, seen, shutdown, move || self.reload())
     }
+}
+
+/// The files a TLS section names.
+fn paths(files: &TlsConfig) -> Vec<std::path::PathBuf> {
+    [
+        Some(&files.cert_file),
+        Some(&files.key_file),
+        files.client_ca_file.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect()
 }
 
 /// TLS 1.2 and 1.3 with rustls' safe defaults (rustls never renegotiates),

@@ -17,7 +17,7 @@ pub use exposition::{prometheus_text, spawn_metrics_server};
 pub use http2::{Bound, Direction, Http2Metrics};
 pub use metrics::{EndReason, EtcdRequest, Metrics, ReflectorState, TlsOutcome};
 pub use resource::ResourceMetrics;
-pub use security::{ReloadResult, SecurityMetrics};
+pub use security::{CredentialFile, ReloadResult, SecurityMetrics};
 
 /// Installs the global tracing subscriber; `RUST_LOG` filters (default
 /// `info`), and `json` selects one JSON object per line.

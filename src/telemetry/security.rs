@@ -27,9 +27,23 @@ struct ResultLabels {
     result: ReloadResult,
 }
 
+/// A credential file watchproxy reads again when it changes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are Prometheus-style lowercase
+pub enum CredentialFile {
+    tokens,
+    jwks,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FileLabels {
+    file: CredentialFile,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct SecurityMetrics {
     config_reloads: Family<ResultLabels, Counter>,
+    credential_files_unusable: Family<FileLabels, Counter>,
     insecure_listener: Gauge,
 }
 
@@ -41,6 +55,11 @@ impl SecurityMetrics {
             self.config_reloads.clone(),
         );
         r.register(
+            "credential_files_unusable",
+            "Readings of a token or JWKS file that could not be used (missing, unreadable, or not parsing): every credential it held ended, by file",
+            self.credential_files_unusable.clone(),
+        );
+        r.register(
             "insecure_listener",
             "1 when the gRPC listener serves plain text without identities on an address other than loopback",
             self.insecure_listener.clone(),
@@ -50,6 +69,12 @@ impl SecurityMetrics {
     pub fn config_reload(&self, result: ReloadResult) {
         self.config_reloads
             .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    pub fn credential_file_unusable(&self, file: CredentialFile) {
+        self.credential_files_unusable
+            .get_or_create(&FileLabels { file })
             .inc();
     }
 

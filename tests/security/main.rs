@@ -8,6 +8,7 @@ mod common;
 mod raw;
 
 mod authz;
+mod credential_files;
 mod ports;
 mod preauth;
 mod stay_authorized;

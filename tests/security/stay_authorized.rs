@@ -44,7 +44,7 @@ fn watch_from(namespace: &str, rv: u64) -> pb::WatchRequest {
     }
 }
 
-async fn list_as(
+pub(crate) async fn list_as(
     client: &mut WatchProxyClient<Channel>,
     token: &str,
 ) -> Result<u64, tonic::Status> {
@@ -69,7 +69,7 @@ async fn ready_version(client: &mut WatchProxyClient<Channel>, token: &str) -> u
 }
 
 /// The reason and resume version an ended watch's status names.
-fn reason_and_resume(status: &tonic::Status) -> (String, Option<u64>) {
+pub(crate) fn reason_and_resume(status: &tonic::Status) -> (String, Option<u64>) {
     let info = tonic_types::StatusExt::get_error_details(status)
         .error_info()
         .cloned()
@@ -83,7 +83,7 @@ fn reason_and_resume(status: &tonic::Status) -> (String, Option<u64>) {
 
 /// Reads `stream` until it ends with an error within `within`: the error,
 /// when it came, and the (name, version) of each event before it.
-async fn read_until_end(
+pub(crate) async fn read_until_end(
     stream: &mut tonic::Streaming<WatchEvent>,
     within: Duration,
 ) -> (tonic::Status, SystemTime, Vec<(String, u64)>) {
@@ -267,20 +267,20 @@ fn token_config(etcd: &Etcd, path: ServePath, tokens: &Path, rule: &str) -> Stri
 
 /// alice and bob, each with a token of the token file and a watch of every
 /// namespace, on a proxy started from its configuration file.
-struct TwoUsers {
-    etcd: Etcd,
-    ec: etcd_client::Client,
-    dir: tempfile::TempDir,
-    tokens: PathBuf,
-    file: PathBuf,
-    proxy: Proxy,
-    client: WatchProxyClient<Channel>,
-    alice: tonic::Streaming<WatchEvent>,
-    bob: tonic::Streaming<WatchEvent>,
+pub(crate) struct TwoUsers {
+    pub(crate) etcd: Etcd,
+    pub(crate) ec: etcd_client::Client,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) tokens: PathBuf,
+    pub(crate) file: PathBuf,
+    pub(crate) proxy: Proxy,
+    pub(crate) client: WatchProxyClient<Channel>,
+    pub(crate) alice: tonic::Streaming<WatchEvent>,
+    pub(crate) bob: tonic::Streaming<WatchEvent>,
 }
 
 impl TwoUsers {
-    async fn start(path: ServePath) -> TwoUsers {
+    pub(crate) async fn start(path: ServePath) -> TwoUsers {
         let etcd = Etcd::start().await;
         let ec = etcd.client().await;
         let dir = tempfile::tempdir().unwrap();
