@@ -245,6 +245,12 @@ impl Auth {
         }
     }
 
+    /// Whether the rules let `caller` `verb` some of `resource`: what a
+    /// refusal may name to it. Neither logged nor counted.
+    pub fn reaches(&self, caller: &Caller, verb: Verb, resource: &str) -> bool {
+        (self.rules.as_ref()).is_none_or(|rules| rules.reaches(caller, verb, resource))
+    }
+
     /// Whether `caller` may `verb` keys that no served resource holds
     /// (etcd's API, forwarded): only by a rule over every resource and
     /// namespace without a selector. Denials are logged and counted.

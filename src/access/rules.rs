@@ -145,6 +145,16 @@ impl Rules {
         Ok(Self(compiled))
     }
 
+    /// Whether a rule lets `caller` `verb` some of `resource` (in some
+    /// namespace, through some selector): what a refusal may name to it.
+    pub fn reaches(&self, caller: &Caller, verb: Verb, resource: &str) -> bool {
+        self.0.iter().any(|rule| {
+            rule.names(caller)
+                && rule.verbs.contains(&verb)
+                && rule.resources.as_ref().is_none_or(|r| r.contains(resource))
+        })
+    }
+
     /// Whether a rule lets `caller` `verb` every resource in every
     /// namespace without a selector: what reading keys of no resource
     /// takes, which no narrower rule can name.

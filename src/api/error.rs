@@ -422,6 +422,17 @@ impl From<ApiError> for Status {
     }
 }
 
+/// etcd's answers to a forwarded read that its clients act on by their
+/// message, and that say nothing of watchproxy's own standing with etcd.
+const FORWARDED_MESSAGES: &[&str] = &[
+    "etcdserver: request is too large",
+    "etcdserver: too many requests",
+    "etcdserver: request timed out",
+    "etcdserver: key is not provided",
+    "etcdserver: mvcc: required revision has been compacted",
+    "etcdserver: mvcc: required revision is a future revision",
+];
+
 /// A failure as etcd's own API shows it: where etcd's clients match a
 /// status by its message (a compacted or future revision, a missing key),
 /// etcd's message; otherwise the status every call gets.
@@ -439,14 +450,26 @@ pub fn etcd_status(e: ApiError) -> Status {
         ApiError::InvalidArgument { field: "key", .. } => {
             etcd(Code::InvalidArgument, "etcdserver: key is not provided")
         }
-        // etcd's own answer to a forwarded read, as etcd gave it.
+        // etcd's own answer to a forwarded read: its code, and its message
+        // only where etcd's clients act on it. The rest speaks of
+        // watchproxy's own standing with etcd (its user, its quota):
+        // logged, not told.
         ApiError::Etcd(e) => match &*e {
             EtcdError::Compacted { .. } => etcd(Code::OutOfRange, COMPACTED),
             EtcdError::FutureRevision => etcd(Code::OutOfRange, FUTURE),
             EtcdError::Client(etcd_client::Error::GRpcStatus(s))
                 if s.code() != Code::Unavailable =>
             {
-                etcd(s.code(), s.message())
+                match FORWARDED_MESSAGES.contains(&s.message()) {
+                    true => etcd(s.code(), s.message()),
+                    false => {
+                        tracing::info!(code = ?s.code(), message = s.message(), "etcd refused a forwarded read");
+                        etcd(
+                            s.code(),
+                            "etcd refused the read watchproxy forwarded for this call",
+                        )
+                    }
+                }
             }
             _ => ApiError::Etcd(e).into(),
         },
@@ -660,6 +683,28 @@ mod tests {
             "{}",
             other.message()
         );
+    }
+
+    /// A refusal of etcd's to a forwarded read keeps its code; its message
+    /// only where etcd's clients act on it.
+    #[test]
+    fn etcds_refusals_of_a_forwarded_read_tell_nothing_of_watchproxys_standing() {
+        let refused = |code, message: &str| {
+            let status = tonic::Status::new(code, message);
+            etcd_status(ApiError::Etcd(Arc::new(EtcdError::Client(
+                etcd_client::Error::GRpcStatus(status),
+            ))))
+        };
+        let denied = refused(Code::PermissionDenied, "etcdserver: permission denied");
+        assert_eq!(denied.code(), Code::PermissionDenied);
+        assert!(!denied.message().contains("etcdserver"), "{denied:?}");
+        let quota = refused(
+            Code::ResourceExhausted,
+            "etcdserver: mvcc: database space exceeded",
+        );
+        assert!(!quota.message().contains("database"), "{quota:?}");
+        let large = refused(Code::InvalidArgument, "etcdserver: request is too large");
+        assert_eq!(large.message(), "etcdserver: request is too large");
     }
 
     /// Each reason a status carries is listed in [`REASONS`] with its code.

@@ -58,9 +58,14 @@ pub struct Connection {
     #[arg(long, value_name = "NAME")]
     tls_server_name: Option<String>,
     /// A file holding the bearer token sent with every call; read again
-    /// when it changes (a rotated service-account token).
+    /// when it changes (a rotated service-account token). Sent in plain
+    /// text only to a loopback address, unless --insecure-plaintext-token.
     #[arg(long, env = "WATCHPROXY_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Sends --token-file's token without TLS to an address other than
+    /// loopback: anyone on the way can read it and call as its owner.
+    #[arg(long)]
+    insecure_plaintext_token: bool,
 }
 
 /// Which objects, and how they are shown.
@@ -216,6 +221,23 @@ fn server_uri(c: &Connection) -> String {
     format!("{scheme}://{}", c.server)
 }
 
+/// Whether `uri` names a loopback address, where plain text stays on the
+/// machine.
+fn loopback(uri: &str) -> bool {
+    let Some(host) = uri
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_owned))
+    else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn read(path: &PathBuf, what: &str) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
 }
@@ -245,6 +267,12 @@ async fn connect(c: &Connection) -> Result<Client, Failure> {
         return Err(anyhow::anyhow!("{uri} is not TLS: --ca and --cert need https://").into());
     }
     if let Some(path) = &c.token_file {
+        if !uri.starts_with("https://") && !c.insecure_plaintext_token && !loopback(&uri) {
+            return Err(anyhow::anyhow!(
+                "refusing to send --token-file's token in plain text to {uri}: give --ca (TLS), or --insecure-plaintext-token"
+            )
+            .into());
+        }
         // Read once here, so a missing file fails before the call.
         read(path, "token file")?;
         builder = builder.token_file(path.clone());

@@ -51,7 +51,7 @@ impl Printer {
             Format::Json | Format::Yaml => self.items.extend(objects.iter().map(object_json)),
             Format::Name => {
                 for o in objects {
-                    say(format_args!("{}/{}", self.resource, o.name));
+                    say(format_args!("{}/{}", self.resource, escaped(&o.name)));
                 }
             }
             Format::Table | Format::Wide => {
@@ -109,7 +109,7 @@ impl Printer {
                     print_yaml(&doc);
                 }
             }
-            Format::Name => say(format_args!("{}/{}", self.resource, object.name)),
+            Format::Name => say(format_args!("{}/{}", self.resource, escaped(&object.name))),
             Format::Table | Format::Wide => {
                 // Printed as they come: in columns of fixed widths.
                 let mut rows = Vec::with_capacity(2);
@@ -149,11 +149,13 @@ impl Printer {
     fn row(&self, first: Option<&str>, o: &Object) -> Vec<String> {
         let mut cells: Vec<String> = first.into_iter().map(str::to_owned).collect();
         if self.namespace_column {
-            cells.push(o.namespace.clone());
+            cells.push(escaped(&o.namespace));
         }
-        cells.extend([o.name.clone(), o.resource_version.clone()]);
+        cells.extend([escaped(&o.name), escaped(&o.resource_version)]);
         if self.format == Format::Wide {
-            let labels: Vec<String> = o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels: Vec<String> = (o.labels.iter())
+                .map(|(k, v)| format!("{}={}", escaped(k), escaped(v)))
+                .collect();
             cells.push(if labels.is_empty() {
                 "<none>".into()
             } else {
@@ -162,6 +164,21 @@ impl Printer {
         }
         cells
     }
+}
+
+/// `text` as a terminal may show it: control characters (escape
+/// sequences, carriage returns, C1 controls) written as escapes, so that a
+/// name or a label cannot move the cursor, rewrite what was printed or
+/// drive the terminal (kubectl's CVE-2021-25743).
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// The object as the apiserver shows it: its JSON value with the server's

@@ -224,8 +224,14 @@ impl Placement<'_> {
 
 impl EtcdApi {
     /// Where the keys of `range` are served from; a range that reaches
-    /// outside the served prefixes is refused unless gaps are forwarded.
-    pub(super) fn place(&self, range: &KeyRange) -> Result<Placement<'_>, ApiError> {
+    /// outside the served prefixes is refused unless gaps are forwarded,
+    /// naming the prefixes of the resources `readable` says its caller
+    /// may read, and only those.
+    pub(super) fn place(
+        &self,
+        range: &KeyRange,
+        readable: impl Fn(&Resource) -> bool,
+    ) -> Result<Placement<'_>, ApiError> {
         let mut parts: Vec<Located<'_>> = Vec::new();
         for served in self.core.all_served() {
             let resource = &served.cache.resource;
@@ -243,12 +249,18 @@ impl EtcdApi {
         let gaps = range.gaps(parts.iter().map(|p| &p.range));
         if !gaps.is_empty() && self.outside == Outside::Refuse {
             let mut served: Vec<String> = (self.core.all_served())
-                .map(|s| s.cache.resource.key_prefix())
+                .map(|s| &s.cache.resource)
+                .filter(|r| readable(r))
+                .map(|r| r.key_prefix())
                 .collect();
             served.sort_unstable();
+            let served = match served.is_empty() {
+                true => "none this caller may read".to_owned(),
+                false => served.join(", "),
+            };
             return Err(ApiError::OutsideServedKeys {
                 range: range.to_string(),
-                served: served.join(", "),
+                served,
             });
         }
         Ok(Placement { parts, gaps })

@@ -17,7 +17,7 @@ use crate::config::Verb;
 use crate::etcdpb::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::etcdpb::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::etcdpb::mvccpb;
-use crate::object::{Object, RequestedVersion, Revision};
+use crate::object::{Object, RequestedVersion, Resource, Revision};
 use crate::selector::Predicate;
 use crate::source::Origin;
 
@@ -159,7 +159,7 @@ impl EtcdApi {
     ) -> Result<Response<RangeResponse>, Status> {
         let (meta, req) = CallMeta::of(request);
         let query = RangeQuery::parse(&req);
-        let placed = (query.as_ref().ok()).and_then(|q| self.place(&q.range).ok());
+        let placed = (query.as_ref().ok()).and_then(|q| self.place(&q.range, |_| false).ok());
         let info = CallInfo {
             method: "etcd.Range",
             resource: (placed.as_ref().and_then(|p| p.parts.first()))
@@ -171,7 +171,9 @@ impl EtcdApi {
             let entered = self.core.enter_read(&meta)?;
             let caller = &entered.identity.caller;
             let q = query?;
-            let placement = self.place(&q.range)?;
+            let readable =
+                |r: &Resource| (entered.judged.auth).reaches(caller, Verb::List, &r.name);
+            let placement = self.place(&q.range, readable)?;
             if !placement.gaps.is_empty() {
                 (entered.judged.auth).authorize_unserved(caller, Verb::List)?;
             }

@@ -14,7 +14,7 @@ use crate::api::query::WatchQuery;
 use crate::api::{Api, Entered, WatchStream, PROGRESS_WAIT};
 use crate::config::Verb;
 use crate::dispatch::{Inbox, Place};
-use crate::object::{RequestedVersion, Revision};
+use crate::object::{RequestedVersion, Resource, Revision};
 
 /// The watch a creation asks for, registered as the caller may have it,
 /// and the resources it reads.
@@ -26,8 +26,12 @@ pub(super) async fn start(
     prev_kv: bool,
     home: Home,
 ) -> Result<(Watched, Vec<String>), ApiError> {
-    let placement = etcd.place(&range)?;
     let api = &etcd.core;
+    let readable = |r: &Resource| {
+        let auth = &api.authority().current().auth;
+        auth.reaches(&identity.caller, Verb::Watch, &r.name)
+    };
+    let placement = etcd.place(&range, readable)?;
     // The keys between the served prefixes are allowed as a cache part
     // is: judged now, held while the watch is open.
     let gaps_grant = match placement.gaps.is_empty() {

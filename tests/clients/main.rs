@@ -6,6 +6,7 @@
 mod common;
 
 mod cli;
+mod cli_safety;
 mod client_errors;
 mod clients;
 mod informer_handlers;

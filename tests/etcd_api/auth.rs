@@ -180,6 +180,54 @@ async fn the_rules_hold_for_etcds_api_and_nothing_outside_them_is_sent() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_outside_the_served_prefixes_names_only_what_the_caller_may_read() {
+    let etcd = Etcd::start().await;
+    let (_dir, proxy) = tenant_proxy(&etcd).await;
+    let addr = proxy.addr;
+    let (mine, theirs) = ("/registry/pods/", ["/registry/minions/", "/blobs/"]);
+    until_readable(
+        addr,
+        "alice-token",
+        "/registry/pods/tenant-a/",
+        "/registry/pods/tenant-a0",
+    )
+    .await;
+    // Every key: pods, nodes, blobs and what lies between.
+    let refused = as_caller::range(addr, Some("alice-token"), "\0", "\0")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let message = refused.message();
+    assert!(message.contains(mine), "{message}");
+    for other in theirs {
+        assert!(
+            !message.contains(other),
+            "alice may not read {other}: {message}"
+        );
+    }
+    let (tx, mut watch) = as_caller::watch(addr, Some("alice-token")).await.unwrap();
+    tx.send(create("\0", "\0")).await.unwrap();
+    let canceled = watch.message().await.unwrap().unwrap();
+    assert!(canceled.canceled, "{canceled:?}");
+    for other in theirs {
+        let reason = &canceled.cancel_reason;
+        assert!(
+            !reason.contains(other),
+            "alice may not read {other}: {reason}"
+        );
+    }
+    // bob reads nothing: no prefix is named to him.
+    let refused = as_caller::range(addr, Some("bob-token"), "\0", "\0")
+        .await
+        .unwrap_err();
+    assert!(!refused.message().contains("/registry/"), "{refused:?}");
+}
+
 const FORCED_TOKENS: &str = "
 - {token: tenant-token, user: tenant-reader}
 - {token: node-token, user: node-7}
