@@ -10,7 +10,7 @@ use crate::common::*;
 use serde_json::Value;
 
 /// `watchproxy ARGS`: its exit code, stdout and stderr.
-async fn run(args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn run(args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_watchproxy"))
         .args(args)
         .kill_on_drop(true)

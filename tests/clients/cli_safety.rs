@@ -3,24 +3,8 @@
 
 use std::time::Duration;
 
+use crate::cli::run;
 use crate::common::*;
-
-/// `watchproxy ARGS`: its exit code, stdout and stderr.
-async fn run(args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_watchproxy"))
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .unwrap_or_else(|_| panic!("watchproxy {args:?} did not end"))
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_goes_in_plain_text_only_to_loopback_or_when_told() {

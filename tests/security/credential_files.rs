@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use tonic::transport::Channel;
 use tonic::Code;
 use watchproxy::config::ServePath;
+use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 
 use crate::common::*;
 use crate::stay_authorized::{list_as, read_until_end, reason_and_resume, TwoUsers};
@@ -49,29 +51,27 @@ async fn unusable_token_file(path: ServePath) {
         "- {token: bob-2, user: bob}\n",
     )
     .unwrap();
-    let mut served = false;
-    for _ in 0..50 {
-        if list_as(&mut client, "bob-2").await.is_ok() {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let served = until_listed(&mut client, "bob-2", true).await;
     assert!(served, "{path:?}: the file written again is read");
     std::fs::write(dir.path().join("tokens.yaml"), "- {token: [unclosed").unwrap();
-    let mut refused = false;
-    for _ in 0..50 {
-        if list_as(&mut client, "bob-2").await.is_err() {
-            refused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let refused = until_listed(&mut client, "bob-2", false).await;
     assert!(
         refused,
         "{path:?}: a file that does not parse ends its tokens"
     );
     assert_eq!(unusable(&proxy), 2.0, "{path:?}");
+}
+
+/// Whether, within 5 s, a List with `token` comes to succeed (`served`) or
+/// to be refused.
+async fn until_listed(client: &mut WatchProxyClient<Channel>, token: &str, served: bool) -> bool {
+    for _ in 0..50 {
+        if list_as(client, token).await.is_ok() == served {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
