@@ -82,11 +82,12 @@ pub async fn run(
     let metrics = Metrics::default();
     // Files and rules that cannot be used fail the start before anything
     // runs.
+    let client_ca = Arc::new(access::ClientCa::default());
     let tls = (config.tls.as_ref())
-        .map(|files| server::tls::Tls::load(files, metrics.clone()))
+        .map(|files| server::tls::Tls::load(files, client_ca.clone(), metrics.clone()))
         .transpose()?;
     let resources: Vec<Resource> = config.resources.iter().map(Resource::from).collect();
-    let auth = access::Auth::new(&config, &resources, metrics.clone())?;
+    let auth = access::Auth::new(&config, &resources, client_ca, metrics.clone())?;
     let sealer = match &config.continue_token_key_file {
         Some(path) => {
             let key = std::fs::read(path)
@@ -165,7 +166,14 @@ pub async fn run(
     let faces = Faces { api, etcd };
     let routes = server::router::routes(&faces, base, &config.limits);
     if let Some(tls) = &tls {
-        tasks.push(tls.clone().spawn_reload(shutdown.clone()));
+        // A client CA read again judges open connections' certificates.
+        let authority = Arc::downgrade(faces.api.authority());
+        let judge_again = move || {
+            if let Some(authority) = authority.upgrade() {
+                authority.credentials_changed();
+            }
+        };
+        tasks.push(tls.clone().spawn_reload(shutdown.clone(), judge_again));
     }
     tasks.extend(server::spawn_insecure_warning(
         listeners.grpc.local_addr()?,

@@ -15,7 +15,7 @@ use super::jwt::Jwt;
 use super::reload::spawn_reloader;
 use super::rules::{Denial, Rules, Scope};
 use super::tokens::Tokens;
-use super::{AccessError, Caller};
+use super::{AccessError, Caller, ClientCa, PeerCerts};
 use crate::config::{CertificateUser, Config, Verb};
 use crate::object::Resource;
 use crate::telemetry::{CredentialFile, Metrics};
@@ -31,6 +31,8 @@ pub struct Auth {
     certificate_user: CertificateUser,
     /// Whether one user name is one user across authenticators.
     shared_names: bool,
+    /// What a connection's certificate is judged by after its handshake.
+    client_ca: Arc<ClientCa>,
     rules: Option<Rules>,
     metrics: Metrics,
 }
@@ -45,14 +47,21 @@ impl Auth {
             authenticating: false,
             certificate_user: CertificateUser::default(),
             shared_names: false,
+            client_ca: Arc::default(),
             rules: None,
             metrics,
         }
     }
 
-    /// The authenticators and rules the configuration names; a token file
-    /// or a rule that cannot be used fails the start.
-    pub fn new(config: &Config, resources: &[Resource], metrics: Metrics) -> anyhow::Result<Self> {
+    /// The authenticators and rules the configuration names, judging
+    /// connections' certificates by `client_ca`; a token file or a rule
+    /// that cannot be used fails the start.
+    pub fn new(
+        config: &Config,
+        resources: &[Resource],
+        client_ca: Arc<ClientCa>,
+        metrics: Metrics,
+    ) -> anyhow::Result<Self> {
         let tokens = (config.auth.tokens_file.as_deref())
             .map(Tokens::load)
             .transpose()?
@@ -61,11 +70,8 @@ impl Auth {
             .map(Jwt::load)
             .transpose()?
             .map(Arc::new);
-        let client_ca = config
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.client_ca_file.is_some());
-        let authenticating = client_ca || tokens.is_some() || jwt.is_some();
+        let asks_certificates = (config.tls.as_ref()).is_some_and(|t| t.client_ca_file.is_some());
+        let authenticating = asks_certificates || tokens.is_some() || jwt.is_some();
         let rules = (config.authorization.as_ref())
             .map(|a| Rules::new(&a.rules, resources))
             .transpose()?;
@@ -76,9 +82,15 @@ impl Auth {
             authenticating,
             certificate_user: config.auth.certificate_user,
             shared_names: config.auth.shared_user_names,
+            client_ca,
             rules,
             metrics,
         })
+    }
+
+    /// What connections' certificates are judged by after their handshake.
+    pub fn client_ca(&self) -> &Arc<ClientCa> {
+        &self.client_ca
     }
 
     /// Reads the token and JWKS files again whenever they change, then
@@ -123,7 +135,7 @@ impl Auth {
     pub fn identify(
         &self,
         metadata: &MetadataMap,
-        certs: Option<&[CertificateDer<'_>]>,
+        certs: Option<&PeerCerts>,
     ) -> Result<Identity, AccessError> {
         // `code` labels the metric; `reason` tells the caller.
         let refuse = |code: &'static str, reason: &'static str| {
@@ -136,7 +148,14 @@ impl Auth {
             info!(reason = detail, "unauthenticated call");
             Err(AccessError::CredentialEnded { lapse, detail })
         };
-        if let Some(cert) = certs.and_then(|c| c.first()) {
+        if let Some((cert, chain)) = certs.and_then(|c| Some((c.0.first()?, c))) {
+            if !self.client_ca.verifies(&chain.0) {
+                return lapsed(
+                    "revoked_certificate",
+                    Lapse::Revoked,
+                    "the client certificate's CA is no longer trusted",
+                );
+            }
             return match subject(cert, self.certificate_user) {
                 // Verified at the handshake; a connection outlives it.
                 Some((_, not_after)) if not_after <= SystemTime::now() => lapsed(
@@ -146,7 +165,10 @@ impl Auth {
                 ),
                 Some((caller, not_after)) => Ok(Identity::new(
                     caller,
-                    Credential::Certificate { not_after },
+                    Credential::Certificate {
+                        not_after,
+                        chain: chain.clone(),
+                    },
                     self.shared_names,
                 )),
                 None => refuse(
@@ -225,7 +247,7 @@ impl Auth {
                     false => Err(Revoke::AccessChanged),
                 }
             }
-            Credential::Certificate { .. } => true,
+            Credential::Certificate { chain, .. } => self.client_ca.verifies(&chain.0),
             Credential::Token(t) => {
                 (self.tokens.as_ref()).and_then(|tokens| tokens.caller(t.expose()))
                     == Some(caller.clone())

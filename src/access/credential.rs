@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::Caller;
+use super::{Caller, PeerCerts};
 
 /// A caller and the credential that named it.
 #[derive(Debug, Clone)]
@@ -43,8 +43,12 @@ impl Identity {
 pub enum Credential {
     /// No credential, where anonymous callers are served.
     Anonymous,
-    /// A client certificate of the connection, valid until `not_after`.
-    Certificate { not_after: SystemTime },
+    /// A client certificate of the connection, valid until `not_after`;
+    /// its chain, as the connection's handshake verified it.
+    Certificate {
+        not_after: SystemTime,
+        chain: PeerCerts,
+    },
     /// A token of the token file.
     Token(Secret),
     /// A JWT, valid until its `exp`.
@@ -55,7 +59,7 @@ impl Credential {
     /// When it stops being valid, if it ever does on its own.
     pub fn expires(&self) -> Option<SystemTime> {
         match self {
-            Credential::Certificate { not_after } => Some(*not_after),
+            Credential::Certificate { not_after, .. } => Some(*not_after),
             Credential::Jwt { exp, .. } => Some(*exp),
             Credential::Anonymous | Credential::Token(_) => None,
         }
@@ -66,7 +70,7 @@ impl fmt::Debug for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Credential::Anonymous => f.write_str("Anonymous"),
-            Credential::Certificate { not_after } => f
+            Credential::Certificate { not_after, .. } => f
                 .debug_struct("Certificate")
                 .field("not_after", not_after)
                 .finish(),

@@ -343,7 +343,7 @@ impl Authority {
 
     /// The authenticators' files were read again: calls identified before
     /// are looked at again, and every open grant is judged again.
-    fn files_read_again(&self) {
+    pub fn credentials_changed(&self) {
         self.current.write().generation += 1;
         self.rejudge();
     }
@@ -443,7 +443,7 @@ fn rejudge(authority: &Weak<Authority>) -> Arc<dyn Fn() + Send + Sync> {
     let authority = authority.clone();
     Arc::new(move || {
         if let Some(a) = authority.upgrade() {
-            a.files_read_again();
+            a.credentials_changed();
         }
     })
 }

@@ -213,7 +213,9 @@ mod tests {
             groups: vec![],
         };
         let not_after = std::time::SystemTime::now() + Duration::from_secs(60);
-        Identity::new(caller, Credential::Certificate { not_after }, shared_names)
+        let chain = crate::access::PeerCerts(Arc::default());
+        let certificate = Credential::Certificate { not_after, chain };
+        Identity::new(caller, certificate, shared_names)
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! face maps to its statuses.
 
 mod auth;
+mod client_ca;
 mod credential;
 mod error;
 mod grants;
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use rustls_pki_types::CertificateDer;
 
 pub use auth::Auth;
+pub use client_ca::ClientCa;
 pub use credential::{Credential, Identity, Lapse, Secret};
 pub use error::AccessError;
 pub use grants::{Authority, Grant, Granted, HeldGrant, Identified, Judged, Revoke};

@@ -88,7 +88,8 @@ impl Reloader {
             }
             return;
         }
-        let auth = match Auth::new(&next, &self.resources, self.metrics.clone()) {
+        let client_ca = self.authority.current().auth.client_ca().clone();
+        let auth = match Auth::new(&next, &self.resources, client_ca, self.metrics.clone()) {
             Ok(auth) => auth,
             Err(e) => {
                 warn!(

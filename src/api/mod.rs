@@ -216,9 +216,7 @@ impl Api {
             Some(identified) => {
                 (judged.still_identified(identified)).map_err(|why| error::revoked(why, None))?
             }
-            None => {
-                (judged.auth).identify(&call.metadata, call.certs.as_ref().map(|c| &c.0[..]))?
-            }
+            None => (judged.auth).identify(&call.metadata, call.certs.as_ref())?,
         };
         Ok(Entered { judged, identity })
     }
@@ -253,9 +251,8 @@ impl Api {
             (),
         );
         let (call, ()) = CallMeta::of(request);
-        let certs = call.certs.as_ref().map(|c| &c.0[..]);
         let judged = self.auth.current();
-        let identity = (judged.auth).identify(&call.metadata, certs)?;
+        let identity = (judged.auth).identify(&call.metadata, call.certs.as_ref())?;
         Ok(judged.identified(identity))
     }
 

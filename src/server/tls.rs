@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use parking_lot::RwLock;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -19,7 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::access::{baseline, spawn_reloader, Baseline};
+use crate::access::{baseline, spawn_reloader, Baseline, ClientCa};
 use crate::config::{ClientAuth, TlsConfig};
 use crate::telemetry::{Metrics, TlsOutcome};
 
@@ -29,6 +30,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Tls {
     files: TlsConfig,
     current: RwLock<Arc<ServerConfig>>,
+    /// The client CA connections' certificates are judged by after their
+    /// handshake; the files' reader sets it.
+    client_ca: Arc<ClientCa>,
+    /// The client CA file's contents in use, to tell its change.
+    ca_read: parking_lot::Mutex<Option<Vec<u8>>>,
     metrics: Metrics,
     /// What the files held before the ones in use were read, for their
     /// reloader's first comparison.
@@ -37,9 +43,15 @@ pub struct Tls {
 
 impl Tls {
     /// Reads the files; an error names the file and what is wrong with it.
-    pub fn load(files: &TlsConfig, metrics: Metrics) -> anyhow::Result<Arc<Self>> {
+    pub fn load(
+        files: &TlsConfig,
+        client_ca: Arc<ClientCa>,
+        metrics: Metrics,
+    ) -> anyhow::Result<Arc<Self>> {
         let first_seen = baseline(&paths(files));
-        let config = server_config(files)?;
+        let ca_read = ca_contents(files);
+        let (config, verifier) = server_config(files)?;
+        client_ca.set(verifier, false);
         info!(
             cert = %files.cert_file.display(),
             mutual = files.client_ca_file.is_some(),
@@ -48,6 +60,8 @@ impl Tls {
         Ok(Arc::new(Self {
             files: files.clone(),
             current: RwLock::new(Arc::new(config)),
+            client_ca,
+            ca_read: parking_lot::Mutex::new(ca_read),
             metrics,
             first_seen: parking_lot::Mutex::new(Some(first_seen)),
         }))
@@ -71,13 +85,24 @@ impl Tls {
         accepted
     }
 
-    /// Reads the files again, after one of them changed.
-    fn reload(&self) {
+    /// Reads the files again, after one of them changed; true when the
+    /// client CA changed with them.
+    fn reload(&self) -> bool {
+        let ca_read = ca_contents(&self.files);
         match server_config(&self.files) {
-            Ok(config) => {
+            Ok((config, verifier)) => {
                 *self.current.write() = Arc::new(config);
+                let changed = *self.ca_read.lock() != ca_read;
+                if changed {
+                    self.client_ca.set(verifier, true);
+                    *self.ca_read.lock() = ca_read;
+                }
                 self.metrics.tls_reload(TlsOutcome::ok);
-                info!("TLS files changed; new handshakes use them");
+                info!(
+                    client_ca_changed = changed,
+                    "TLS files changed; new handshakes use them"
+                );
+                changed
             }
             Err(e) => {
                 self.metrics.tls_reload(TlsOutcome::failed);
@@ -85,19 +110,31 @@ impl Tls {
                     error = format!("{e:#}"),
                     "TLS files changed but cannot be used; keeping the ones in use"
                 );
+                false
             }
         }
     }
 
-    /// Reads the files again whenever they change, until `shutdown`.
+    /// Reads the files again whenever they change, until `shutdown`;
+    /// `ca_changed` is called when the client CA did.
     pub fn spawn_reload(
         self: Arc<Self>,
         shutdown: CancellationToken,
+        ca_changed: impl Fn() + Send + Sync + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let paths = paths(&self.files);
         let seen = (self.first_seen.lock().take()).unwrap_or_else(|| baseline(&paths));
-        spawn_reloader(paths, seen, shutdown, move || self.reload())
+        spawn_reloader(paths, seen, shutdown, move || {
+            if self.reload() {
+                ca_changed();
+            }
+        })
     }
+}
+
+/// What the client CA file holds now, if there is one.
+fn ca_contents(files: &TlsConfig) -> Option<Vec<u8>> {
+    std::fs::read(files.client_ca_file.as_ref()?).ok()
 }
 
 /// The files a TLS section names.
@@ -115,7 +152,10 @@ fn paths(files: &TlsConfig) -> Vec<std::path::PathBuf> {
 
 /// TLS 1.2 and 1.3 with rustls' safe defaults (rustls never renegotiates),
 /// HTTP/2 only.
-fn server_config(files: &TlsConfig) -> anyhow::Result<ServerConfig> {
+/// The client verifier, if clients are asked for certificates.
+type Verifier = Option<Arc<dyn ClientCertVerifier>>;
+
+fn server_config(files: &TlsConfig) -> anyhow::Result<(ServerConfig, Verifier)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert_file)
         .and_then(|certs| certs.collect())
@@ -130,6 +170,7 @@ fn server_config(files: &TlsConfig) -> anyhow::Result<ServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?;
+    let mut kept = None;
     let builder = match &files.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(ca) => {
@@ -150,6 +191,7 @@ fn server_config(files: &TlsConfig) -> anyhow::Result<ServerConfig> {
             let verifier = verifier
                 .build()
                 .with_context(|| format!("client CAs from {}", ca.display()))?;
+            kept = Some(verifier.clone());
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -161,5 +203,5 @@ fn server_config(files: &TlsConfig) -> anyhow::Result<ServerConfig> {
         )
     })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
+    Ok((config, kept))
 }

@@ -9,7 +9,11 @@ use watchproxy::config::ServePath;
 use watchproxy::pb::watch_proxy_client::WatchProxyClient;
 
 use crate::common::*;
-use crate::stay_authorized::{list_as, read_until_end, reason_and_resume, TwoUsers};
+use crate::stay_authorized::{
+    config_text, list_as, read_until_end, reason_and_resume, start_from, tls_client, watch_from,
+    TwoUsers,
+};
+use watchproxy::pb;
 
 async fn unusable_token_file(path: ServePath) {
     let TwoUsers {
@@ -82,4 +86,62 @@ async fn a_token_file_that_cannot_be_used_ends_its_tokens_on_the_fast_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_file_that_cannot_be_used_ends_its_tokens_on_the_tonic_path() {
     unusable_token_file(ServePath::Tonic).await;
+}
+
+/// A client CA taken out of `client_ca_file` ends the watches of the
+/// connections whose certificates it signed, with CREDENTIAL_REVOKED, and
+/// refuses their calls after; a certificate of the CA now in the file is
+/// served.
+async fn client_ca_rotated_out(path: ServePath) {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, old_ca, new_ca) = (test_ca("server-ca"), test_ca("old-ca"), test_ca("new-ca"));
+    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tls = format!(
+        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
+        write(dir.path(), "tls.crt", &cert).display(),
+        write(dir.path(), "tls.key", &key).display(),
+        write(dir.path(), "ca.crt", &old_ca.pem()).display(),
+    );
+    let file = write(dir.path(), "config.yaml", &config_text(&etcd, path, &tls));
+    let proxy = start_from(&file).await;
+    let agent = leaf_until(&old_ca, "agent", now() + 600);
+    let mut client = tls_client(&proxy, &server_ca.pem(), &agent).await;
+    wait_ready(&mut client, "pods").await;
+    let from = list_version(&mut client, "pods", "").await;
+    let mut stream = open_watch(&mut client, watch_from("", from)).await;
+
+    write(dir.path(), "ca.crt", &new_ca.pem());
+    let (status, _, _) = read_until_end(&mut stream, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Code::Unauthenticated, "{path:?}: {status:?}");
+    assert_eq!(
+        reason_and_resume(&status).0,
+        "CREDENTIAL_REVOKED",
+        "{path:?}"
+    );
+    let err = (client.list(pb::ListRequest {
+        resource: "pods".into(),
+        ..Default::default()
+    }))
+    .await
+    .unwrap_err();
+    assert_eq!(
+        reason_and_resume(&err).0,
+        "CREDENTIAL_REVOKED",
+        "{path:?}: {err:?}"
+    );
+
+    let fresh = leaf_until(&new_ca, "agent", now() + 600);
+    let mut client = tls_client(&proxy, &server_ca.pem(), &fresh).await;
+    assert!(list_version(&mut client, "pods", "").await > 0, "{path:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_rotated_out_ends_its_connections_watches_on_the_fast_path() {
+    client_ca_rotated_out(ServePath::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_rotated_out_ends_its_connections_watches_on_the_tonic_path() {
+    client_ca_rotated_out(ServePath::Tonic).await;
 }

@@ -18,7 +18,7 @@ use watchproxy::pb::{self, WatchEvent};
 
 /// The pods configuration on `path`, with `extra` (auth and rules) after
 /// it.
-fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
+pub(crate) fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
     let serve = match path {
         ServePath::Fast => "fast",
         ServePath::Tonic => "tonic",
@@ -33,11 +33,11 @@ fn config_text(etcd: &Etcd, path: ServePath, extra: &str) -> String {
 }
 
 /// Started from a file, so that it reads the file again.
-async fn start_from(file: &Path) -> Proxy {
+pub(crate) async fn start_from(file: &Path) -> Proxy {
     Proxy::start_config(Config::from_file(file).unwrap()).await
 }
 
-fn watch_from(namespace: &str, rv: u64) -> pb::WatchRequest {
+pub(crate) fn watch_from(namespace: &str, rv: u64) -> pb::WatchRequest {
     pb::WatchRequest {
         namespace: namespace.into(),
         ..watch_req("pods", &rv.to_string())
@@ -602,7 +602,7 @@ async fn the_configuration_read_again_ends_only_the_watches_it_no_longer_allows_
     config_reload(ServePath::Tonic).await;
 }
 
-async fn tls_client(
+pub(crate) async fn tls_client(
     proxy: &Proxy,
     ca: &str,
     identity: &(String, String),
