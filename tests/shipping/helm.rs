@@ -410,7 +410,9 @@ fn secure_values_mount_the_secrets_probe_the_health_port_and_fence_the_api() {
         Some("/etc/watchproxy/jwks/jwks.json")
     );
     assert_eq!(jwt.audiences, ["watchproxy"]);
-    assert_eq!(config.authorization.expect("rules").rules.len(), 1);
+    let rules = config.authorization.expect("rules").rules;
+    assert_eq!(rules.len(), 2, "the values' rule and the helm test's");
+    assert_eq!(rules[1].subjects, ["user:watchproxy-helm-test"]);
     let health = config.health_listen.expect("a health port");
 
     let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
@@ -664,6 +666,56 @@ fn helm_test_lists_through_the_service_as_a_client_of_the_tls_settings() {
     assert!(!plain.iter().any(|a| a.starts_with("--ca")), "{plain:?}");
     let none = render_set(&["helmTest.enabled=false"]);
     assert!(!none.iter().any(|d| d["kind"] == "Pod"));
+}
+
+#[test]
+fn the_helm_test_identity_lives_for_the_test_and_may_only_list_its_resource() {
+    let issued = render_set(&["tls.certManager.enabled=true"]);
+    let hooked = |d: &serde_yaml_ng::Value| {
+        let a = &d["metadata"]["annotations"];
+        a["helm.sh/hook"] == "test"
+            && a["helm.sh/hook-delete-policy"]
+                .as_str()
+                .is_some_and(|p| p.contains("hook-succeeded") && p.contains("hook-failed"))
+    };
+    let certificate = issued
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["commonName"] == "watchproxy-helm-test")
+        .expect("the test's certificate");
+    assert!(hooked(certificate), "{certificate:?}");
+    assert_eq!(
+        certificate["spec"]["duration"], "1h",
+        "cert-manager's shortest"
+    );
+    // Its Secret is the test's too: helm deletes it with the certificate.
+    let secret = issued
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "r-watchproxy-helm-test")
+        .expect("the certificate's Secret, made by the chart");
+    assert!(hooked(secret), "{secret:?}");
+    let weight = |d: &serde_yaml_ng::Value| -> i64 {
+        d["metadata"]["annotations"]["helm.sh/hook-weight"]
+            .as_str()
+            .unwrap_or("0")
+            .parse()
+            .unwrap()
+    };
+    assert!(weight(secret) < weight(certificate), "the Secret first");
+
+    // With rules, the test's user gets one: list of its resource.
+    let ruled = render_set(&[
+        "tls.certManager.enabled=true",
+        "config.authorization.rules[0].subjects={group:readers}",
+        "config.authorization.rules[0].resources={pods}",
+        "config.authorization.rules[0].namespaces={*}",
+        "config.authorization.rules[0].verbs={list,watch}",
+    ]);
+    let rules = rendered_config(&ruled).authorization.unwrap().rules;
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    let test = &rules[1];
+    assert_eq!(test.subjects, ["user:watchproxy-helm-test"]);
+    assert_eq!(test.resources, ["pods"]);
+    assert_eq!(test.verbs, [watchproxy::config::Verb::List]);
 }
 
 #[test]

@@ -93,6 +93,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- $_ := set $config "auth" $auth }}
 {{- end }}
+{{- $testCert := and (include "watchproxy.servesTLS" .) .Values.tls.clientAuth (include "watchproxy.certManager" .) (not .Values.helmTest.tokenSecret.name) }}
+{{- if and .Values.helmTest.enabled (not .Values.sidecar.enabled) $testCert $config.authorization }}
+{{- $resource := .Values.helmTest.resource | default (index .Values.config.resources 0).name }}
+{{- $rule := dict "subjects" (list (printf "user:%s" .Values.helmTest.user)) "resources" (list $resource) "namespaces" (list "*") "verbs" (list "list") }}
+{{- $authorization := deepCopy $config.authorization }}
+{{- $_ := set $authorization "rules" (append $authorization.rules $rule) }}
+{{- $_ := set $config "authorization" $authorization }}
+{{- end }}
 {{- if .Values.etcdTLS.enabled }}
 {{- $tls := dict "ca_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.caKey) "cert_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.certKey) "key_file" (printf "/etc/watchproxy/etcd-tls/%s" .Values.etcdTLS.keyKey) }}
 {{- if .Values.etcdTLS.serverName }}
