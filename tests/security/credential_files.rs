@@ -145,3 +145,62 @@ async fn a_client_ca_rotated_out_ends_its_connections_watches_on_the_fast_path()
 async fn a_client_ca_rotated_out_ends_its_connections_watches_on_the_tonic_path() {
     client_ca_rotated_out(ServePath::Tonic).await;
 }
+
+/// A user name is a user of the authenticator that names it: a token that
+/// names a certificate's user does not spend that user's budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_naming_a_certificates_user_spends_its_own_budget() {
+    use tonic::transport::{Certificate, ClientTlsConfig};
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
+    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
+    let tokens = write(
+        dir.path(),
+        "tokens.yaml",
+        "- {token: alice-token, user: alice}\n",
+    );
+    let extra = format!(
+        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}, client_auth: optional}}\n\
+         auth: {{tokens_file: {}}}\n",
+        write(dir.path(), "tls.crt", &cert).display(),
+        write(dir.path(), "tls.key", &key).display(),
+        write(dir.path(), "ca.crt", &client_ca.pem()).display(),
+        tokens.display(),
+    );
+    let text = config_text(&etcd, ServePath::Fast, &extra).replace(
+        "max_concurrent_unary: 4096",
+        "max_concurrent_unary: 4096\n  max_watchers_per_user: 1",
+    );
+    let proxy = start_from(&write(dir.path(), "config.yaml", &text)).await;
+    let alice = leaf_until(&client_ca, "alice", now() + 600);
+    let mut certified = tls_client(&proxy, &server_ca.pem(), &alice).await;
+    wait_ready(&mut certified, "pods").await;
+    let from = list_version(&mut certified, "pods", "").await;
+    let _held = open_watch(&mut certified, watch_from("", from)).await;
+
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(server_ca.pem()))
+        .domain_name("localhost");
+    let channel = tonic::transport::Channel::from_shared(format!("https://{}", proxy.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut tokened = WatchProxyClient::new(channel);
+    let call = tokened
+        .watch(as_caller("alice-token", watch_from("", from)))
+        .await;
+    assert!(
+        call.is_ok(),
+        "the token's alice has a place of her own: {call:?}"
+    );
+    let again = certified.watch(watch_from("", from)).await.unwrap_err();
+    assert_eq!(
+        again.code(),
+        Code::ResourceExhausted,
+        "the certificate's alice has used hers"
+    );
+}
