@@ -45,7 +45,7 @@ impl ClientCa {
     /// Whether `chain`, verified at its connection's handshake, verifies
     /// by the CA in force now.
     pub fn verifies(&self, chain: &[CertificateDer<'static>]) -> bool {
-        if !self.changed.load(Acquire) {
+        if !self.changed.load(Ordering::Acquire) {
             return true;
         }
         let Some((leaf, intermediates)) = chain.split_first() else {
@@ -70,5 +70,3 @@ impl ClientCa {
         verdict
     }
 }
-
-use Ordering::Acquire;

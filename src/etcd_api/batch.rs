@@ -156,7 +156,7 @@ impl Outgoing {
         // What comes before the changes, gathered and written at once: a
         // buffer takes a varint byte by byte. The header is written by
         // hand: its revision is all it holds.
-        let mut head = [0u8; HEAD_BYTES + KEY_BYTES];
+        let mut head = [0u8; HEAD_BYTES];
         let mut at = 0;
         let revision = Self::revision(events);
         head[at] = key(HEADER, LENGTH_DELIMITED);
@@ -176,20 +176,14 @@ impl Outgoing {
             head[at..at + 2].copy_from_slice(&[key(FRAGMENT, VARINT), 1]);
             at += 2;
         }
-        // The first change's key and length go with it.
-        let mut first = true;
+        buf.put_slice(&head[..at]);
         for e in events {
-            if !std::mem::take(&mut first) {
-                at = 0;
-            }
-            head[at] = key(EVENTS, LENGTH_DELIMITED);
-            at += 1;
-            put_varint(&mut head, &mut at, e.event().len() as u64);
-            buf.put_slice(&head[..at]);
+            let mut key_and_len = [0u8; KEY_BYTES];
+            key_and_len[0] = key(EVENTS, LENGTH_DELIMITED);
+            let mut at = 1;
+            put_varint(&mut key_and_len, &mut at, e.event().len() as u64);
+            buf.put_slice(&key_and_len[..at]);
             buf.put_slice(e.event());
-        }
-        if first {
-            buf.put_slice(&head[..at]);
         }
     }
 }

@@ -31,6 +31,14 @@ pub(in super::super) struct Asked {
     pub progress_notify: bool,
 }
 
+impl Asked {
+    /// Whether its client asked not to be shown a put (`put`) or a
+    /// deletion.
+    fn hides(&self, put: bool) -> bool {
+        (put && self.no_put) || (!put && self.no_delete)
+    }
+}
+
 /// One watch of the stream: what it follows, with what its client asked
 /// for at hand, so that a change is shown without a lookup.
 pub(in super::super) struct Watch {
@@ -136,7 +144,6 @@ impl EtcdStream {
     /// What watch `id` showed, as etcd's client sees it; a failure that
     /// is not the watch's alone ends the stream with its status.
     pub(super) fn take(&mut self, id: i64, seen: Next, asked: Asked) -> Result<(), Status> {
-        let filtered = |put: bool| (put && asked.no_put) || (!put && asked.no_delete);
         match seen {
             Ok(Seen::Change(view)) if view.resync_from.is_some() => {
                 // etcd's history was lost and the cache listed again at
@@ -148,13 +155,13 @@ impl EtcdStream {
             }
             Ok(Seen::Change(view)) => {
                 let put = view.kind != EventType::Deleted;
-                if !filtered(put) {
+                if !asked.hides(put) {
                     self.batch.event(id, encoded_event(&view, asked.prev_kv));
                 }
             }
             Ok(Seen::Forwarded(revision, e)) => {
                 let put = e.r#type == mvccpb::event::EventType::Put as i32;
-                if !filtered(put) {
+                if !asked.hides(put) {
                     self.batch.event(id, Encoded::new(revision, &e, None));
                 }
             }
@@ -233,7 +240,7 @@ impl EtcdStream {
             }
         };
         let put = change.kind != EventType::Deleted;
-        if (put && asked.no_put) || (!put && asked.no_delete) {
+        if asked.hides(put) {
             return Ok(Lone::More);
         }
         let event = encoded_event(&change, asked.prev_kv);
