@@ -99,6 +99,12 @@ impl Socket {
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
+        // Written out whole, the buffer starts again at its beginning: left
+        // past what it sent, it would move the next pass's frames back
+        // there once they filled the rest (a copy of every pass's bytes,
+        // a quarter of a delivery's instructions). Nothing held, nothing
+        // moves.
+        let _ = out.try_reclaim(out.capacity() + 1);
         // A buffer grown by a burst is given back, so that idle
         // connections hold little.
         if out.capacity() > KEPT_CAPACITY {
@@ -151,6 +157,27 @@ mod tests {
         client.read_to_end(&mut read).await.unwrap();
         writer.await.unwrap().unwrap();
         assert!(read == data, "the bytes arrive whole and in order");
+    }
+
+    /// A buffer written out whole is whole again: its next frames start at
+    /// its beginning, not where the last write ended.
+    #[tokio::test]
+    async fn a_buffer_written_whole_starts_again_at_its_beginning() {
+        let (server, mut client) = pair().await;
+        let mut socket = Socket::tcp(server);
+        let mut out = BytesMut::with_capacity(8 * 1024);
+        let capacity = out.capacity();
+        out.extend_from_slice(&[1u8; 6 * 1024]);
+        std::future::poll_fn(|cx| socket.poll_write_out(cx, &mut out))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.capacity(),
+            capacity,
+            "the capacity written past is back"
+        );
+        let mut read = vec![0u8; 6 * 1024];
+        client.read_exact(&mut read).await.unwrap();
     }
 
     /// A write to a peer that left fails.
