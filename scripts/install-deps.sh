@@ -5,7 +5,8 @@
 # protobuf build scripts) and etcd, with apt-get.
 #
 # `install-deps.sh` (the test command's) also installs promtool (the tests
-# lint /metrics and test the alert rules with it) with apt-get, and, into
+# lint /metrics and test the alert rules with it) and valgrind (the
+# delivery budget counts instructions with callgrind) with apt-get, and, into
 # the project's own virtual environment `.venv` (never system-wide):
 # grpcurl (the tests call the service with it, as users do), the Python
 # client package with grpcio-tools, aetcd (etcd's Python client),
@@ -26,12 +27,13 @@ fi
 if ! $demo; then
   # The package's server is never started.
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  command -v callgrind_control >/dev/null 2>&1 || missing+=(valgrind)
   # Debian's Python makes virtual environments only with python3-venv.
   [ -x .venv/bin/python3 ] || python3 -c 'import ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "missing: ${missing[*]}. Install protoc (protobuf-compiler), etcd (3.4 or later) and, for the tests, promtool and Python's venv module with your package manager, or set WATCHPROXY_ETCD_BIN to an etcd binary." >&2
+    echo "missing: ${missing[*]}. Install protoc (protobuf-compiler), etcd (3.4 or later) and, for the tests, promtool, valgrind and Python's venv module with your package manager, or set WATCHPROXY_ETCD_BIN to an etcd binary." >&2
     exit 1
   fi
   sudo=""

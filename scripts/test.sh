@@ -2,12 +2,14 @@
 # The whole test suite: formatting, lints, cargo deny (advisories, licences,
 # bans, sources), unit tests and integration tests against a real etcd
 # (each test starts its own on a free loopback port), the Rust client as it
-# would be published, and a short coverage-guided fuzzing run
+# would be published, the delivery path's instruction budget
+# (bench/icount-guard.sh) and a short coverage-guided fuzzing run
 # (scripts/fuzz.sh). Each step prints how long it took.
 #
 # The integration tests mostly wait on etcd and on timers, so the steps
 # that only compute (cargo deny, the fuzz targets' build, the client's
-# package) run beside the others at the lowest priority, and are waited
+# package, the budget's release build) run beside the others at the
+# lowest priority, and are waited
 # for at the end. `cargo nextest` runs the tests when it is installed (four
 # at once, .config/nextest.toml); `cargo test` otherwise.
 set -euo pipefail
@@ -87,11 +89,15 @@ step "cargo fmt" cargo fmt --check
 beside "cargo deny" ./scripts/deny.sh
 beside "fuzz targets' build" ./scripts/fuzz.sh --build
 beside "client as published" client_as_published
+# The delivery path's instruction budget (bench/icount-budget), on a
+# release build of its own.
+beside "delivery budget" env CARGO_TARGET_DIR=target/budget ./bench/icount-guard.sh
 step "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests" tests
 finish "cargo deny"
 finish "client as published"
 finish "fuzz targets' build"
+finish "delivery budget"
 # A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
 step "fuzz" ./scripts/fuzz.sh 10
 echo "==> all steps: $((SECONDS - start)) s" >&2

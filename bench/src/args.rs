@@ -161,6 +161,18 @@ pub struct Args {
     /// unset, tonic's and etcd-client's defaults.
     #[arg(long)]
     pub client_window: Option<u32>,
+    /// Each write waits until every delivery it asks for has arrived
+    /// (`--rate` is then a ceiling), so that what a pass of the front
+    /// carries does not depend on the machine's speed: for counting
+    /// instructions (`--callgrind-after`).
+    #[arg(long)]
+    pub lockstep: bool,
+    /// The front runs under callgrind started with `--instr-atstart=no`:
+    /// counting starts after this many writes (buffers grown, caches
+    /// warm) and ends, with a dump, once the last write's deliveries
+    /// arrived; the deliveries counted are printed.
+    #[arg(long, requires = "lockstep")]
+    pub callgrind_after: Option<u64>,
     /// Edges of the watchproxy-tiers target, replicas of the
     /// watchproxy-replicas one.
     #[arg(long, default_value_t = 3)]

@@ -2,8 +2,10 @@
 //! carrying its send time, written at a steady rate.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::{bail, ensure, Context};
 use etcd_client::Client;
 
 use crate::args::{Args, Mode};
@@ -98,8 +100,62 @@ impl Written {
     }
 }
 
-/// Steady writes, each to a random object, carrying its send time.
-pub async fn write(ec: &mut Client, args: &Args) -> anyhow::Result<Written> {
+/// Whether watcher `w` asks for the writes of object `i`.
+fn wants(args: &Args, w: usize, i: usize) -> bool {
+    match (args.mode, args.shards) {
+        (Mode::All, Some(n)) => shard_of(i, n) == w as u64 % n,
+        (Mode::All, None) => true,
+        (Mode::Node, _) => w % args.nodes() == i % args.nodes(),
+    }
+}
+
+/// Writes paced by their deliveries (`--lockstep`).
+pub struct Lockstep<'a> {
+    /// Useful deliveries so far, over all watchers.
+    pub useful: &'a AtomicU64,
+    /// The front under callgrind (`--callgrind-after`), by pid.
+    pub callgrind: Option<u32>,
+}
+
+impl Lockstep<'_> {
+    /// Waits until `wanted` deliveries have arrived.
+    async fn arrived(&self, wanted: u64, write: u64) -> anyhow::Result<()> {
+        let until = Instant::now() + Duration::from_secs(60);
+        while self.useful.load(Ordering::Acquire) < wanted {
+            if Instant::now() > until {
+                bail!("write {write}'s deliveries did not all arrive within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Asks callgrind in process `pid` for `command` (`--instr=on`, `--dump`).
+async fn callgrind(pid: u32, command: &'static str) -> anyhow::Result<()> {
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("callgrind_control")
+            .arg(command)
+            .arg(pid.to_string())
+            .stdout(std::process::Stdio::null())
+            .status()
+    })
+    .await?
+    .context("running callgrind_control (valgrind's package has it)")?;
+    ensure!(
+        status.success(),
+        "callgrind_control {command} {pid}: {status}"
+    );
+    Ok(())
+}
+
+/// Steady writes, each to a random object, carrying its send time; with
+/// `lockstep`, each once the one before was delivered.
+pub async fn write(
+    ec: &mut Client,
+    args: &Args,
+    lockstep: Option<Lockstep<'_>>,
+) -> anyhow::Result<Written> {
     let nodes = args.nodes();
     let total = args.rate * args.duration;
     let mut per_node: HashMap<usize, u64> = HashMap::new();
@@ -108,7 +164,13 @@ pub async fn write(ec: &mut Client, args: &Args) -> anyhow::Result<Written> {
     let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / args.rate.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for _ in 0..total {
+    let (mut wanted, mut counted_from) = (
+        lockstep
+            .as_ref()
+            .map_or(0, |l| l.useful.load(Ordering::Acquire)),
+        None,
+    );
+    for k in 0..total {
         tick.tick().await;
         x ^= x << 13;
         x ^= x >> 7;
@@ -119,8 +181,23 @@ pub async fn write(ec: &mut Client, args: &Args) -> anyhow::Result<Written> {
             *per_shard.entry(shard_of(i, n)).or_default() += 1;
         }
         let key = format!("{PREFIX}/bench/pod-{i}");
+        let Some(pace) = &lockstep else {
+            ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
+                .await?;
+            continue;
+        };
+        if let (Some(pid), true) = (pace.callgrind, args.callgrind_after == Some(k)) {
+            callgrind(pid, "--instr=on").await?;
+            counted_from = Some(wanted);
+        }
         ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
             .await?;
+        wanted += (0..args.watchers).filter(|&w| wants(args, w, i)).count() as u64;
+        pace.arrived(wanted, k).await?;
+    }
+    if let (Some(pid), Some(from)) = (lockstep.and_then(|l| l.callgrind), counted_from) {
+        callgrind(pid, "--dump").await?;
+        println!("deliveries counted by callgrind: {}", wanted - from);
     }
     Ok(Written {
         total,

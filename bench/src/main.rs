@@ -60,7 +60,13 @@ async fn run_target(args: &Args, target: Target) -> anyhow::Result<Report> {
     let etcd_watches = etcd.metric("etcd_debugging_mvcc_watcher_total");
     let (etcd_cpu0, front_cpu0) = (etcd_figures.cpu_seconds(), cpu(&front_figures));
     let loadgen_cpu0 = Figures::own().cpu_seconds();
-    let written = load::write(&mut ec, args).await?;
+    let lockstep = args.lockstep.then(|| load::Lockstep {
+        useful: &watchers.useful,
+        callgrind: args
+            .callgrind_after
+            .and_then(|_| front_figures.first().map(|f| f.0)),
+    });
+    let written = load::write(&mut ec, args, lockstep).await?;
     let (total, write_seconds) = (written.total, written.seconds);
     let want_total: u64 = (0..args.watchers).map(|w| written.expected(args, w)).sum();
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The delivery path's budget: instructions per delivery in each shape of
+# bench/icount-budget, counted by bench/front-icount.sh (callgrind, writes
+# in lockstep, so the count does not depend on the machine's speed), fail
+# the run when one rises more than 5 % above its committed figure.
+# NO_BUILD=1 uses the release binaries already built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -n "${NO_BUILD:-}" ] || cargo build --release -p watchproxy -p watchproxy-bench --bins --locked -q
+failed=0
+while read -r name figure settings; do
+  case "$name" in '' | '#'*) continue ;; esac
+  # shellcheck disable=SC2086 # the settings are words of VAR=value
+  measured=$(env $settings NO_BUILD=1 bench/front-icount.sh | tee /dev/stderr |
+    awk '/^instructions per delivery:/ { print $4 }')
+  limit=$((figure * 105 / 100))
+  if [ -z "$measured" ]; then
+    echo "$name: not measured" >&2
+    failed=1
+  elif [ "$measured" -gt "$limit" ]; then
+    echo "$name: $measured instructions per delivery, over its budget of $figure (+5 % = $limit)" >&2
+    failed=1
+  elif [ "$measured" -lt $((figure * 95 / 100)) ]; then
+    echo "$name: $measured instructions per delivery, well under its budget of $figure: lower it in bench/icount-budget to keep the gain" >&2
+  else
+    echo "$name: $measured instructions per delivery (budget $figure, at most $limit)" >&2
+  fi
+done <bench/icount-budget
+exit "$failed"
