@@ -42,7 +42,7 @@ pub(super) fn put_message(dst: &mut BytesMut, len_hint: usize, write: impl FnOnc
     let at = dst.len();
     // One allocation for the message rather than growth while writing it.
     dst.reserve(PREFIX + len_hint);
-    dst.put_bytes(0, PREFIX);
+    dst.put_slice(&[0; PREFIX]);
     write(dst);
     let len = (dst.len() - at - PREFIX) as u32;
     dst[at + 1..at + PREFIX].copy_from_slice(&len.to_be_bytes());

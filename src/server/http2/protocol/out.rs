@@ -42,10 +42,11 @@ impl Default for Out {
 impl Out {
     pub fn head(&mut self, len: usize, kind: u8, flags: u8, stream: u32) {
         debug_assert!(len < 1 << 24);
-        self.buf.put_uint(len as u64, 3);
-        self.buf.put_u8(kind);
-        self.buf.put_u8(flags);
-        self.buf.put_u32(stream);
+        let [_, l0, l1, l2] = (len as u32).to_be_bytes();
+        let [s0, s1, s2, s3] = stream.to_be_bytes();
+        // One write, not five: a frame's head is written for every delivery.
+        self.buf
+            .put_slice(&[l0, l1, l2, kind, flags, s0, s1, s2, s3]);
     }
 
     /// Names stream `id`, which found no room, among those waiting for the
