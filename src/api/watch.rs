@@ -211,6 +211,16 @@ impl WatchStream {
         super::error::revoked(why, self.resume_from())
     }
 
+    /// Whether what it showed last was the last it has until its inbox's
+    /// reader collects the inbox again: a live change or bookmark that
+    /// emptied its queue, with no initial state left and no end due.
+    pub fn emptied(&self) -> bool {
+        self.watcher.emptied()
+            && self.end.reason.is_none()
+            && self.initial.is_none()
+            && self.initial_end.is_none()
+    }
+
     /// What the watch shows next, before it is encoded for a wire: the
     /// initial state, then changes and bookmarks (those the client allowed,
     /// and the one that ends the initial state) until it ends.

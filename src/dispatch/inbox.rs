@@ -370,13 +370,21 @@ impl Mailbox {
     /// `Pending`, a lone watcher's `cx` is woken by the next post; in a
     /// shared inbox, the reader's collection names the queue instead.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        self.poll_take(cx).map(|taken| taken.map(|(d, _)| d))
+    }
+
+    /// [`Mailbox::poll_recv`], and whether the delivery emptied a queue of
+    /// a shared inbox: nothing is queued there again before its reader's
+    /// next collection, so the reader need not ask again until then.
+    pub fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Option<(Delivery, bool)>> {
         let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
             self.inbox.sort(&mut queues, Some(cx.waker()), None);
         }
+        let solo = self.inbox.solo;
         let q = self.queue(&mut queues);
         match q.items.pop_front() {
-            Some(d) => Poll::Ready(Some(d)),
+            Some(d) => Poll::Ready(Some((d, !solo && q.items.is_empty() && !q.closed))),
             None if q.closed => Poll::Ready(None),
             None => Poll::Pending,
         }

@@ -174,3 +174,29 @@ fn an_inbox_without_room_puts_all_its_watchers_behind_until_each_rejoins() {
     inbox.collect(reader, ready);
     assert!(subs.iter().all(ended));
 }
+
+#[test]
+fn a_delivery_that_empties_a_shared_queue_says_so_and_a_solo_one_never_does() {
+    let d = dispatcher(16);
+    let shared = Inbox::shared();
+    let s = everything(&d, &shared, 0, false);
+    let solo = everything(&d, &Inbox::solo(), 0, false);
+    let reader = Waker::from(counting());
+    let mut cx = std::task::Context::from_waker(Waker::noop());
+    assert!(solo.mailbox.poll_take(&mut cx).is_pending());
+    add_one(&d, 1);
+    add_one(&d, 2);
+    shared.collect(&reader, &mut Vec::new());
+    let emptied = |m: &Mailbox, cx: &mut std::task::Context<'_>| match m.poll_take(cx) {
+        std::task::Poll::Ready(Some((_, emptied))) => emptied,
+        other => panic!("a delivery, not {other:?}"),
+    };
+    assert!(!emptied(&s.mailbox, &mut cx), "one more is queued");
+    assert!(emptied(&s.mailbox, &mut cx), "the last one queued");
+    assert!(s.mailbox.poll_take(&mut cx).is_pending());
+    assert!(!emptied(&solo.mailbox, &mut cx));
+    assert!(
+        !emptied(&solo.mailbox, &mut cx),
+        "a solo inbox sorts on demand"
+    );
+}

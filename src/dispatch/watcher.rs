@@ -73,6 +73,9 @@ pub struct Watcher {
     /// Changes read from the window and not yet shown, up to `read_through`.
     replay: VecDeque<Next>,
     read_through: Revision,
+    /// What it showed last emptied its queue until its reader's next
+    /// collection (see [`Watcher::emptied`]).
+    emptied: bool,
 }
 
 impl Watcher {
@@ -91,6 +94,7 @@ impl Watcher {
             behind,
             replay: VecDeque::new(),
             read_through: revision,
+            emptied: false,
         }
     }
 
@@ -174,11 +178,17 @@ impl Watcher {
     /// [`Watcher::next`] for a hand-written stream: `Pending` registers
     /// `cx` to be woken by the next delivery.
     pub fn poll_next(&mut self, cx: &mut Context<'_>, window: &impl Window) -> Poll<Next> {
+        self.emptied = false;
         loop {
             if let Some(next) = self.read_window(window) {
                 return Poll::Ready(next);
             }
-            match ready!(self.subscription.mailbox.poll_recv(cx)) {
+            let (delivery, emptied) = match ready!(self.subscription.mailbox.poll_take(cx)) {
+                Some((delivery, emptied)) => (Some(delivery), emptied),
+                None => (None, false),
+            };
+            self.emptied = emptied;
+            match delivery {
                 Some(Delivery::Event(view)) => {
                     self.at.delivered(&view);
                     return Poll::Ready(Next::Event(view));
@@ -191,10 +201,21 @@ impl Watcher {
                     self.at = Position::through(revision);
                     return Poll::Ready(Next::ResyncEnd(revision));
                 }
-                Some(Delivery::Behind) => self.behind = true,
+                Some(Delivery::Behind) => {
+                    self.behind = true;
+                    self.emptied = false;
+                }
                 None => return Poll::Ready(Next::Closed),
             }
         }
+    }
+
+    /// Whether what it showed last was the last thing queued for it in a
+    /// shared inbox: asked again before its reader collects the inbox
+    /// anew, it would only find nothing (and register nothing it has not
+    /// registered already).
+    pub fn emptied(&self) -> bool {
+        self.emptied
     }
 
     /// While behind, the next change from the window; `None` once the

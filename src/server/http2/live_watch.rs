@@ -122,6 +122,15 @@ impl Feed {
         }
     }
 
+    /// Whether what it framed last was all it has in this pass of its
+    /// connection's task (asked again, it would only be found waiting).
+    fn emptied(&self) -> bool {
+        match self {
+            Feed::Watch(events) => events.emptied(),
+            Feed::Etcd(_) => false,
+        }
+    }
+
     /// A pass of its connection's task begins: what it found waiting in
     /// the last one is worth asking again.
     fn begin_pass(&mut self) {
@@ -247,6 +256,10 @@ impl Drive for LiveWatch {
             let mut waiting = false;
             while out.buf.len() - start < limit {
                 match self.events.poll_put(cx, &mut out.buf, &mut out.clock) {
+                    Poll::Ready(Some(Ok(()))) if self.events.emptied() => {
+                        waiting = true;
+                        break;
+                    }
                     Poll::Ready(Some(Ok(()))) => {}
                     Poll::Ready(Some(Err(status))) => {
                         self.ended = Some(status);
