@@ -31,7 +31,21 @@ impl EtcdCluster {
         Self::try_start(n).await.unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// A start on loopback ports found free can lose one to another test
+    /// between the look and etcd's bind: a cluster that elects no leader
+    /// is started again on other ports, twice at most.
     async fn try_start(n: usize) -> anyhow::Result<EtcdCluster> {
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            match Self::start_once(n).await {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => failed.push(format!("{e:#}")),
+            }
+        }
+        bail!("{}", failed.join("\n--- started again ---\n"))
+    }
+
+    async fn start_once(n: usize) -> anyhow::Result<EtcdCluster> {
         let binary = etcd_binary().context(ETCD_INSTALL_HINT)?;
         let dir = tempfile::tempdir()?;
         let members: Vec<Member> = (0..n)
@@ -57,7 +71,9 @@ impl EtcdCluster {
         for i in 0..n {
             cluster.spawn(i)?;
         }
-        cluster.wait_leader().await?;
+        if let Err(e) = cluster.wait_leader().await {
+            return Err(e.context(cluster.members_state()));
+        }
         cluster.wait_serving().await?;
         Ok(cluster)
     }
@@ -138,6 +154,24 @@ impl EtcdCluster {
             }
         }
         None
+    }
+
+    /// Which members have exited, and the end of each one's log.
+    fn members_state(&mut self) -> String {
+        let dir = self.dir.path().to_owned();
+        let mut state = Vec::new();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            let exited = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            let log = std::fs::read_to_string(dir.join(format!("m{i}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(3).collect();
+            state.push(format!(
+                "{} ({}): {}",
+                m.name,
+                exited.map_or("running".to_owned(), |s| format!("exited, {s}")),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ));
+        }
+        state.join("; ")
     }
 
     async fn wait_leader(&self) -> anyhow::Result<usize> {
