@@ -335,7 +335,18 @@ async fn the_rust_and_python_informers_follow_etcd_and_see_a_resync_or_a_relist_
             (new, "added"),
         ];
         expected.sort();
-        let rust = (drain(&mut events).into_iter())
+        // The marker follows the last change, which may reach the store
+        // before the marker reaches the subscriber.
+        let mut seen = Vec::new();
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !seen.iter().any(|e| matches!(e, Event::Relisted { .. }))
+            && std::time::Instant::now() < until
+        {
+            seen.extend(drain(&mut events));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seen.extend(drain(&mut events));
+        let rust = (seen.into_iter())
             .map(|e| match e {
                 Event::Added(o) => (o.name.clone(), "added"),
                 Event::Modified { new, .. } => (new.name.clone(), "modified"),
