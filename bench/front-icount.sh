@@ -22,7 +22,8 @@ command -v valgrind >/dev/null ||
   { echo "needs valgrind (./scripts/install-deps.sh or apt-get install -y valgrind)" >&2; exit 1; }
 mode=${MODE:-all} watchers=${WATCHERS:-200} connections=${CONNECTIONS:-10}
 writes=${WRITES:-100} warmup=${WARMUP:-20}
-[ -n "${NO_BUILD:-}" ] || cargo build --release --workspace --bins -q
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q \
+  -p watchproxy -p watchproxy-bench --bin watchproxy --bin watchproxy-bench
 bin=${WATCHPROXY_BIN:-$(realpath "${CARGO_TARGET_DIR:-target}")/release/watchproxy}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
