@@ -82,6 +82,10 @@ tests() {
   cargo test --workspace --benches --locked
 }
 
+# The jobs beside the steps build in target directories of their own
+# under target/, made here once: cargo processes making target/ together
+# race (one fails with "No such file or directory").
+mkdir -p target
 step "install what the tests use" ./scripts/install-deps.sh
 # What it installed for the tests lives in the project's .venv.
 export PATH="$PWD/.venv/bin:$PATH"
