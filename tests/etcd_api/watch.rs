@@ -15,22 +15,40 @@ use super::shared::*;
 /// watch 0 has one at `until`.
 async fn by_watch(stream: &mut WatchStream, until: i64) -> BTreeMap<i64, Vec<(i32, i64)>> {
     let mut by_watch = BTreeMap::<i64, Vec<(i32, i64)>>::new();
-    while by_watch
-        .get(&0)
-        .is_none_or(|v| v.last().is_none_or(|l| l.1 < until))
-    {
-        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .expect("events within 10 s")
-            .unwrap()
-            .unwrap();
+    let mut note = |r: &etcd_client::WatchResponse| {
         for ev in r.events() {
             let kind = matches!(ev.event_type(), EventType::Delete) as i32;
             let at = (kind, ev.kv().unwrap().mod_revision());
             by_watch.entry(r.watch_id()).or_default().push(at);
         }
+    };
+    let mut zero_at = 0;
+    while zero_at < until {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("events within 10 s")
+            .unwrap()
+            .unwrap();
+        if r.watch_id() == 0 {
+            zero_at = (r.events().last()).map_or(zero_at, |e| e.kv().unwrap().mod_revision());
+        }
+        note(&r);
     }
-    by_watch
+    // The other watches' changes may come after watch 0's (a stream sends a
+    // watch's changes taken together in one response): a progress answer
+    // comes after every change up to the revision it names.
+    stream.request_progress().await.unwrap();
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("the progress answer within 10 s")
+            .unwrap()
+            .unwrap();
+        if r.watch_id() == -1 && r.events().is_empty() {
+            return by_watch;
+        }
+        note(&r);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
