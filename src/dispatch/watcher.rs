@@ -183,29 +183,27 @@ impl Watcher {
             if let Some(next) = self.read_window(window) {
                 return Poll::Ready(next);
             }
-            let (delivery, emptied) = match ready!(self.subscription.mailbox.poll_take(cx)) {
-                Some((delivery, emptied)) => (Some(delivery), emptied),
-                None => (None, false),
+            let Some((delivery, emptied)) = ready!(self.subscription.mailbox.poll_take(cx)) else {
+                return Poll::Ready(Next::Closed);
             };
             self.emptied = emptied;
             match delivery {
-                Some(Delivery::Event(view)) => {
+                Delivery::Event(view) => {
                     self.at.delivered(&view);
                     return Poll::Ready(Next::Event(view));
                 }
-                Some(Delivery::Bookmark(revision)) => {
+                Delivery::Bookmark(revision) => {
                     self.at = Position::through(revision);
                     return Poll::Ready(Next::Bookmark(revision));
                 }
-                Some(Delivery::ResyncEnd(revision)) => {
+                Delivery::ResyncEnd(revision) => {
                     self.at = Position::through(revision);
                     return Poll::Ready(Next::ResyncEnd(revision));
                 }
-                Some(Delivery::Behind) => {
+                Delivery::Behind => {
                     self.behind = true;
                     self.emptied = false;
                 }
-                None => return Poll::Ready(Next::Closed),
             }
         }
     }
