@@ -180,12 +180,20 @@ pub async fn until_readable(addr: std::net::SocketAddr, token: &str, key: &str, 
 }
 
 /// watchproxy with etcd's API and the tenant fixture's tokens and rules,
-/// and the directory that holds its token file.
+/// and the directory that holds its token file; returned once alice reads
+/// her namespace through it.
 pub async fn tenant_proxy(etcd: &Etcd) -> (tempfile::TempDir, Proxy) {
     let dir = tempfile::tempdir().unwrap();
     let yaml = pods_yaml(&etcd.client_url, 64)
         .replace("resources:", "etcd_api: {enabled: true}\nresources:")
         + &tenant_auth(dir.path());
     let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    until_readable(
+        proxy.addr,
+        "alice-token",
+        "/registry/pods/tenant-a/",
+        "/registry/pods/tenant-a0",
+    )
+    .await;
     (dir, proxy)
 }
