@@ -85,27 +85,33 @@ pub async fn seed(ec: &mut Client, args: &Args) -> anyhow::Result<i64> {
 pub struct Written {
     pub total: u64,
     pub seconds: f64,
-    per_node: HashMap<usize, u64>,
-    per_shard: HashMap<u64, u64>,
+    /// Writes by the group of the watchers that asked for them.
+    per_group: HashMap<u64, u64>,
 }
 
 impl Written {
     /// The changes watcher `w` asked for.
     pub fn expected(&self, args: &Args, w: usize) -> u64 {
-        match (args.mode, args.shards) {
-            (Mode::All, Some(n)) => self.per_shard.get(&(w as u64 % n)).copied().unwrap_or(0),
-            (Mode::All, None) => self.total,
-            (Mode::Node, _) => self.per_node.get(&(w % args.nodes())).copied().unwrap_or(0),
-        }
+        (self.per_group.get(&watcher_group(args, w)).copied()).unwrap_or(0)
     }
 }
 
-/// Whether watcher `w` asks for the writes of object `i`.
-fn wants(args: &Args, w: usize, i: usize) -> bool {
+/// The group of object `i`'s writes: the shard or node whose watchers ask
+/// for them (every watcher is in one group in all mode).
+fn object_group(args: &Args, i: usize) -> u64 {
     match (args.mode, args.shards) {
-        (Mode::All, Some(n)) => shard_of(i, n) == w as u64 % n,
-        (Mode::All, None) => true,
-        (Mode::Node, _) => w % args.nodes() == i % args.nodes(),
+        (Mode::All, Some(n)) => shard_of(i, n),
+        (Mode::All, None) => 0,
+        (Mode::Node, _) => (i % args.nodes()) as u64,
+    }
+}
+
+/// The group of the writes watcher `w` asks for.
+fn watcher_group(args: &Args, w: usize) -> u64 {
+    match (args.mode, args.shards) {
+        (Mode::All, Some(n)) => w as u64 % n,
+        (Mode::All, None) => 0,
+        (Mode::Node, _) => (w % args.nodes()) as u64,
     }
 }
 
@@ -158,8 +164,7 @@ pub async fn write(
 ) -> anyhow::Result<Written> {
     let nodes = args.nodes();
     let total = args.rate * args.duration;
-    let mut per_node: HashMap<usize, u64> = HashMap::new();
-    let mut per_shard: HashMap<u64, u64> = HashMap::new();
+    let mut per_group: HashMap<u64, u64> = HashMap::new();
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / args.rate.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -176,10 +181,8 @@ pub async fn write(
         x ^= x >> 7;
         x ^= x << 17;
         let i = (x % args.objects as u64) as usize;
-        *per_node.entry(i % nodes).or_default() += 1;
-        if let Some(n) = args.shards {
-            *per_shard.entry(shard_of(i, n)).or_default() += 1;
-        }
+        let group = object_group(args, i);
+        *per_group.entry(group).or_default() += 1;
         let key = format!("{PREFIX}/bench/pod-{i}");
         let Some(pace) = &lockstep else {
             ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
@@ -192,7 +195,9 @@ pub async fn write(
         }
         ec.put(key, object(i, nodes, args.object_bytes, now_nanos()), None)
             .await?;
-        wanted += (0..args.watchers).filter(|&w| wants(args, w, i)).count() as u64;
+        wanted += (0..args.watchers)
+            .filter(|&w| watcher_group(args, w) == group)
+            .count() as u64;
         pace.arrived(wanted, k).await?;
     }
     if let (Some(pid), Some(from)) = (lockstep.and_then(|l| l.callgrind), counted_from) {
@@ -202,7 +207,6 @@ pub async fn write(
     Ok(Written {
         total,
         seconds: started.elapsed().as_secs_f64(),
-        per_node,
-        per_shard,
+        per_group,
     })
 }
