@@ -187,7 +187,7 @@ pub async fn run(
         faces,
         routes,
         &config.limits,
-        config.watch.serve_path,
+        &config.watch,
         shutdown.clone(),
     );
     // After shutdown starts, open calls get the grace period to finish.

@@ -12,6 +12,10 @@ pub enum Target {
     /// (`--serve-path tonic`): the plain path its own HTTP/2 path is
     /// measured against.
     WatchproxyTonic,
+    /// watchproxy's own HTTP/2 path with every change queued for its
+    /// watch and the watch polled for it (`watch.direct_delivery: false`):
+    /// the plain path direct delivery is measured against.
+    WatchproxyQueued,
     /// Another watchproxy build (`--baseline-bin`), e.g. an earlier commit.
     WatchproxyBaseline,
     /// watchproxy serving mutual TLS, with certificates made for the run.
@@ -46,6 +50,7 @@ impl Target {
             self,
             Target::Watchproxy
                 | Target::WatchproxyTonic
+                | Target::WatchproxyQueued
                 | Target::WatchproxyBaseline
                 | Target::WatchproxyTls
                 | Target::WatchproxyTlsNodes

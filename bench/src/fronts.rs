@@ -109,6 +109,7 @@ pub async fn start(
         }
         Target::Watchproxy
         | Target::WatchproxyTonic
+        | Target::WatchproxyQueued
         | Target::WatchproxyBaseline
         | Target::WatchproxyTls
         | Target::WatchproxyTlsNodes
@@ -117,6 +118,12 @@ pub async fn start(
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
             let mut yaml = watchproxy_yaml(&etcd_url, port);
+            if target == Target::WatchproxyQueued {
+                yaml = yaml.replace(
+                    "watcher_queue: 1024",
+                    "watcher_queue: 1024, direct_delivery: false",
+                );
+            }
             if matches!(
                 target,
                 Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline

@@ -251,6 +251,12 @@ impl HeldGrant {
 
     /// Why the grant ended, once it has. While no grant has ended since
     /// the last look, a read of the shared counter alone.
+    /// Whether [`HeldGrant::revoked`] has something new to look at: some
+    /// grant ended since it last looked. Reads without taking it.
+    pub fn may_have_ended(&self) -> bool {
+        self.ended.0.load(Ordering::Acquire) != self.seen
+    }
+
     pub fn revoked(&mut self) -> Option<Revoke> {
         let ended = self.ended.0.load(Ordering::Acquire);
         if ended == self.seen {

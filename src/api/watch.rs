@@ -221,6 +221,19 @@ impl WatchStream {
             && self.initial_end.is_none()
     }
 
+    /// Shows `view`, a live change its inbox's reader takes straight from
+    /// the sort of its queue (see [`crate::dispatch::Inbox::collect_taking`]),
+    /// when nothing is due before it: no initial state or end, no grant
+    /// ended since it last looked, its watcher live rather than reading
+    /// the window. False: the change goes through the queue.
+    pub fn take_live(&mut self, view: &View) -> bool {
+        self.end.reason.is_none()
+            && self.initial.is_none()
+            && self.initial_end.is_none()
+            && !self.grant.may_have_ended()
+            && self.watcher.take_live(view)
+    }
+
     /// What the watch shows next, before it is encoded for a wire: the
     /// initial state, then changes and bookmarks (those the client allowed,
     /// and the one that ends the initial state) until it ends.

@@ -60,6 +60,22 @@ impl WatchMessage {
         }
     }
 
+    /// A live change's encoding shared by its watchers, which a stream
+    /// writes straight from the change (none for one read back from the
+    /// window).
+    pub fn shared_change(view: &View) -> Option<&Encoded> {
+        view.encoded.as_ref()
+    }
+
+    /// A change's form compressed with `codec`, made once for every stream
+    /// that sends it; none where it would not shrink.
+    pub fn compressed_change(view: &View, codec: Codec) -> Option<&Bytes> {
+        let (form, _) = (view.compressed).get_or_make(codec.slot(), || {
+            codec.compress(&change_encoding(view).to_bytes())
+        });
+        form
+    }
+
     /// When its change reached the cache, for a live change.
     pub fn received(&self) -> Option<std::time::Instant> {
         match self {
@@ -85,9 +101,7 @@ impl WatchMessage {
         let (form, _) = match self {
             WatchMessage::Own(_) => return None,
             WatchMessage::Initial(p) => p.compressed(codec),
-            WatchMessage::Change(view) => (view.compressed).get_or_make(codec.slot(), || {
-                codec.compress(&change_encoding(view).to_bytes())
-            }),
+            WatchMessage::Change(view) => (Self::compressed_change(view, codec), false),
         };
         form.cloned()
     }

@@ -153,6 +153,12 @@ pub struct WatchConfig {
     /// plain path, kept to measure against and as a way back).
     #[serde(default)]
     pub serve_path: ServePath,
+    /// On the `fast` path, a live change for a watch with nothing queued
+    /// is framed as its connection sorts what arrived, skipping the
+    /// watch's queue and its poll; `false` queues every change and polls
+    /// the watch for it (the plain path, to measure against).
+    #[serde(default = "yes")]
+    pub direct_delivery: bool,
     /// Watches that start with the state at once (a rollout, a restart)
     /// share one initial state per selector and projection, encoded once;
     /// `false` encodes one per watch (the plain path, to measure against).
@@ -340,6 +346,7 @@ impl Default for WatchConfig {
             watcher_queue: default_watcher_queue(),
             freshness_wait: default_freshness_wait(),
             serve_path: ServePath::Fast,
+            direct_delivery: true,
             share_initial_state: true,
             compression: all_codecs(),
             state_check_interval: default_state_check_interval(),

@@ -319,7 +319,7 @@ impl Dispatcher {
                         slot.insert(self.view(kind, object, projection, event, received))
                     }
                 };
-                posts.send(entry.post, entry.to, Delivery::Event(view.clone()));
+                posts.send_change(entry.post, entry.to, view);
             });
             if posts.parcels >= POST_PARCELS {
                 posts.post(&mut wakes);

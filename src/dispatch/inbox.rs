@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use slotmap::SlotMap;
 
-use super::Delivery;
+use super::{Delivery, View};
 use crate::object::Revision;
 
 slotmap::new_key_type! {
@@ -28,10 +28,22 @@ slotmap::new_key_type! {
     pub struct Place;
 }
 
-/// A delivery on its way to one queue; `None` ends the queue.
+/// A delivery on its way to one queue.
 pub(super) struct Parcel {
     pub to: Place,
-    pub delivery: Option<Delivery>,
+    pub carried: Carried,
+}
+
+/// What a parcel carries.
+pub(super) enum Carried {
+    /// The change at this index of the views posted with it: each inbox
+    /// holds a change once, however many of its watchers it goes to, so a
+    /// delivery moves no reference count another core moves too.
+    Change(u32),
+    /// A bookmark, the end of a resync, or `Behind`.
+    Other(Delivery),
+    /// The queue ends.
+    End,
 }
 
 pub struct Inbox {
@@ -44,6 +56,8 @@ pub struct Inbox {
 
 struct Incoming {
     parcels: Vec<Parcel>,
+    /// The changes the parcels name.
+    views: Vec<Arc<View>>,
     /// How many parcels may wait: the room of all the queues together.
     room: usize,
     /// Parcels were refused for want of room since the reader last
@@ -55,8 +69,10 @@ struct Incoming {
 #[derive(Default)]
 struct Queues {
     slots: SlotMap<Place, Queue>,
-    /// The parcels being sorted; kept for the allocation.
+    /// The parcels being sorted and the changes they name; kept for the
+    /// allocations.
     sorting: Vec<Parcel>,
+    sorting_views: Vec<Arc<View>>,
     /// Places named by a sort outside [`Inbox::collect`], which the next
     /// collection gives its reader.
     named: Vec<Place>,
@@ -128,6 +144,7 @@ impl Inbox {
         Arc::new(Self {
             incoming: Mutex::new(Incoming {
                 parcels: Vec::new(),
+                views: Vec::new(),
                 room: 0,
                 overflowed: false,
                 reader: None,
@@ -171,25 +188,47 @@ impl Inbox {
         }
     }
 
-    /// Posts all of `parcels` (leaving it empty), or none when the inbox
-    /// has no room for them, which puts every queue behind. A reader that
-    /// waits is not woken here: its waker is added to `wakes`, for the
-    /// caller to wake once its locks are released.
-    pub(super) fn post(&self, parcels: &mut Vec<Parcel>, wakes: &mut Vec<Waker>) {
+    /// Posts all of `parcels` and the `views` they name (leaving both
+    /// empty), or none when the inbox has no room for them, which puts
+    /// every queue behind. A reader that waits is not woken here: its
+    /// waker is added to `wakes`, for the caller to wake once its locks
+    /// are released.
+    pub(super) fn post(
+        &self,
+        parcels: &mut Vec<Parcel>,
+        views: &mut Vec<Arc<View>>,
+        wakes: &mut Vec<Waker>,
+    ) {
         let mut incoming = self.incoming.lock();
         if incoming.overflowed || incoming.parcels.len() + parcels.len() > incoming.room {
             incoming.overflowed = true;
             parcels.clear();
         } else {
+            // Another dispatcher's post waits unsorted: these name their
+            // changes after its.
+            let base = incoming.views.len() as u32;
+            if base > 0 {
+                for p in parcels.iter_mut() {
+                    if let Carried::Change(i) = &mut p.carried {
+                        *i += base;
+                    }
+                }
+            }
             incoming.parcels.append(parcels);
+            incoming.views.append(views);
         }
         wakes.extend(incoming.reader.take());
+        drop(incoming);
+        views.clear();
     }
 
     /// Ends a queue after what it holds, whatever the room.
     pub(super) fn post_end(&self, to: Place, wakes: &mut Vec<Waker>) {
         let mut incoming = self.incoming.lock();
-        incoming.parcels.push(Parcel { to, delivery: None });
+        incoming.parcels.push(Parcel {
+            to,
+            carried: Carried::End,
+        });
         wakes.extend(incoming.reader.take());
     }
 
@@ -199,9 +238,23 @@ impl Inbox {
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
     pub fn collect(&self, reader: &Waker, ready: &mut Vec<Place>) {
+        self.collect_taking(reader, ready, |_, _| false);
+    }
+
+    /// [`Inbox::collect`], offering each live change for a queue that is
+    /// empty, live and read by its own watch to `take` first, with the
+    /// queue's place: a change `take` shows at once (true) is counted as
+    /// delivered and never queued. `take` runs while the inbox's queues
+    /// are held: it must not touch them (through a [`Mailbox`]).
+    pub fn collect_taking(
+        &self,
+        reader: &Waker,
+        ready: &mut Vec<Place>,
+        take: impl FnMut(Place, &Arc<View>) -> bool,
+    ) {
         let mut queues = self.queues.lock();
         ready.append(&mut queues.named);
-        self.sort(&mut queues, Some(reader), Some(ready));
+        self.sort(&mut queues, Some(reader), Some(ready), take);
     }
 
     /// Sorts what was posted into the queues now, for a reader of some of
@@ -211,17 +264,19 @@ impl Inbox {
     pub fn sort_now(&self) {
         let mut queues = self.queues.lock();
         let mut named = std::mem::take(&mut queues.named);
-        self.sort(&mut queues, None, Some(&mut named));
+        self.sort(&mut queues, None, Some(&mut named), |_, _| false);
         queues.named = named;
     }
 
     /// Moves the posted parcels into their queues, naming in `ready` those
-    /// that were empty.
+    /// that were empty; `take` is offered live changes first (see
+    /// [`Inbox::collect_taking`]).
     fn sort(
         &self,
         queues: &mut Queues,
         reader: Option<&Waker>,
         mut ready: Option<&mut Vec<Place>>,
+        mut take: impl FnMut(Place, &Arc<View>) -> bool,
     ) {
         let overflowed = {
             let mut incoming = self.incoming.lock();
@@ -231,25 +286,45 @@ impl Inbox {
                 (_, Some(reader)) => incoming.reader = Some(reader.clone()),
             }
             std::mem::swap(&mut incoming.parcels, &mut queues.sorting);
+            std::mem::swap(&mut incoming.views, &mut queues.sorting_views);
             std::mem::take(&mut incoming.overflowed)
         };
-        let Queues { slots, sorting, .. } = queues;
+        let Queues {
+            slots,
+            sorting,
+            sorting_views: views,
+            ..
+        } = queues;
         let mut tally = Tally::default();
         let mut name = |place: Place| {
             if let Some(ready) = ready.as_deref_mut() {
                 ready.push(place);
             }
         };
-        for Parcel { to, delivery } in sorting.drain(..) {
+        for Parcel { to, carried } in sorting.drain(..) {
             let Some(q) = slots.get_mut(to) else {
                 continue;
             };
-            let Some(delivery) = delivery else {
-                q.closed = true;
-                if q.items.is_empty() {
-                    name(q.report.unwrap_or(to));
+            let delivery = match carried {
+                Carried::End => {
+                    q.closed = true;
+                    if q.items.is_empty() {
+                        name(q.report.unwrap_or(to));
+                    }
+                    continue;
                 }
-                continue;
+                Carried::Other(delivery) => delivery,
+                Carried::Change(i) => {
+                    let view = &views[i as usize];
+                    if q.behind || view.revision <= q.start {
+                        continue;
+                    }
+                    if q.items.is_empty() && !q.closed && q.report.is_none() && take(to, view) {
+                        tally.count(&q.counters);
+                        continue;
+                    }
+                    Delivery::Event(view.clone())
+                }
             };
             let shown = match delivery {
                 _ if q.behind => continue,
@@ -289,6 +364,7 @@ impl Inbox {
             }
         }
         tally.flush();
+        views.clear();
         if overflowed {
             for (place, q) in slots.iter_mut() {
                 if q.behind || q.closed {
@@ -311,6 +387,7 @@ impl Inbox {
 struct Tally(Option<(Arc<Counters>, u64)>);
 
 impl Tally {
+    #[inline]
     fn count(&mut self, counter: &Arc<Counters>) {
         match &mut self.0 {
             Some((c, n)) if Arc::ptr_eq(c, counter) => *n += 1,
@@ -379,7 +456,8 @@ impl Mailbox {
     pub fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Option<(Delivery, bool)>> {
         let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
-            self.inbox.sort(&mut queues, Some(cx.waker()), None);
+            self.inbox
+                .sort(&mut queues, Some(cx.waker()), None, |_, _| false);
         }
         let solo = self.inbox.solo;
         let q = self.queue(&mut queues);

@@ -200,3 +200,52 @@ fn a_delivery_that_empties_a_shared_queue_says_so_and_a_solo_one_never_does() {
         "a solo inbox sorts on demand"
     );
 }
+
+#[test]
+fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_waits_its_turn() {
+    let d = dispatcher(16);
+    let inbox = Inbox::shared();
+    let (a, b) = (
+        everything(&d, &inbox, 0, false),
+        everything(&d, &inbox, 0, false),
+    );
+    let reader = Waker::from(counting());
+    let mut ready = Vec::new();
+    // b refuses its first change (say its client gave no room): queued.
+    add_one(&d, 1);
+    let mut offered = Vec::new();
+    inbox.collect_taking(&reader, &mut ready, |place, view| {
+        offered.push((place, view.revision));
+        place == a.mailbox.place()
+    });
+    let (pa, pb) = (a.mailbox.place(), b.mailbox.place());
+    offered.sort();
+    let mut both = [(pa, 1), (pb, 1)];
+    both.sort();
+    assert_eq!(offered, both);
+    assert_eq!(ready, [pb], "only the queue that got it is named");
+    // Both would take the next: a's is taken, b's goes behind its first.
+    add_one(&d, 2);
+    offered.clear();
+    ready.clear();
+    inbox.collect_taking(&reader, &mut ready, |place, view| {
+        offered.push((place, view.revision));
+        true
+    });
+    assert_eq!(offered, [(pa, 2)], "b's queue is not empty: not offered");
+    assert!(ready.is_empty(), "b was named already");
+    assert!(a.mailbox.try_recv().is_none(), "a's changes were taken");
+    let mut b = b;
+    assert_eq!(revisions(&mut b), [Some(1), Some(2)]);
+    // A queue ended (its grant did) is offered nothing more.
+    a.mailbox.alarm()();
+    add_one(&d, 3);
+    offered.clear();
+    inbox.collect_taking(&reader, &mut ready, |place, view| {
+        offered.push((place, view.revision));
+        true
+    });
+    assert_eq!(offered, [(pb, 3)]);
+    assert!(ready.contains(&pa), "named for its end");
+    assert!(!ready.contains(&pb), "b's was taken");
+}

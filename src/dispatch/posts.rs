@@ -7,13 +7,15 @@ use std::task::Waker;
 
 use slab::Slab;
 
-use super::inbox::{Inbox, Parcel, Place};
-use super::Delivery;
+use super::inbox::{Carried, Inbox, Parcel, Place};
+use super::{Delivery, View};
 
 /// The deliveries of one dispatch for one inbox, posted together.
 struct Post {
     inbox: Arc<Inbox>,
     parcels: Vec<Parcel>,
+    /// The changes the parcels name, each once.
+    views: Vec<Arc<View>>,
     /// The watchers registered with this inbox.
     watchers: usize,
 }
@@ -43,6 +45,7 @@ impl Posts {
         let i = self.posts.insert(Post {
             inbox: inbox.clone(),
             parcels: Vec::new(),
+            views: Vec::new(),
             watchers: 1,
         });
         self.post_of.insert(key, i);
@@ -63,15 +66,30 @@ impl Posts {
         &self.posts[i].inbox
     }
 
+    /// A bookmark, the end of a resync or `Behind` for the queue at `to`.
     pub fn send(&mut self, post: usize, to: Place, delivery: Delivery) {
+        self.push(post, to, Carried::Other(delivery));
+    }
+
+    /// A change for the queue at `to`; its inbox holds it once for all the
+    /// queues of a post it goes to.
+    #[inline]
+    pub fn send_change(&mut self, post: usize, to: Place, view: &Arc<View>) {
+        let views = &mut self.posts[post].views;
+        if !views.last().is_some_and(|last| Arc::ptr_eq(last, view)) {
+            views.push(view.clone());
+        }
+        let at = (views.len() - 1) as u32;
+        self.push(post, to, Carried::Change(at));
+    }
+
+    #[inline]
+    fn push(&mut self, post: usize, to: Place, carried: Carried) {
         let parcels = &mut self.posts[post].parcels;
         if parcels.is_empty() {
             self.posting.push(post);
         }
-        parcels.push(Parcel {
-            to,
-            delivery: Some(delivery),
-        });
+        parcels.push(Parcel { to, carried });
         self.parcels += 1;
     }
 
@@ -79,7 +97,7 @@ impl Posts {
     pub fn post(&mut self, wakes: &mut Vec<Waker>) {
         for i in self.posting.drain(..) {
             if let Some(post) = self.posts.get_mut(i) {
-                post.inbox.post(&mut post.parcels, wakes);
+                post.inbox.post(&mut post.parcels, &mut post.views, wakes);
             }
         }
         self.parcels = 0;

@@ -208,6 +208,16 @@ impl Watcher {
         }
     }
 
+    /// Shows `view`, a live change taken straight from its queue's sort,
+    /// unless it is reading the window (false: the change is queued).
+    pub fn take_live(&mut self, view: &View) -> bool {
+        if self.behind || !self.replay.is_empty() {
+            return false;
+        }
+        self.at.delivered(view);
+        true
+    }
+
     /// Whether what it showed last was the last thing queued for it in a
     /// shared inbox: asked again before its reader collects the inbox
     /// anew, it would only find nothing (and register nothing it has not

@@ -26,7 +26,7 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
-use crate::config::{LimitsConfig, ServePath};
+use crate::config::{LimitsConfig, ServePath, WatchConfig};
 use http2::{tune, MAX_HEADER_LIST, TCP_KEEPALIVE};
 use router::Faces;
 use tls::Tls;
@@ -44,13 +44,13 @@ pub async fn serve(
     faces: Faces,
     routes: Routes,
     limits: &LimitsConfig,
-    path: ServePath,
+    watch: &WatchConfig,
     shutdown: CancellationToken,
 ) {
     if tls.is_none() {
         warn!("no tls section: clients connect in plain text");
     }
-    match path {
+    match watch.serve_path {
         ServePath::Fast => {
             let settings = http2::ConnectionBounds {
                 max_concurrent_streams: limits.max_concurrent_streams,
@@ -61,6 +61,7 @@ pub async fn serve(
                 keep_alive_timeout: limits.keepalive_timeout,
                 max_connection_age: limits.max_connection_age,
                 max_connection_age_grace: limits.max_connection_age_grace,
+                direct_delivery: watch.direct_delivery,
             };
             let routes = routes.prepare();
             http2::serve(listener, tls, faces, routes, settings, shutdown).await

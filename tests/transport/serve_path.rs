@@ -1,5 +1,7 @@
 //! The two ways calls are served (`watch.serve_path`): the service's own
-//! HTTP/2 path and tonic's server answer the same calls alike.
+//! HTTP/2 path, with live changes framed at once or each through its
+//! watch's queue (`watch.direct_delivery`), and tonic's server answer the
+//! same calls alike.
 
 use std::time::Duration;
 
@@ -8,10 +10,11 @@ use tonic_types::StatusExt;
 use watchproxy::config::{Config, ServePath};
 use watchproxy::pb::{self, EventType};
 
-fn config(etcd_url: &str, path: ServePath) -> Config {
+fn config(etcd_url: &str, path: ServePath, direct: bool) -> Config {
     let yaml = PODS_CONFIG.replace("ETCD", etcd_url).replace("QUEUE", "64");
     let mut config = Config::from_yaml(&yaml).unwrap();
     config.watch.serve_path = path;
+    config.watch.direct_delivery = direct;
     config
 }
 
@@ -19,13 +22,13 @@ fn config(etcd_url: &str, path: ServePath) -> Config {
 /// marker and live changes; a filtered watch; a paged list; a Get; a bad
 /// request; a compressed watch request; and the end of a watch at
 /// shutdown.
-async fn scenario(path: ServePath) -> Vec<String> {
+async fn scenario(path: ServePath, direct: bool) -> Vec<String> {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for (i, node) in ["n1", "n2", "n1"].iter().enumerate() {
         put_pod(&mut ec, "ns", &format!("p{i}"), &[("app", "web")], node).await;
     }
-    let mut proxy = Proxy::start_config(config(&etcd.client_url, path)).await;
+    let mut proxy = Proxy::start_config(config(&etcd.client_url, path, direct)).await;
     let mut client = proxy.client().await;
     wait_ready(&mut client, "pods").await;
     let base = list_version(&mut client, "pods", "").await;
@@ -171,8 +174,10 @@ fn reason(status: &tonic::Status) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_serve_paths_answer_every_call_alike() {
-    let fast = scenario(ServePath::Fast).await;
-    let tonic = scenario(ServePath::Tonic).await;
+    let fast = scenario(ServePath::Fast, true).await;
+    let queued = scenario(ServePath::Fast, false).await;
+    let tonic = scenario(ServePath::Tonic, true).await;
+    assert_eq!(fast, queued);
     assert_eq!(fast, tonic);
     assert!(
         fast.iter()

@@ -189,7 +189,7 @@ impl<S: Routes> Driver<S> {
         settings: ConnectionBounds,
         stop: CancellationToken,
     ) -> Self {
-        let watches = Watches::default();
+        let watches = Watches::new(settings.direct_delivery);
         let aside_waker = watches.aside_waker();
         // Bounded by the held responses: a call produces more only while
         // the connection holds less than its bound of unsent bytes.

@@ -69,6 +69,7 @@ async fn serve_one(input: &[u8]) -> Vec<u8> {
         keep_alive_timeout: Duration::from_secs(10),
         max_connection_age: None,
         max_connection_age_grace: Duration::from_secs(1),
+        direct_delivery: true,
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(super::connection::serve(

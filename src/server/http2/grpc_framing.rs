@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::protocol::frame::{kind, HEAD};
+use super::protocol::out::{frame_head, Out};
 use crate::api::error::ApiError;
 
 /// A message's prefix: a compressed flag and a big-endian length.
-const PREFIX: usize = 5;
+pub(super) const PREFIX: usize = 5;
 
 /// The message of a request whose body is `buf`, all of it arrived.
 pub(super) fn request_message(buf: &mut BytesMut, max: usize) -> Result<Bytes, ApiError> {
@@ -46,6 +48,30 @@ pub(super) fn put_message(dst: &mut BytesMut, len_hint: usize, write: impl FnOnc
     write(dst);
     let len = (dst.len() - at - PREFIX) as u32;
     dst[at + 1..at + PREFIX].copy_from_slice(&len.to_be_bytes());
+}
+
+/// One DATA frame on `stream` carrying one message, `compressed` or not,
+/// made of `parts` back to back; the frame's head and the message's prefix
+/// are written in one piece. It must fit the windows; returns the frame's
+/// payload length, taken from the connection window.
+pub(super) fn put_data_message(
+    out: &mut Out,
+    stream: u32,
+    compressed: bool,
+    parts: [&[u8]; 2],
+) -> usize {
+    let len = parts[0].len() + parts[1].len();
+    let payload = PREFIX + len;
+    out.buf.reserve(HEAD + payload);
+    let mut head = [0; HEAD + PREFIX];
+    head[..HEAD].copy_from_slice(&frame_head(payload, kind::DATA, 0, stream));
+    head[HEAD] = u8::from(compressed);
+    head[HEAD + 1..].copy_from_slice(&(len as u32).to_be_bytes());
+    out.buf.put_slice(&head);
+    out.buf.put_slice(parts[0]);
+    out.buf.put_slice(parts[1]);
+    out.window.take(payload);
+    payload
 }
 
 /// Appends one message compressed in the stream's `grpc-encoding`.

@@ -107,6 +107,8 @@ pub struct ConnectionBounds {
     /// See `limits.max_connection_age`.
     pub max_connection_age: Option<Duration>,
     pub max_connection_age_grace: Duration,
+    /// See `watch.direct_delivery`.
+    pub direct_delivery: bool,
 }
 
 /// Serves HTTP/2 gRPC on `listener` until `shutdown`, then sends GOAWAY on

@@ -12,7 +12,7 @@ use slotmap::SecondaryMap;
 
 use super::protocol::out::Out;
 use super::protocol::socket::WRITE_LIMIT;
-use crate::dispatch::{Inbox, Place};
+use crate::dispatch::{Inbox, Place, View};
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
@@ -29,6 +29,9 @@ pub(super) struct Watches<F> {
     /// The places taken from `ready` for this pass; kept for its
     /// allocation.
     taking: Vec<Place>,
+    /// Live changes are offered to their watches as the inbox is sorted
+    /// (`watch.direct_delivery`); otherwise each is queued and polled.
+    direct: bool,
 }
 
 struct Slot<F> {
@@ -103,8 +106,9 @@ impl Wake for AsideWaker {
     }
 }
 
-impl<F> Default for Watches<F> {
-    fn default() -> Self {
+impl<F> Watches<F> {
+    /// The watches of a connection; `direct`: see `watch.direct_delivery`.
+    pub(super) fn new(direct: bool) -> Self {
         let ready = Arc::<ReadyList>::default();
         Self {
             slots: SecondaryMap::new(),
@@ -112,6 +116,7 @@ impl<F> Default for Watches<F> {
             mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
             ready,
             taking: Vec::new(),
+            direct,
         }
     }
 }
@@ -125,6 +130,12 @@ pub(super) trait Drive {
     /// Ends the stream: its connection reached its maximum age. `Ready`
     /// once it is over; until then it is driven as before.
     fn end_aged(&mut self, out: &mut Out) -> Poll<()>;
+
+    /// Frames `view`, a live change for the stream's queue, at once when
+    /// nothing of the stream waits before it; false leaves it to the queue.
+    fn offer(&mut self, _view: &View, _out: &mut Out) -> bool {
+        false
+    }
 }
 
 impl<F> Watches<F> {
@@ -186,7 +197,15 @@ impl<F: Drive> Watches<F> {
     pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>, out: &mut Out) {
         self.ready.conn.register(cx.waker());
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
-        self.inbox.collect(&self.mail, &mut self.taking);
+        if self.direct {
+            let slots = &mut self.slots;
+            self.inbox
+                .collect_taking(&self.mail, &mut self.taking, |place, view| {
+                    (slots.get_mut(place)).is_some_and(|slot| slot.watch.offer(view, out))
+                });
+        } else {
+            self.inbox.collect(&self.mail, &mut self.taking);
+        }
         for i in 0..self.taking.len() {
             if out.buf.len() >= WRITE_LIMIT {
                 // The rest go first in the next pass, once this one's
@@ -246,7 +265,7 @@ mod tests {
 
     #[test]
     fn one_pass_polls_every_ready_watch_even_when_they_wake_themselves() {
-        let mut watches = Watches::default();
+        let mut watches = Watches::new(true);
         // The places an inbox would give the watches' queues.
         let mut places = slotmap::SlotMap::<Place, ()>::with_key();
         let ids: Vec<Place> = (0..10).map(|_| places.insert(())).collect();
@@ -299,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_pass_stops_at_the_write_limit_and_the_rest_go_next() {
-        let mut watches = Watches::default();
+        let mut watches = Watches::new(true);
         let mut places = slotmap::SlotMap::<Place, ()>::with_key();
         let polls: Vec<_> = (0..10).map(|_| Arc::new(AtomicUsize::new(0))).collect();
         for p in &polls {

@@ -7,6 +7,14 @@ use super::frame::{flag, kind, Reason, DEFAULT_MAX_FRAME, DEFAULT_WINDOW, HEAD};
 use super::window::SendWindow;
 use crate::telemetry::{Direction, Http2Metrics, WriteClock};
 
+/// A frame's head: its payload's length, type, flags and stream.
+pub fn frame_head(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; HEAD] {
+    debug_assert!(len < 1 << 24);
+    let [_, l0, l1, l2] = (len as u32).to_be_bytes();
+    let [s0, s1, s2, s3] = stream.to_be_bytes();
+    [l0, l1, l2, kind, flags, s0, s1, s2, s3]
+}
+
 /// The frames a connection sends, gathered until its next write, and the
 /// room the peer's connection window leaves for DATA.
 pub struct Out {
@@ -41,12 +49,8 @@ impl Default for Out {
 
 impl Out {
     pub fn head(&mut self, len: usize, kind: u8, flags: u8, stream: u32) {
-        debug_assert!(len < 1 << 24);
-        let [_, l0, l1, l2] = (len as u32).to_be_bytes();
-        let [s0, s1, s2, s3] = stream.to_be_bytes();
         // One write, not five: a frame's head is written for every delivery.
-        self.buf
-            .put_slice(&[l0, l1, l2, kind, flags, s0, s1, s2, s3]);
+        self.buf.put_slice(&frame_head(len, kind, flags, stream));
     }
 
     /// Names stream `id`, which found no room, among those waiting for the
