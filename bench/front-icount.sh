@@ -14,8 +14,10 @@
 # Watch stream), CLIENT_WINDOW the watchers' HTTP/2 windows (65535: as
 # Go's gRPC clients start); WATCHPROXY_BIN another build (an earlier
 # commit's, say) with the same load generator; CG_OUT a file to keep
-# callgrind's counts in, for callgrind_annotate; NO_BUILD=1 skips the
-# build. The last line is the figure: `instructions per delivery: N`.
+# callgrind's counts in, for callgrind_annotate; LOADGEN_BIN another
+# build of the load generator (a debug one does: in lockstep its speed
+# changes nothing counted); NO_BUILD=1 skips the build. The last line is
+# the figure: `instructions per delivery: N`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null ||
@@ -33,7 +35,7 @@ exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$tmp/cg.%
 EOF
 chmod +x "$tmp/watchproxy"
 # --rate is only a ceiling in lockstep; one second of writes at the most.
-"${CARGO_TARGET_DIR:-target}"/release/watchproxy-bench --watchers "$watchers" --connections "$connections" \
+"${LOADGEN_BIN:-${CARGO_TARGET_DIR:-target}/release/watchproxy-bench}" --watchers "$watchers" --connections "$connections" \
   --rate "$writes" --duration 1 --drain 1 --mode "$mode" --targets "${TARGET:-watchproxy}" \
   ${CLIENT_WINDOW:+--client-window "$CLIENT_WINDOW"} \
   --lockstep --callgrind-after "$warmup" \

@@ -3,7 +3,8 @@
 # bench/icount-budget, counted by bench/front-icount.sh (callgrind, writes
 # in lockstep, so the count does not depend on the machine's speed), fail
 # the run when one rises more than 5 % above its committed figure.
-# NO_BUILD=1 uses the release binaries already built.
+# NO_BUILD=1 uses the binaries already built (WATCHPROXY_BIN and
+# LOADGEN_BIN, as bench/front-icount.sh takes them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The two binaries it runs, not the workspace's others: each is linked
