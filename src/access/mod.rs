@@ -15,6 +15,7 @@ mod auth;
 mod client_ca;
 mod credential;
 mod error;
+mod grant;
 mod grants;
 mod jwt;
 pub mod limits;
