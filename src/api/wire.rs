@@ -60,13 +60,6 @@ impl WatchMessage {
         }
     }
 
-    /// A live change's encoding shared by its watchers, which a stream
-    /// writes straight from the change (none for one read back from the
-    /// window).
-    pub fn shared_change(view: &View) -> Option<&Encoded> {
-        view.encoded.as_ref()
-    }
-
     /// A change's form compressed with `codec`, made once for every stream
     /// that sends it; none where it would not shrink.
     pub fn compressed_change(view: &View, codec: Codec) -> Option<&Bytes> {

@@ -311,7 +311,8 @@ impl Drive for LiveWatch {
         let Feed::Watch(events) = &mut self.events else {
             return false;
         };
-        let Some(encoded) = WatchMessage::shared_change(view) else {
+        // A change read back from the window has no shared encoding.
+        let Some(encoded) = &view.encoded else {
             return false;
         };
         let packed = events
