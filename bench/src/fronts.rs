@@ -13,10 +13,13 @@ use crate::args::{Args, Target};
 use crate::PREFIX;
 
 /// The config of the watchproxy targets: one resource of pods, indexed
-/// by node, and room for every watcher.
-pub fn watchproxy_yaml(etcd_url: &str, port: u16) -> String {
+/// by node, and room for every watcher; `queued` for the plain path of
+/// `watch.direct_delivery` (named only then: earlier builds, run as
+/// baselines, refuse keys they do not know).
+pub fn watchproxy_yaml(etcd_url: &str, port: u16, queued: bool) -> String {
     format!(
-        "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n"
+        "etcd: {{endpoints: [\"{etcd_url}\"]}}\nlisten: 127.0.0.1:{port}\nwatch: {{watcher_queue: 1024{}}}\nlimits: {{max_watchers: 1000000, max_watchers_per_resource: 1000000}}\nresources:\n  - name: pods\n    prefix: {PREFIX}\n    selectable_fields: [spec.nodeName]\n    indexed_fields: [spec.nodeName]\n",
+        if queued { ", direct_delivery: false" } else { "" }
     )
 }
 
@@ -117,13 +120,7 @@ pub async fn start(
         | Target::WatchproxyEtcdBaseline => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
-            let mut yaml = watchproxy_yaml(&etcd_url, port);
-            if target == Target::WatchproxyQueued {
-                yaml = yaml.replace(
-                    "watcher_queue: 1024",
-                    "watcher_queue: 1024, direct_delivery: false",
-                );
-            }
+            let mut yaml = watchproxy_yaml(&etcd_url, port, target == Target::WatchproxyQueued);
             if matches!(
                 target,
                 Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline
@@ -171,7 +168,7 @@ pub async fn start(
                     _ => format!("upstream: http://127.0.0.1:{core_port}\n"),
                 };
                 let config = etcd.dir().join(format!("watchproxy-tier-{tier}.yaml"));
-                std::fs::write(&config, upstream + &watchproxy_yaml(&etcd_url, port))?;
+                std::fs::write(&config, upstream + &watchproxy_yaml(&etcd_url, port, false))?;
                 fronts.push(start_watchproxy(&bin, &config, &[], port).await?);
                 if tier > 0 {
                     endpoints.push(format!("http://127.0.0.1:{port}"));
