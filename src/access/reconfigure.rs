@@ -102,10 +102,12 @@ impl Reloader {
         };
         self.user_limits.reconfigure(&next.limits);
         let max_watchers = next.limits.max_watchers_per_user;
-        self.authority.replace(auth, max_watchers);
-        *in_use = next;
+        // Counted before the open watches are judged again, so that a
+        // watch this ends finds its cause already counted.
         info!("the configuration's auth, authorization and per-user limits changed; in use, open watches judged again");
         metrics.config_reload(ReloadResult::applied);
+        self.authority.replace(auth, max_watchers);
+        *in_use = next;
     }
 }
 
