@@ -50,6 +50,19 @@ pub(super) enum Carried {
     End,
 }
 
+/// A live change offered to an inbox's reader as the inbox is sorted (see
+/// [`Inbox::collect_taking`]).
+pub struct Offer<'a> {
+    /// The place its queue is named by: its own, or the one it reports as.
+    pub by: Place,
+    /// Its queue's own place.
+    pub queue: Place,
+    pub view: &'a Arc<View>,
+    /// No other change of its revision came to the inbox with it: etcd's
+    /// API sends a revision's changes in one response.
+    pub alone: bool,
+}
+
 pub struct Inbox {
     incoming: Mutex<Incoming>,
     queues: Mutex<Queues>,
@@ -242,19 +255,19 @@ impl Inbox {
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
     pub fn collect(&self, reader: &Waker, ready: &mut Vec<Place>) {
-        self.collect_taking(reader, ready, |_, _| false);
+        self.collect_taking(reader, ready, |_| false);
     }
 
     /// [`Inbox::collect`], offering each live change for a queue that is
-    /// empty, live and read by its own watch to `take` first, with the
-    /// queue's place: a change `take` shows at once (true) is counted as
-    /// delivered and never queued. `take` runs while the inbox's queues
-    /// are held: it must not touch them (through a [`Mailbox`]).
+    /// empty and live to `take` first: a change `take` shows at once
+    /// (true) is counted as delivered and never queued. `take` runs while
+    /// the inbox's queues are held: it must not touch them (through a
+    /// [`Mailbox`]).
     pub fn collect_taking(
         &self,
         reader: &Waker,
         ready: &mut Vec<Place>,
-        take: impl FnMut(Place, &Arc<View>) -> bool,
+        take: impl FnMut(Offer<'_>) -> bool,
     ) {
         let mut queues = self.queues.lock();
         ready.append(&mut queues.named);
@@ -268,7 +281,7 @@ impl Inbox {
     pub fn sort_now(&self) {
         let mut queues = self.queues.lock();
         let mut named = std::mem::take(&mut queues.named);
-        self.sort(&mut queues, None, Some(&mut named), |_, _| false);
+        self.sort(&mut queues, None, Some(&mut named), |_| false);
         queues.named = named;
     }
 
@@ -280,7 +293,7 @@ impl Inbox {
         queues: &mut Queues,
         reader: Option<&Waker>,
         mut ready: Option<&mut Vec<Place>>,
-        mut take: impl FnMut(Place, &Arc<View>) -> bool,
+        mut take: impl FnMut(Offer<'_>) -> bool,
     ) {
         let overflowed = {
             let mut incoming = self.incoming.lock();
@@ -323,7 +336,18 @@ impl Inbox {
                     if q.behind || view.revision <= q.start {
                         continue;
                     }
-                    if q.items.is_empty() && !q.closed && q.report.is_none() && take(to, view) {
+                    let i = i as usize;
+                    let apart = |j: Option<usize>| {
+                        j.and_then(|j| views.get(j))
+                            .is_none_or(|v| v.revision != view.revision)
+                    };
+                    let offer = || Offer {
+                        by: q.report.unwrap_or(to),
+                        queue: to,
+                        view,
+                        alone: apart(i.checked_sub(1)) && apart(Some(i + 1)),
+                    };
+                    if q.items.is_empty() && !q.closed && take(offer()) {
                         tally.count(&q.counters);
                         continue;
                     }

@@ -214,7 +214,8 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     // b refuses its first change (say its client gave no room): queued.
     add_one(&d, 1);
     let mut offered = Vec::new();
-    inbox.collect_taking(&reader, &mut ready, |place, view| {
+    inbox.collect_taking(&reader, &mut ready, |o| {
+        let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         place == a.mailbox.place()
     });
@@ -228,7 +229,8 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     add_one(&d, 2);
     offered.clear();
     ready.clear();
-    inbox.collect_taking(&reader, &mut ready, |place, view| {
+    inbox.collect_taking(&reader, &mut ready, |o| {
+        let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         true
     });
@@ -241,11 +243,24 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     a.mailbox.alarm()();
     add_one(&d, 3);
     offered.clear();
-    inbox.collect_taking(&reader, &mut ready, |place, view| {
+    inbox.collect_taking(&reader, &mut ready, |o| {
+        let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         true
     });
     assert_eq!(offered, [(pb, 3)]);
     assert!(ready.contains(&pa), "named for its end");
     assert!(!ready.contains(&pb), "b's was taken");
+    // A queue read by another's reader (an etcd Watch stream's watch) is
+    // offered by the place it is named by, and its own.
+    let stream = inbox.reserve();
+    b.mailbox.report_as(stream.place());
+    add_one(&d, 4);
+    let mut named = Vec::new();
+    inbox.collect_taking(&reader, &mut ready, |o| {
+        named.push((o.by, o.queue, o.view.revision, o.alone));
+        false
+    });
+    assert_eq!(named, [(stream.place(), pb, 4, true)]);
+    assert!(ready.contains(&stream.place()), "refused: its reader named");
 }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::*;
-use etcd_client::{Client, EventType, GetOptions, WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{
+    Client, EventType, GetOptions, Txn, TxnOp, WatchFilterType, WatchOptions, WatchStream,
+};
 use watchproxy::config::{Config, ServePath};
 
 use super::shared::*;
@@ -163,6 +165,89 @@ async fn watches_show_what_etcd_shows_field_for_field() {
             .await
             .unwrap();
     }
+}
+
+/// A stream of one watch is sent its live changes as soon as they come
+/// (`watch.direct_delivery`): the responses are etcd's, a revision's
+/// changes in one, whether the watch has id 0 or another, its range is
+/// narrower than its resource or it filters, on every path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_watch_is_sent_its_live_changes_as_etcd_sends_them_on_every_path() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    let mut key = 0;
+    for (path, direct) in [
+        (ServePath::Fast, true),
+        (ServePath::Fast, false),
+        (ServePath::Tonic, true),
+    ] {
+        let mut config = config(&etcd.client_url, path);
+        config.watch.direct_delivery = direct;
+        let (_proxy, mut w) = etcd_api_proxy(config).await;
+        let all = || WatchOptions::new().with_prefix().with_prev_key();
+        let ns1_puts = || {
+            WatchOptions::new()
+                .with_prefix()
+                .with_watch_id(5)
+                .with_filters([WatchFilterType::NoDelete])
+        };
+        let mut want = Vec::new();
+        let mut got = Vec::new();
+        for (client, streams) in [(&mut e, &mut want), (&mut w, &mut got)] {
+            let mut a = client.watch("/registry/pods/", Some(all())).await.unwrap();
+            let mut b = client
+                .watch("/registry/pods/ns-1/", Some(ns1_puts()))
+                .await
+                .unwrap();
+            created(&mut a).await;
+            created(&mut b).await;
+            streams.extend([a, b]);
+        }
+        key += 1;
+        let (a, c, d) = (format!("a{key}"), format!("c{key}"), format!("d{key}"));
+        put_pod(&mut e, "ns-1", &a, &[], "n").await;
+        put_pod(&mut e, "ns-2", &a, &[], "n").await;
+        put_pod(&mut e, "ns-1", &a, &[("v", "2")], "n").await;
+        let txn = Txn::new().and_then([
+            TxnOp::put(
+                format!("/registry/pods/ns-1/{c}"),
+                pod_json(&c, "ns-1", &[], "n"),
+                None,
+            ),
+            TxnOp::put(
+                format!("/registry/pods/ns-2/{d}"),
+                pod_json(&d, "ns-2", &[], "n"),
+                None,
+            ),
+        ]);
+        e.txn(txn).await.unwrap();
+        delete_key(&mut e, &format!("/registry/pods/ns-1/{a}")).await;
+        let last = put_pod(&mut e, "ns-1", &d, &[], "n").await as i64;
+        for (i, (want, got)) in want.iter_mut().zip(&mut got).enumerate() {
+            let want = responses_until(want, last).await;
+            let got = responses_until(got, last).await;
+            assert_eq!(got, want, "{path:?} direct={direct}, stream {i}");
+        }
+    }
+}
+
+/// Each event of `stream` with its watch's id until one at `until`, and
+/// whether a revision was split between two responses (etcd sends a
+/// revision's changes in one; it may send several revisions in one).
+async fn responses_until(stream: &mut WatchStream, until: i64) -> (Vec<(i64, Ev)>, bool) {
+    let mut events = Vec::new();
+    let (mut at, mut split) = (0, false);
+    while at < until {
+        let r = next(stream).await;
+        for (i, e) in r.events().iter().enumerate() {
+            let deleted = matches!(e.event_type(), EventType::Delete) as i32;
+            let ev: Ev = (deleted, kv(e.kv().unwrap()), e.prev_kv().map(kv));
+            split |= i == 0 && ev.1 .2 == at;
+            at = ev.1 .2;
+            events.push((r.watch_id(), ev));
+        }
+    }
+    (events, split)
 }
 
 /// Where etcd's history is gone, watches are canceled with the revision

@@ -60,7 +60,7 @@ impl Mailbox {
         let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
             self.inbox
-                .sort(&mut queues, Some(cx.waker()), None, |_, _| false);
+                .sort(&mut queues, Some(cx.waker()), None, |_| false);
         }
         let solo = self.inbox.solo;
         let q = self.queue(&mut queues);

@@ -1,6 +1,7 @@
 //! What a watch of an etcd Watch stream showed, as etcd's client sees it.
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use futures::Stream;
@@ -14,6 +15,7 @@ use super::super::merge::{Seen, Watched};
 use super::super::wire::{encoded_event, header, Encoded};
 use super::EtcdStream;
 use crate::api::error::{etcd_status, ApiError};
+use crate::dispatch::Offer;
 use crate::etcdpb::etcdserverpb::WatchResponse;
 use crate::etcdpb::mvccpb;
 use crate::object::EventType;
@@ -259,6 +261,50 @@ impl EtcdStream {
                 Ok(Lone::More)
             }
         }
+    }
+
+    /// The response for a live change its connection's task takes straight
+    /// from the sort of its inbox (see
+    /// [`crate::dispatch::Inbox::collect_taking`]), when the change is
+    /// alone in its revision and for the stream's one watch, a cache's,
+    /// and nothing is due before it: no response waiting, no request to
+    /// read or answer, no end, no credential ended; `fits` says whether a
+    /// message of so many bytes goes out whole now. None: the change goes
+    /// through the queue.
+    pub(crate) fn offer(
+        &mut self,
+        offer: &Offer<'_>,
+        fits: impl FnOnce(usize) -> bool,
+    ) -> Option<Outgoing> {
+        let view = offer.view;
+        if !offer.alone
+            || !self.batch.is_empty()
+            || self.end.is_some()
+            || self.ended
+            || self.pending.is_some()
+            || self.requests_woken.woken.load(Ordering::Acquire)
+            || self.grant.may_have_ended()
+            || view.resync_from.is_some()
+        {
+            return None;
+        }
+        let [(id, watch)] = self.streams.watches.as_mut_slice() else {
+            return None;
+        };
+        let Watched::One(stream) = &mut watch.feed else {
+            return None;
+        };
+        let inside = (watch.range.as_ref()).is_none_or(|r| r.contains(view.object.key_bytes()));
+        let put = view.kind != EventType::Deleted;
+        if stream.place() != offer.queue || !inside || watch.asked.hides(put) {
+            return None;
+        }
+        let response = Outgoing::Changes {
+            watch_id: *id,
+            fragment: false,
+            events: smallvec::smallvec![encoded_event(view, watch.asked.prev_kv)],
+        };
+        (fits(response.encoded_len()) && stream.take_live(view)).then_some(response)
     }
 
     fn close(&mut self, id: i64) {

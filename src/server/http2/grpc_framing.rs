@@ -51,9 +51,7 @@ pub(super) fn put_message(dst: &mut BytesMut, len_hint: usize, write: impl FnOnc
 }
 
 /// One DATA frame on `stream` carrying one message, `compressed` or not,
-/// made of `parts` back to back; the frame's head and the message's prefix
-/// are written in one piece. It must fit the windows; returns the frame's
-/// payload length, taken from the connection window.
+/// made of `parts` back to back; as [`put_data_with`].
 pub(super) fn put_data_message(
     out: &mut Out,
     stream: u32,
@@ -61,6 +59,23 @@ pub(super) fn put_data_message(
     parts: [&[u8]; 2],
 ) -> usize {
     let len = parts[0].len() + parts[1].len();
+    put_data_with(out, stream, compressed, len, |b| {
+        b.put_slice(parts[0]);
+        b.put_slice(parts[1]);
+    })
+}
+
+/// One DATA frame on `stream` carrying one message of `len` bytes, which
+/// `write` puts after its prefix; the frame's head and the message's
+/// prefix are written in one piece. It must fit the windows; returns the
+/// frame's payload length, taken from the connection window.
+pub(super) fn put_data_with(
+    out: &mut Out,
+    stream: u32,
+    compressed: bool,
+    len: usize,
+    write: impl FnOnce(&mut BytesMut),
+) -> usize {
     let payload = PREFIX + len;
     out.buf.reserve(HEAD + payload);
     let mut head = [0; HEAD + PREFIX];
@@ -68,8 +83,9 @@ pub(super) fn put_data_message(
     head[HEAD] = u8::from(compressed);
     head[HEAD + 1..].copy_from_slice(&(len as u32).to_be_bytes());
     out.buf.put_slice(&head);
-    out.buf.put_slice(parts[0]);
-    out.buf.put_slice(parts[1]);
+    let at = out.buf.len();
+    write(&mut out.buf);
+    debug_assert_eq!(out.buf.len() - at, len, "the message is as long as said");
     out.window.take(payload);
     payload
 }

@@ -12,7 +12,8 @@ use prost::Message;
 use tonic::Status;
 
 use super::grpc_framing::{
-    grpc_timeout, put_compressed, put_data_message, put_message, request_message, PREFIX,
+    grpc_timeout, put_compressed, put_data_message, put_data_with, put_message, request_message,
+    PREFIX,
 };
 use super::protocol::hpack::{write_fields, RequestHead};
 use super::protocol::out::Out;
@@ -23,7 +24,7 @@ use crate::api::compression::Codec;
 use crate::api::error::{etcd_status, ApiError};
 use crate::api::wire::WatchMessage;
 use crate::api::{Api, WatchStream};
-use crate::dispatch::{Inbox, View};
+use crate::dispatch::{Inbox, Offer};
 use crate::etcd_api::EtcdStream;
 use crate::pb;
 use crate::telemetry::{WatchApi, WriteClock};
@@ -303,29 +304,41 @@ impl Drive for LiveWatch {
     /// room for it whole, in a DATA frame of its own: the change skips the
     /// watch's queue, the ready list and the polls between them, the most
     /// of a delivery's cost besides the copy. False: it is queued.
-    fn offer(&mut self, view: &View, out: &mut Out) -> bool {
+    fn offer(&mut self, offer: &Offer<'_>, out: &mut Out) -> bool {
+        let view = offer.view;
         if !self.held.is_empty() || self.ended.is_some() || out.buf.len() >= WRITE_LIMIT {
             return false;
         }
         let room = self.room(out);
-        let Feed::Watch(events) = &mut self.events else {
-            return false;
-        };
-        // A change read back from the window has no shared encoding.
-        let Some(encoded) = &view.encoded else {
-            return false;
-        };
-        let packed = events
-            .codec()
-            .and_then(|c| WatchMessage::compressed_change(view, c));
-        let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
-        if len > room || !events.take_live(view) {
-            return false;
-        }
-        out.clock.note(WatchApi::watchproxy, view.received);
-        let n = match packed {
-            Some(p) => put_data_message(out, self.id, true, [p, &[]]),
-            None => put_data_message(out, self.id, false, [&encoded.head, &encoded.body]),
+        let n = match &mut self.events {
+            Feed::Watch(events) => {
+                // A change read back from the window has no shared encoding.
+                let Some(encoded) = &view.encoded else {
+                    return false;
+                };
+                let packed = events
+                    .codec()
+                    .and_then(|c| WatchMessage::compressed_change(view, c));
+                let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
+                if len > room || !events.take_live(view) {
+                    return false;
+                }
+                out.clock.note(WatchApi::watchproxy, view.received);
+                match packed {
+                    Some(p) => put_data_message(out, self.id, true, [p, &[]]),
+                    None => put_data_message(out, self.id, false, [&encoded.head, &encoded.body]),
+                }
+            }
+            Feed::Etcd(session) => {
+                let fits = |len| PREFIX + len <= room;
+                let Some(response) = session.offer(offer, fits) else {
+                    return false;
+                };
+                out.clock.note(WatchApi::etcd, response.received());
+                put_data_with(out, self.id, false, response.encoded_len(), |b| {
+                    response.encode_raw(b)
+                })
+            }
         };
         self.window.take(n);
         true

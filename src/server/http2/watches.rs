@@ -12,7 +12,7 @@ use slotmap::SecondaryMap;
 
 use super::protocol::out::Out;
 use super::protocol::socket::WRITE_LIMIT;
-use crate::dispatch::{Inbox, Place, View};
+use crate::dispatch::{Inbox, Offer, Place};
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
@@ -131,9 +131,9 @@ pub(super) trait Drive {
     /// once it is over; until then it is driven as before.
     fn end_aged(&mut self, out: &mut Out) -> Poll<()>;
 
-    /// Frames `view`, a live change for the stream's queue, at once when
-    /// nothing of the stream waits before it; false leaves it to the queue.
-    fn offer(&mut self, _view: &View, _out: &mut Out) -> bool {
+    /// Frames the change `offer` brings for the stream at once when nothing
+    /// of the stream waits before it; false leaves it to its queue.
+    fn offer(&mut self, _offer: &Offer<'_>, _out: &mut Out) -> bool {
         false
     }
 }
@@ -200,8 +200,8 @@ impl<F: Drive> Watches<F> {
         if self.direct {
             let slots = &mut self.slots;
             self.inbox
-                .collect_taking(&self.mail, &mut self.taking, |place, view| {
-                    (slots.get_mut(place)).is_some_and(|slot| slot.watch.offer(view, out))
+                .collect_taking(&self.mail, &mut self.taking, |offer| {
+                    (slots.get_mut(offer.by)).is_some_and(|slot| slot.watch.offer(&offer, out))
                 });
         } else {
             self.inbox.collect(&self.mail, &mut self.taking);
