@@ -16,8 +16,10 @@
 # commit's, say) with the same load generator; CG_OUT a file to keep
 # callgrind's counts in, for callgrind_annotate; LOADGEN_BIN another
 # build of the load generator (a debug one does: in lockstep its speed
-# changes nothing counted); NO_BUILD=1 skips the build. The last line is
-# the figure: `instructions per delivery: N`.
+# changes nothing counted); NO_BUILD=1 skips the build; CACHE_SIM=1 also
+# simulates the caches and prints the first-level data cache's misses per
+# delivery (a delivery's cost is mostly the lines of per-watcher state it
+# reaches). The last line is the figure: `instructions per delivery: N`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null ||
@@ -31,7 +33,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat >"$tmp/watchproxy" <<EOF
 #!/bin/sh
-exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$tmp/cg.%p $bin "\$@"
+exec valgrind --tool=callgrind ${CACHE_SIM:+--cache-sim=yes} --instr-atstart=no --callgrind-out-file=$tmp/cg.%p $bin "\$@"
 EOF
 chmod +x "$tmp/watchproxy"
 # --rate is only a ceiling in lockstep; one second of writes at the most.
@@ -64,4 +66,8 @@ callgrind_annotate --threshold=100 --inclusive=no "$out" 2>/dev/null |
     END { for (c in sum) printf "%6.1f%%  %s\n", 100 * sum[c] / total, c }' |
   sort -rn | head -8
 echo "$ir instructions over $deliveries deliveries ($((writes - warmup)) writes, $mode mode, $watchers watchers over $connections connections, ${TARGET:-watchproxy})"
+if [ -n "${CACHE_SIM:-}" ]; then
+  awk -v d="$deliveries" '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i }
+    /^summary:/ { printf "D1 misses per delivery: %.2f read, %.2f write\n", $col["D1mr"] / d, $col["D1mw"] / d }' "$out"
+fi
 echo "instructions per delivery: $((ir / deliveries))"

@@ -99,6 +99,19 @@ impl Judged {
     }
 }
 
+/// How many grants have ended, as a grant reads it: held by a reader that
+/// asks, without reaching the grant, whether any ended since a count
+/// [`HeldGrant::seen`] gave it.
+#[derive(Clone)]
+pub struct GrantEpoch(Arc<Ended>);
+
+impl GrantEpoch {
+    /// Whether no grant ended since the count was `seen`.
+    pub fn unchanged_since(&self, seen: u64) -> bool {
+        self.0 .0.load(Ordering::Acquire) == seen
+    }
+}
+
 /// An open watch's grant, held while it is open.
 pub struct HeldGrant {
     authority: Arc<Authority>,
@@ -119,6 +132,17 @@ impl HeldGrant {
     /// grant ended since it last looked. Reads without taking it.
     pub fn may_have_ended(&self) -> bool {
         self.ended.0.load(Ordering::Acquire) != self.seen
+    }
+
+    /// The count of ended grants it reads, for a reader that keeps what
+    /// it saw apart from the grant (see [`GrantEpoch`]).
+    pub fn epoch(&self) -> GrantEpoch {
+        GrantEpoch(self.ended.clone())
+    }
+
+    /// The count of ended grants when it was last looked at.
+    pub fn seen(&self) -> u64 {
+        self.seen
     }
 
     /// Why the grant ended, once it has. While no grant has ended since

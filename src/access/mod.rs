@@ -34,7 +34,7 @@ pub use auth::Auth;
 pub use client_ca::ClientCa;
 pub use credential::{Credential, Identity, Lapse, Secret};
 pub use error::AccessError;
-pub use grants::{Authority, Grant, Granted, HeldGrant, Identified, Judged, Revoke};
+pub use grants::{Authority, Grant, GrantEpoch, Granted, HeldGrant, Identified, Judged, Revoke};
 pub use reload::{baseline, spawn_reloader, spawn_reloader_on_hangup, Baseline};
 pub use rules::Scope;
 

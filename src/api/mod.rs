@@ -62,7 +62,7 @@ use error::ApiError;
 pub use initial::InitialStates;
 pub use list::origin_failed;
 pub use progress::PROGRESS_WAIT;
-pub use watch::{Mark, Shown, WatchStream};
+pub use watch::{Mark, Shown, Steady, WatchStream};
 
 /// One served resource: its cache, its revision checks and its metrics.
 #[derive(Clone)]

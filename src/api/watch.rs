@@ -17,7 +17,7 @@ use super::query::WatchQuery;
 use super::wire::{encode_bookmark, Packed, WatchMessage};
 use super::{Api, Served};
 use crate::access::limits::WatchPlace;
-use crate::access::{HeldGrant, Lapse, Revoke};
+use crate::access::{GrantEpoch, HeldGrant, Lapse, Revoke};
 use crate::cache::{WatchCache, WatchFrom};
 use crate::dispatch::{Inbox, Next, Place, View, Wants, Watcher};
 use crate::object::{RequestedVersion, Revision, TooOld};
@@ -140,6 +140,15 @@ pub struct WatchStream {
     end: EndCounter,
 }
 
+/// A watch found steady (see [`WatchStream::steady`]): what its reader
+/// needs to take its live changes without reading it.
+#[derive(Clone, Copy)]
+pub struct Steady {
+    /// The count of ended grants then: any change since ends the steady.
+    pub seen: u64,
+    pub codec: Option<Codec>,
+}
+
 /// Counts how a watch ended when its stream is dropped; a stream dropped
 /// without a recorded reason was abandoned by its client.
 struct EndCounter {
@@ -232,6 +241,35 @@ impl WatchStream {
             && self.initial_end.is_none()
             && !self.grant.may_have_ended()
             && self.watcher.take_live(view)
+    }
+
+    /// Whether a live change may be taken for it straight from the sort
+    /// until it is next polled, as [`WatchStream::take_live`] would judge
+    /// it now: what its reader keeps to take them with
+    /// [`WatchStream::take_steady`] without reading the watch (its state
+    /// changes only when polled; an ended grant shows in the epoch).
+    pub fn steady(&self) -> Option<Steady> {
+        let steady = self.end.reason.is_none()
+            && self.initial.is_none()
+            && self.initial_end.is_none()
+            && !self.grant.may_have_ended()
+            && self.watcher.is_live();
+        steady.then(|| Steady {
+            seen: self.grant.seen(),
+            codec: self.codec,
+        })
+    }
+
+    /// The count of ended grants its [`Steady`] is judged against.
+    pub fn grant_epoch(&self) -> GrantEpoch {
+        self.grant.epoch()
+    }
+
+    /// Shows `view`, a live change taken straight from the sort, which its
+    /// reader judged by the [`Steady`] it took since the watch was last
+    /// polled, and the epoch unchanged since.
+    pub fn take_steady(&mut self, view: &View) {
+        self.watcher.take_known_live(view);
     }
 
     /// What the watch shows next, before it is encoded for a wire: the

@@ -211,11 +211,25 @@ impl Watcher {
     /// Shows `view`, a live change taken straight from its queue's sort,
     /// unless it is reading the window (false: the change is queued).
     pub fn take_live(&mut self, view: &View) -> bool {
-        if self.behind || !self.replay.is_empty() {
+        if !self.is_live() {
             return false;
         }
         self.at.delivered(view);
         true
+    }
+
+    /// Whether it reads its queue, not the window: until it is polled
+    /// again, a live change may be taken for it straight from the sort.
+    pub fn is_live(&self) -> bool {
+        !self.behind && self.replay.is_empty()
+    }
+
+    /// Shows `view`, a live change taken straight from the sort, which
+    /// the reader knows it may take: it found the watcher live and has not
+    /// polled it since.
+    pub fn take_known_live(&mut self, view: &View) {
+        debug_assert!(self.is_live());
+        self.at.delivered(view);
     }
 
     /// Whether what it showed last was the last thing queued for it in a

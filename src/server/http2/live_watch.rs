@@ -20,10 +20,11 @@ use super::protocol::out::Out;
 use super::protocol::socket::WRITE_LIMIT;
 use super::protocol::window::SendWindow;
 use super::watches::Drive;
+use crate::access::GrantEpoch;
 use crate::api::compression::Codec;
 use crate::api::error::{etcd_status, ApiError};
 use crate::api::wire::WatchMessage;
-use crate::api::{Api, WatchStream};
+use crate::api::{Api, Steady, WatchStream};
 use crate::dispatch::{Inbox, Offer};
 use crate::etcd_api::EtcdStream;
 use crate::pb;
@@ -154,18 +155,29 @@ impl Feed {
     }
 }
 
-/// A watch sending its events on its HTTP/2 stream.
+/// A watch sending its events on its HTTP/2 stream. What a direct
+/// delivery reads of it comes first, on one cache line (`repr(C)`): the
+/// connection's task offers it a change with the other watches' state,
+/// and the dispatcher's, in between.
+#[repr(C, align(64))]
 pub(super) struct LiveWatch {
+    /// Set when a poll leaves the stream with nothing sent, held or due
+    /// before its next live change (a `watchproxy.v1` watch's
+    /// [`WatchStream::steady`]): until it is polled again, such a change
+    /// is framed without reading the watch.
+    steady: Option<Steady>,
+    /// What `steady` is judged against (a `watchproxy.v1` watch's).
+    epoch: Option<GrantEpoch>,
     id: u32,
-    events: Feed,
+    /// Named in `out.starved`.
+    starved: bool,
     /// The peer's window for the stream.
     window: SendWindow,
+    events: Feed,
     /// Messages cut but not sent: the windows had no room for them.
     held: BytesMut,
     /// How the watch ended, sent once `held` is.
     ended: Option<Status>,
-    /// Named in `out.starved`.
-    starved: bool,
 }
 
 impl LiveWatch {
@@ -182,13 +194,19 @@ impl LiveWatch {
         let mut block = Vec::new();
         write_fields(Some(StatusCode::OK), &head, &mut block);
         out.headers(id, &block, false);
+        let epoch = match &events {
+            Feed::Watch(events) => Some(events.grant_epoch()),
+            Feed::Etcd(_) => None,
+        };
         Self {
+            steady: None,
+            epoch,
             id,
-            events,
+            starved: false,
             window,
+            events,
             held: BytesMut::new(),
             ended: None,
-            starved: false,
         }
     }
 
@@ -212,29 +230,8 @@ impl LiveWatch {
             .max(0) as usize
     }
 
-    /// Sends what `held` has, as far as the windows allow: false while
-    /// some is left.
-    fn send_held(&mut self, out: &mut Out) -> bool {
-        while !self.held.is_empty() {
-            let n = self.room(out).min(self.held.len());
-            if n == 0 {
-                out.starve(self.id, self.window, &mut self.starved);
-                return false;
-            }
-            out.data(self.id, &self.held.split_to(n), false);
-            self.window.take(n);
-        }
-        true
-    }
-}
-
-impl Drive for LiveWatch {
-    /// Frames what is ready, up to [`BATCH_BYTES`] a frame, while the
-    /// windows have room. A stream without room is not asked for events:
-    /// its watcher's queue fills and it reads the shared window later. It
-    /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
-    /// named in `out.starved`, by one for the connection.
-    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+    /// Frames what is ready (see [`Drive::poll_drive`]).
+    fn drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
         self.events.begin_pass();
         let mut framed = 0;
         loop {
@@ -299,47 +296,86 @@ impl Drive for LiveWatch {
         }
     }
 
+    /// Sends what `held` has, as far as the windows allow: false while
+    /// some is left.
+    fn send_held(&mut self, out: &mut Out) -> bool {
+        while !self.held.is_empty() {
+            let n = self.room(out).min(self.held.len());
+            if n == 0 {
+                out.starve(self.id, self.window, &mut self.starved);
+                return false;
+            }
+            out.data(self.id, &self.held.split_to(n), false);
+            self.window.take(n);
+        }
+        true
+    }
+}
+
+impl Drive for LiveWatch {
+    /// Frames what is ready, up to [`BATCH_BYTES`] a frame, while the
+    /// windows have room. A stream without room is not asked for events:
+    /// its watcher's queue fills and it reads the shared window later. It
+    /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
+    /// named in `out.starved`, by one for the connection.
+    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        self.steady = None;
+        let polled = self.drive(cx, out);
+        if let (Poll::Pending, Feed::Watch(events)) = (polled, &self.events) {
+            if self.held.is_empty() && self.ended.is_none() {
+                self.steady = events.steady();
+            }
+        }
+        polled
+    }
+
     /// Frames a live change taken straight from the connection's inbox
     /// when nothing of this stream waits before it and the windows have
     /// room for it whole, in a DATA frame of its own: the change skips the
     /// watch's queue, the ready list and the polls between them, the most
     /// of a delivery's cost besides the copy. False: it is queued.
     fn offer(&mut self, offer: &Offer<'_>, out: &mut Out) -> bool {
-        let view = offer.view;
-        if !self.held.is_empty() || self.ended.is_some() || out.buf.len() >= WRITE_LIMIT {
+        if out.buf.len() >= WRITE_LIMIT {
             return false;
         }
+        let view = offer.view;
         let room = self.room(out);
-        let n = match &mut self.events {
-            Feed::Watch(events) => {
-                // A change read back from the window has no shared encoding.
-                let Some(encoded) = &view.encoded else {
-                    return false;
-                };
-                let packed = events
-                    .codec()
-                    .and_then(|c| WatchMessage::compressed_change(view, c));
-                let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
-                if len > room || !events.take_live(view) {
-                    return false;
-                }
-                out.clock.note(WatchApi::watchproxy, view.received);
-                match packed {
-                    Some(p) => put_data_message(out, self.id, true, [p, &[]]),
-                    None => put_data_message(out, self.id, false, [&encoded.head, &encoded.body]),
-                }
+        if let (Some(steady), Some(epoch)) = (self.steady, &self.epoch) {
+            // A change read back from the window has no shared encoding.
+            let Some(encoded) = &view.encoded else {
+                return false;
+            };
+            let packed = (steady.codec).and_then(|c| WatchMessage::compressed_change(view, c));
+            let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
+            let Feed::Watch(events) = &mut self.events else {
+                return false;
+            };
+            if len > room || !epoch.unchanged_since(steady.seen) {
+                return false;
             }
-            Feed::Etcd(session) => {
-                let fits = |len| PREFIX + len <= room;
-                let Some(response) = session.offer(offer, fits) else {
-                    return false;
-                };
-                out.clock.note(WatchApi::etcd, response.received());
-                put_data_with(out, self.id, false, response.encoded_len(), |b| {
-                    response.encode_raw(b)
-                })
-            }
+            events.take_steady(view);
+            out.clock.note(WatchApi::watchproxy, view.received);
+            let n = match packed {
+                Some(p) => put_data_message(out, self.id, true, [p, &[]]),
+                None => put_data_message(out, self.id, false, [&encoded.head, &encoded.body]),
+            };
+            self.window.take(n);
+            return true;
+        }
+        if !self.held.is_empty() || self.ended.is_some() {
+            return false;
+        }
+        let Feed::Etcd(session) = &mut self.events else {
+            return false;
         };
+        let fits = |len| PREFIX + len <= room;
+        let Some(response) = session.offer(offer, fits) else {
+            return false;
+        };
+        out.clock.note(WatchApi::etcd, response.received());
+        let n = put_data_with(out, self.id, false, response.encoded_len(), |b| {
+            response.encode_raw(b)
+        });
         self.window.take(n);
         true
     }
@@ -347,6 +383,7 @@ impl Drive for LiveWatch {
     /// Ends the watch with a status naming where to resume, once what it
     /// framed already is sent.
     fn end_aged(&mut self, out: &mut Out) -> Poll<()> {
+        self.steady = None;
         self.ended = Some(self.events.connection_aged());
         if !self.send_held(out) {
             return Poll::Pending;

@@ -35,7 +35,8 @@ pub(super) struct Watches<F> {
 }
 
 struct Slot<F> {
-    watch: F,
+    /// Boxed: the map's slots stay small, each one line with its version.
+    watch: Box<F>,
     flag: Arc<WatchWaker>,
     waker: Waker,
 }
@@ -165,12 +166,13 @@ impl<F: Drive> Watches<F> {
         let waker = Waker::from(flag.clone());
         // Polled once to start, then whenever woken.
         waker.wake_by_ref();
+        let watch = Box::new(watch);
         self.slots.insert(id, Slot { watch, flag, waker });
     }
 
     /// Ends the watch at `id`: its client reset its stream.
     pub(super) fn remove(&mut self, id: Place) -> Option<F> {
-        self.slots.remove(id).map(|s| s.watch)
+        self.slots.remove(id).map(|s| *s.watch)
     }
 
     /// Gives the watch at `id` room, and polls it in the next pass.
