@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the HTTP/2 server with afl.rs (AFL++): builds
-# the targets in fuzz/ instrumented and runs each for SECONDS (default 10,
-# the bounded run of the test command), starting from fuzz/seeds/<seeds>/.
-# A crash fails the run; its input is copied to fuzz/seeds/<seeds>/ as
-# crash-<target>-<n>, where the property tests (`cargo test --lib fuzz`)
-# replay it from then on. The bounded run builds the targets unoptimized,
-# AFL_OPT_LEVEL=0: cargo-afl's default, 3, with one codegen unit per
-# crate, takes about 14 minutes of CPU to build for a run of seconds. A
-# longer run is worth the optimized build:
+# the targets in fuzz/ instrumented and runs each for SECONDS (default 10),
+# starting from fuzz/seeds/<seeds>/. A crash fails the run; its input is
+# copied to fuzz/seeds/<seeds>/ as crash-<target>-<n>, where the property
+# tests (`cargo test --lib fuzz`, part of the test command) replay it from
+# then on. Not part of the test command: the instrumented build of the
+# whole service takes about 5 minutes of CPU. Run it before a release and
+# after a change to a parser of outside bytes. A short run builds the
+# targets unoptimized, AFL_OPT_LEVEL=0: cargo-afl's default, 3, with one
+# codegen unit per crate, takes about 14 minutes of CPU to build. A longer
+# run is worth the optimized build:
 # AFL_OPT_LEVEL=3 ./scripts/fuzz.sh 3600
 # `./scripts/fuzz.sh --build` only installs cargo-afl and builds the
-# targets (the test command does it while the tests run).
+# targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_only=false

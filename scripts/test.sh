@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, cargo deny (advisories, licences,
 # bans, sources), unit tests and integration tests against a real etcd
-# (each test starts its own on a free loopback port), the Rust client as it
-# would be published, the delivery path's instruction budget
-# (bench/icount-guard.sh) and a short coverage-guided fuzzing run
-# (scripts/fuzz.sh). Each step prints how long it took.
+# (each test starts its own on a free loopback port), the fuzz targets'
+# property tests (proptest's mutations of fuzz/seeds/), the Rust client as
+# it would be published and the delivery path's instruction budget
+# (bench/icount-guard.sh). Each step prints how long it took. The
+# coverage-guided fuzzers (scripts/fuzz.sh, afl.rs) are a command of their
+# own: their instrumented build of the whole service is more CPU than the
+# rest of a 12-minute run on two cores leaves.
 #
 # The integration tests mostly wait on etcd and on timers, so the steps
-# that only compute (cargo deny, the fuzz targets' build, the client's
-# package, the budget's release build) run beside the others at the
-# lowest priority, and are waited
-# for at the end. `cargo nextest` runs the tests when it is installed (four
+# that only compute (cargo deny, the client's package, the budget's
+# release build) run beside the others at the lowest priority, and are
+# waited for at the end. `cargo nextest` runs the tests when it is installed (four
 # at once, .config/nextest.toml); `cargo test` otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +99,6 @@ step "install what the tests use" ./scripts/install-deps.sh
 export PATH="$PWD/.venv/bin:$PATH"
 step "cargo fmt" cargo fmt --check
 beside "cargo deny" ./scripts/deny.sh
-beside "fuzz targets' build" ./scripts/fuzz.sh --build
 beside "client as published" client_as_published
 # The delivery path's instruction budget (bench/icount-budget) counts a
 # release build of watchproxy of its own; its load generator is the
@@ -109,9 +110,6 @@ step "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests" tests
 finish "cargo deny"
 finish "client as published"
-finish "fuzz targets' build"
 finish "delivery budget's build"
 step "delivery budget" delivery_budget
-# A bounded coverage-guided run of the HTTP/2 server's fuzz targets.
-step "fuzz" ./scripts/fuzz.sh 10
 echo "==> all steps: $((SECONDS - start)) s" >&2

@@ -1,8 +1,9 @@
 //! The proto's comments and the API page's status table say what the code
 //! sends: every ErrorInfo reason, with its status code; the clients know
 //! every reason, and the Python stubs are the proto's. The README stays a
-//! page a person reads, every link of it and of the docs resolves, and the
-//! layout page names the source tree.
+//! page a person reads, every link of it and of the docs resolves, the
+//! layout page names the source tree, and the fuzzers' targets call what
+//! the library has.
 
 use crate::common::code_name;
 use watchproxy::api::error::REASONS;
@@ -195,4 +196,36 @@ fn the_layout_page_names_every_source_folder() {
         }
     }
     assert!(listed.len() >= 10, "{listed:?}");
+}
+
+/// The coverage-guided fuzzers are not built by the test command: each of
+/// fuzz/'s targets calls a function the library's fuzz module has, and
+/// scripts/fuzz.sh runs every one of them, so they cannot drift apart
+/// unseen.
+#[test]
+fn every_fuzz_target_calls_a_function_of_the_fuzz_module_and_is_run() {
+    let module = read("src/server/http2/fuzz.rs");
+    let script = read("scripts/fuzz.sh");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(root.join("fuzz/src/bin")).unwrap() {
+        let path = entry.unwrap().path();
+        let target = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // The last mention: the doc comment names it first.
+        let call = (text.rsplit("watchproxy::server::http2_fuzz::").next())
+            .filter(|rest| rest.len() < text.len())
+            .and_then(|rest| rest.split('(').next())
+            .unwrap_or_else(|| panic!("{target} calls no function of http2_fuzz"));
+        assert!(
+            module.contains(&format!("pub fn {call}(input: &[u8])")),
+            "{target} calls http2_fuzz::{call}, which src/server/http2/fuzz.rs does not have"
+        );
+        assert!(
+            script.contains(&format!(" {target}:")),
+            "scripts/fuzz.sh does not run {target}"
+        );
+        targets.push(target);
+    }
+    assert_eq!(targets.len(), 3, "{targets:?}");
 }
