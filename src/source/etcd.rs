@@ -130,6 +130,12 @@ pub struct Etcd {
     pub(super) revival: Arc<Revival>,
 }
 
+/// The largest answer of etcd read: as large as the Kubernetes apiserver
+/// reads (2 GiB). etcd bounds its requests, not its answers: a list page
+/// of many large objects, or a watch catching up (etcd sends up to 1,000
+/// revisions in one response), passes gRPC's default of 4 MiB.
+const MAX_ANSWER: usize = i32::MAX as usize;
+
 impl Etcd {
     async fn deadline<T>(
         &self,
@@ -147,10 +153,15 @@ impl Etcd {
     where
         F: Future<Output = Result<T, etcd_client::Error>>,
     {
-        match self.deadline(call(self.client.kv_client())).await {
+        let kv = || {
+            self.client
+                .kv_client()
+                .max_decoding_message_size(MAX_ANSWER)
+        };
+        match self.deadline(call(kv())).await {
             Err(e) if token_expired(&e) => {
                 self.refresh_token().await?;
-                self.deadline(call(self.client.kv_client())).await
+                self.deadline(call(kv())).await
             }
             r => r,
         }
@@ -373,7 +384,7 @@ impl Etcd {
         options: WatchOptions,
     ) -> Result<WatchStream, EtcdError> {
         let key: Vec<u8> = key.into();
-        let mut w = self.watcher.watch_client();
+        let mut w = (self.watcher.watch_client()).max_decoding_message_size(MAX_ANSWER);
         match self
             .deadline(w.watch(key.clone(), Some(options.clone())))
             .await

@@ -219,3 +219,83 @@ async fn a_merged_watch_holds_a_bounded_memory_while_a_part_lags() {
     let compact = canceled.compact_revision();
     assert!(compact > 1 && compact <= last + 1, "{canceled:?}");
 }
+
+/// etcd's answers are not bounded by gRPC's default 4 MiB a message: a
+/// list page of many large objects, and a watch that catches up over
+/// history (etcd sends up to 1,000 revisions in one response), are read
+/// whole, as the Kubernetes apiserver reads them (up to 2 GiB). Bounded,
+/// the cache never became ready and the catching-up watch failed again
+/// at every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_of_etcd_over_four_mebibytes_are_read_whole() {
+    let etcd = Etcd::start().await;
+    let mut e = etcd.client().await;
+    let pad = "x".repeat(110 << 10);
+    let n = 48;
+    let first = e.put("/other/start", "", None).await.unwrap();
+    let first = first.header().unwrap().revision();
+    for i in 0..n {
+        let name = format!("large-{i}");
+        let pod = format!(
+            r#"{{"kind":"Pod","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"nodeName":"node-1"}},"pad":"{pad}"}}"#
+        );
+        e.put(format!("/registry/pods/ns/{name}"), pod, None)
+            .await
+            .unwrap();
+        e.put(format!("/other/{name}"), pad.clone(), None)
+            .await
+            .unwrap();
+    }
+    let yaml = pods_yaml(&etcd.client_url, 64).replace(
+        "resources:",
+        "etcd_api: {enabled: true, outside: forward}\nresources:",
+    ) + EVERYONE_READS_ALL;
+    let proxy = Proxy::start_config(Config::from_yaml(&yaml).unwrap()).await;
+    // The first list page holds every pod: 5 MiB.
+    let mut client = proxy.client().await;
+    wait_ready(&mut client, "pods").await;
+    let mut listed = 0;
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list(watchproxy::pb::ListRequest {
+                resource: "pods".into(),
+                limit: 10,
+                continue_token: token,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        listed += page.items.len();
+        token = page.continue_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(listed, n);
+    // Keys outside the served prefixes, watched on etcd from the start:
+    // etcd's first response holds them all, and so does watchproxy's, as
+    // etcd's Go client reads it (up to 2 GiB a message).
+    let w = Client::connect([format!("http://{}", proxy.addr)], None)
+        .await
+        .unwrap();
+    let mut w = w
+        .watch_client()
+        .max_decoding_message_size(i32::MAX as usize);
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(first);
+    let mut stream = w.watch("/other/", Some(options)).await.unwrap();
+    let mut seen = 0;
+    while seen < n + 1 {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("the history within 10 s")
+            .unwrap()
+            .expect("the stream is open");
+        assert!(!r.canceled(), "{r:?}");
+        seen += r.events().len();
+    }
+    assert_eq!(seen, n + 1);
+}
