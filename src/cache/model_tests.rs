@@ -307,7 +307,7 @@ proptest! {
             let want: Vec<(EventType, Object, Revision)> = history
                 .iter()
                 .filter(|e| e.revision > from)
-                .filter_map(|e| transition(&p, e).map(|(t, o)| (t, shown(o), e.revision)))
+                .filter_map(|e| transition(&p, e).map(|(t, o)| (t, shown(o.clone()), e.revision)))
                 .collect();
             while let Some(next) = watcher.next(&cache).now_or_never() {
                 let Next::Event(v) = next else { panic!("{next:?}") };

@@ -316,6 +316,7 @@ impl Dispatcher {
                     None => {
                         encodings += u64::from(self.encode.is_some());
                         let projection = entry.projection.as_ref();
+                        let object = object.clone();
                         slot.insert(self.view(kind, object, projection, event, received))
                     }
                 };

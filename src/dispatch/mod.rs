@@ -159,21 +159,23 @@ impl Delivery {
 
 /// How an event looks to a watcher with predicate `p`: starts matching is
 /// ADDED, keeps matching is MODIFIED, stops matching is DELETED (with the
-/// previous state), never matched is nothing.
-pub fn transition(p: &Predicate, event: &Event) -> Option<(EventType, Arc<Object>)> {
+/// previous state), never matched is nothing. The object is the event's,
+/// borrowed: a dispatch asks for every watcher an event reaches, and takes
+/// a reference only for the first of each type.
+pub fn transition<'e>(p: &Predicate, event: &'e Event) -> Option<(EventType, &'e Arc<Object>)> {
     transition_by(event, |o| p.matches(o))
 }
 
 pub(crate) fn transition_by(
     event: &Event,
     matches: impl Fn(&Object) -> bool,
-) -> Option<(EventType, Arc<Object>)> {
+) -> Option<(EventType, &Arc<Object>)> {
     let now = event.object().filter(|o| matches(o));
     let before = event.prev().filter(|o| matches(o));
     match (now, before) {
-        (Some(o), Some(_)) => Some((EventType::Modified, o.clone())),
-        (Some(o), None) => Some((EventType::Added, o.clone())),
-        (None, Some(prev)) => Some((EventType::Deleted, prev.clone())),
+        (Some(o), Some(_)) => Some((EventType::Modified, o)),
+        (Some(o), None) => Some((EventType::Added, o)),
+        (None, Some(prev)) => Some((EventType::Deleted, prev)),
         (None, None) => None,
     }
 }

@@ -59,11 +59,11 @@ fn a_move_between_nodes_is_deleted_for_one_and_added_for_the_other() {
     );
     assert_eq!(
         transition(&on_node("node-1"), &e),
-        Some((EventType::Deleted, before))
+        Some((EventType::Deleted, &before))
     );
     assert_eq!(
         transition(&on_node("node-2"), &e),
-        Some((EventType::Added, after.clone()))
+        Some((EventType::Added, &after))
     );
     assert_eq!(transition(&on_node("node-3"), &e), None);
     let same = ev(
@@ -74,7 +74,7 @@ fn a_move_between_nodes_is_deleted_for_one_and_added_for_the_other() {
     );
     assert_eq!(
         transition(&on_node("node-2"), &same),
-        Some((EventType::Modified, after))
+        Some((EventType::Modified, &after))
     );
 }
 

@@ -296,7 +296,7 @@ impl Watcher {
                 }
                 self.replay.push_back(Next::Event(Arc::new(View {
                     kind,
-                    object: self.subscription.show(&self.wants, object),
+                    object: self.subscription.show(&self.wants, object.clone()),
                     prev: e.prev().cloned(),
                     revision: e.revision,
                     resync_from: e.resync_from,
