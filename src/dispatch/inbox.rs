@@ -58,9 +58,23 @@ pub struct Offer<'a> {
     /// Its queue's own place.
     pub queue: Place,
     pub view: &'a Arc<View>,
-    /// No other change of its revision came to the inbox with it: etcd's
-    /// API sends a revision's changes in one response.
-    pub alone: bool,
+    /// The changes sorted with it, the view at `at` among them.
+    views: &'a [Arc<View>],
+    at: usize,
+}
+
+impl Offer<'_> {
+    /// Whether no other change of its revision came to the inbox with it
+    /// (etcd's API sends a revision's changes in one response). Looked at
+    /// only by a reader that asks.
+    pub fn alone(&self) -> bool {
+        let revision = self.view.revision;
+        let apart = |j: Option<usize>| {
+            j.and_then(|j| self.views.get(j))
+                .is_none_or(|v| v.revision != revision)
+        };
+        apart(self.at.checked_sub(1)) && apart(Some(self.at + 1))
+    }
 }
 
 pub struct Inbox {
@@ -336,16 +350,12 @@ impl Inbox {
                     if q.behind || view.revision <= q.start {
                         continue;
                     }
-                    let i = i as usize;
-                    let apart = |j: Option<usize>| {
-                        j.and_then(|j| views.get(j))
-                            .is_none_or(|v| v.revision != view.revision)
-                    };
                     let offer = || Offer {
                         by: q.report.unwrap_or(to),
                         queue: to,
                         view,
-                        alone: apart(i.checked_sub(1)) && apart(Some(i + 1)),
+                        views,
+                        at: i as usize,
                     };
                     if q.items.is_empty() && !q.closed && take(offer()) {
                         tally.count(&q.counters);

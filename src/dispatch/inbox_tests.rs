@@ -258,7 +258,7 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     add_one(&d, 4);
     let mut named = Vec::new();
     inbox.collect_taking(&reader, &mut ready, |o| {
-        named.push((o.by, o.queue, o.view.revision, o.alone));
+        named.push((o.by, o.queue, o.view.revision, o.alone()));
         false
     });
     assert_eq!(named, [(stream.place(), pb, 4, true)]);

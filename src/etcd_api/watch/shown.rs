@@ -277,7 +277,7 @@ impl EtcdStream {
         fits: impl FnOnce(usize) -> bool,
     ) -> Option<Outgoing> {
         let view = offer.view;
-        if !offer.alone
+        if !offer.alone()
             || !self.batch.is_empty()
             || self.end.is_some()
             || self.ended
