@@ -232,29 +232,33 @@ impl WatchStream {
 
     /// Shows `view`, a live change its inbox's reader takes straight from
     /// the sort of its queue (see [`crate::dispatch::Inbox::collect_taking`]),
-    /// when nothing is due before it: no initial state or end, no grant
-    /// ended since it last looked, its watcher live rather than reading
-    /// the window. False: the change goes through the queue.
+    /// when nothing is due before it (see [`WatchStream::is_steady`]).
+    /// False: the change goes through the queue.
     pub fn take_live(&mut self, view: &View) -> bool {
+        let steady = self.is_steady();
+        if steady {
+            self.take_steady(view);
+        }
+        steady
+    }
+
+    /// Whether nothing is due before its next live change: no initial
+    /// state or end, no grant ended since it last looked, its watcher live
+    /// rather than reading the window. It changes only when the watch is
+    /// polled, or a grant ends.
+    fn is_steady(&self) -> bool {
         self.end.reason.is_none()
             && self.initial.is_none()
             && self.initial_end.is_none()
             && !self.grant.may_have_ended()
-            && self.watcher.take_live(view)
+            && self.watcher.is_live()
     }
 
-    /// Whether a live change may be taken for it straight from the sort
-    /// until it is next polled, as [`WatchStream::take_live`] would judge
-    /// it now: what its reader keeps to take them with
-    /// [`WatchStream::take_steady`] without reading the watch (its state
-    /// changes only when polled; an ended grant shows in the epoch).
+    /// [`WatchStream::is_steady`], with what its reader keeps to take live
+    /// changes with [`WatchStream::take_steady`] without reading the watch
+    /// until it is next polled (an ended grant shows in the epoch).
     pub fn steady(&self) -> Option<Steady> {
-        let steady = self.end.reason.is_none()
-            && self.initial.is_none()
-            && self.initial_end.is_none()
-            && !self.grant.may_have_ended()
-            && self.watcher.is_live();
-        steady.then(|| Steady {
+        self.is_steady().then(|| Steady {
             seen: self.grant.seen(),
             codec: self.codec,
         })

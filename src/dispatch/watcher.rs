@@ -208,16 +208,6 @@ impl Watcher {
         }
     }
 
-    /// Shows `view`, a live change taken straight from its queue's sort,
-    /// unless it is reading the window (false: the change is queued).
-    pub fn take_live(&mut self, view: &View) -> bool {
-        if !self.is_live() {
-            return false;
-        }
-        self.at.delivered(view);
-        true
-    }
-
     /// Whether it reads its queue, not the window: until it is polled
     /// again, a live change may be taken for it straight from the sort.
     pub fn is_live(&self) -> bool {
