@@ -53,10 +53,16 @@ pub type Ev = (i32, Kv, Option<Kv>);
 /// Every event of `stream` until one at `until` or later, as it reads,
 /// and whether a revision was ever split between two responses.
 pub async fn events_until(stream: &mut WatchStream, until: i64) -> (Vec<Ev>, bool) {
-    let mut events: Vec<Ev> = Vec::new();
+    let (events, split) = watch_events_until(stream, until).await;
+    (events.into_iter().map(|(_, e)| e).collect(), split)
+}
+
+/// [`events_until`], each event with the id of the watch it came for.
+pub async fn watch_events_until(stream: &mut WatchStream, until: i64) -> (Vec<(i64, Ev)>, bool) {
+    let mut events: Vec<(i64, Ev)> = Vec::new();
     let mut last_revision_of_a_response = 0;
     let mut split = false;
-    while events.last().is_none_or(|(_, kv, _)| kv.2 < until) {
+    while events.last().is_none_or(|(_, (_, kv, _))| kv.2 < until) {
         let r: WatchResponse = tokio::time::timeout(Duration::from_secs(15), stream.message())
             .await
             .expect("events within 15 s")
@@ -67,7 +73,8 @@ pub async fn events_until(stream: &mut WatchStream, until: i64) -> (Vec<Ev>, boo
         split |= first.is_some() && first == Some(last_revision_of_a_response);
         for e in r.events() {
             let kind = matches!(e.event_type(), EventType::Delete) as i32;
-            events.push((kind, kv(e.kv().unwrap()), e.prev_kv().map(kv)));
+            let ev = (kind, kv(e.kv().unwrap()), e.prev_kv().map(kv));
+            events.push((r.watch_id(), ev));
         }
         if let Some(e) = r.events().last() {
             last_revision_of_a_response = e.kv().unwrap().mod_revision();

@@ -23,7 +23,7 @@ mod informers;
 #[allow(unused_imports)]
 pub use auth::{as_caller, issuer, now, tenant_auth, write, Issuer, JWT_AUTH, TENANT_TOKENS};
 #[allow(unused_imports)]
-pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, Ev, Kv};
+pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, watch_events_until, Ev, Kv};
 #[allow(unused_imports)]
 pub use forwarder::Forwarder;
 #[allow(unused_imports)]

@@ -224,30 +224,11 @@ async fn a_lone_watch_is_sent_its_live_changes_as_etcd_sends_them_on_every_path(
         delete_key(&mut e, &format!("/registry/pods/ns-1/{a}")).await;
         let last = put_pod(&mut e, "ns-1", &d, &[], "n").await as i64;
         for (i, (want, got)) in want.iter_mut().zip(&mut got).enumerate() {
-            let want = responses_until(want, last).await;
-            let got = responses_until(got, last).await;
+            let want = watch_events_until(want, last).await;
+            let got = watch_events_until(got, last).await;
             assert_eq!(got, want, "{path:?} direct={direct}, stream {i}");
         }
     }
-}
-
-/// Each event of `stream` with its watch's id until one at `until`, and
-/// whether a revision was split between two responses (etcd sends a
-/// revision's changes in one; it may send several revisions in one).
-async fn responses_until(stream: &mut WatchStream, until: i64) -> (Vec<(i64, Ev)>, bool) {
-    let mut events = Vec::new();
-    let (mut at, mut split) = (0, false);
-    while at < until {
-        let r = next(stream).await;
-        for (i, e) in r.events().iter().enumerate() {
-            let deleted = matches!(e.event_type(), EventType::Delete) as i32;
-            let ev: Ev = (deleted, kv(e.kv().unwrap()), e.prev_kv().map(kv));
-            split |= i == 0 && ev.1 .2 == at;
-            at = ev.1 .2;
-            events.push((r.watch_id(), ev));
-        }
-    }
-    (events, split)
 }
 
 /// Where etcd's history is gone, watches are canceled with the revision
