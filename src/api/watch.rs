@@ -19,7 +19,7 @@ use super::{Api, Served};
 use crate::access::limits::WatchPlace;
 use crate::access::{GrantEpoch, HeldGrant, Lapse, Revoke};
 use crate::cache::{WatchCache, WatchFrom};
-use crate::dispatch::{Inbox, Next, Place, View, Wants, Watcher};
+use crate::dispatch::{Inbox, Next, Place, Position, View, Wants, Watcher};
 use crate::object::{RequestedVersion, Revision, TooOld};
 use crate::telemetry::{EndReason, ResourceMetrics};
 
@@ -147,6 +147,9 @@ pub struct Steady {
     /// The count of ended grants then: any change since ends the steady.
     pub seen: u64,
     pub codec: Option<Codec>,
+    /// Its watcher's position, which the reader moves past each change it
+    /// takes and gives back with [`WatchStream::took_steady`].
+    pub at: Position,
 }
 
 /// Counts how a watch ended when its stream is dropped; a stream dropped
@@ -232,7 +235,7 @@ impl WatchStream {
 
     /// Shows `view`, a live change its inbox's reader takes straight from
     /// the sort of its queue (see [`crate::dispatch::Inbox::collect_taking`]),
-    /// when nothing is due before it (see [`WatchStream::is_steady`]).
+    /// when nothing is due before it (as for [`WatchStream::steady`]).
     /// False: the change goes through the queue.
     pub fn take_live(&mut self, view: &View) -> bool {
         let steady = self.is_steady();
@@ -254,13 +257,17 @@ impl WatchStream {
             && self.watcher.is_live()
     }
 
-    /// [`WatchStream::is_steady`], with what its reader keeps to take live
-    /// changes with [`WatchStream::take_steady`] without reading the watch
-    /// until it is next polled (an ended grant shows in the epoch).
+    /// Set when nothing is due before its next live change (no initial
+    /// state or end, no grant ended since it last looked, its watcher live
+    /// rather than reading the window), with what its reader keeps to take
+    /// live changes without reading the watch until it is next polled (an
+    /// ended grant shows in the epoch), then gives back with
+    /// [`WatchStream::took_steady`].
     pub fn steady(&self) -> Option<Steady> {
         self.is_steady().then(|| Steady {
             seen: self.grant.seen(),
             codec: self.codec,
+            at: self.watcher.position(),
         })
     }
 
@@ -269,11 +276,17 @@ impl WatchStream {
         self.grant.epoch()
     }
 
-    /// Shows `view`, a live change taken straight from the sort, which its
-    /// reader judged by the [`Steady`] it took since the watch was last
-    /// polled, and the epoch unchanged since.
-    pub fn take_steady(&mut self, view: &View) {
+    /// Shows `view`, a live change taken straight from the sort when the
+    /// watch is steady (see [`WatchStream::is_steady`]).
+    fn take_steady(&mut self, view: &View) {
         self.watcher.take_known_live(view);
+    }
+
+    /// The live changes its reader took by the [`Steady`] it kept since
+    /// the watch was last polled (the epoch unchanged meanwhile) were
+    /// shown: its watcher is at `steady.at`.
+    pub fn took_steady(&mut self, steady: &Steady) {
+        self.watcher.took_known_live(steady.at);
     }
 
     /// What the watch shows next, before it is encoded for a wire: the

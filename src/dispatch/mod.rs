@@ -27,7 +27,7 @@ use crate::selector::Predicate;
 pub use dispatcher::{Dispatcher, Subscription};
 pub use inbox::{Inbox, Mailbox, Offer, Place};
 pub use trigger::Trigger;
-pub use watcher::{Next, Watcher};
+pub use watcher::{Next, Position, Watcher};
 
 /// Turns a change as a watcher sees it into the bytes sent on the wire.
 /// Given by the API layer, so dispatch knows nothing of the wire format.

@@ -34,7 +34,7 @@ pub enum Next {
 /// can carry several events (one transaction), and the queue can fill in
 /// the middle of one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Position {
+pub struct Position {
     revision: Revision,
     partial: usize,
     /// Where the resync the deliveries at `revision` belong to started.
@@ -50,7 +50,8 @@ impl Position {
         }
     }
 
-    fn delivered(&mut self, view: &View) {
+    /// Past `view`, shown next.
+    pub fn delivered(&mut self, view: &View) {
         if view.revision == self.revision && self.partial > 0 {
             self.partial += 1;
         } else {
@@ -220,6 +221,20 @@ impl Watcher {
     pub fn take_known_live(&mut self, view: &View) {
         debug_assert!(self.is_live());
         self.at.delivered(view);
+    }
+
+    /// Where it is: a reader that takes live changes for it without
+    /// reading it (see [`Watcher::take_known_live`]) keeps this, moved
+    /// past each, and gives it back with [`Watcher::took_known_live`].
+    pub fn position(&self) -> Position {
+        self.at
+    }
+
+    /// Gives back the position a reader kept while it took live changes
+    /// for the watcher, which it found live and has not polled since.
+    pub fn took_known_live(&mut self, at: Position) {
+        debug_assert!(self.is_live());
+        self.at = at;
     }
 
     /// Whether what it showed last was the last thing queued for it in a

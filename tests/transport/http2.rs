@@ -149,6 +149,32 @@ async fn a_watch_is_cut_to_a_small_window_and_arrives_whole() {
     assert_eq!(summary(&live[0]), (EventType::Added, "ns/late".into(), r));
 }
 
+/// Live changes framed for a steady watch straight from its connection's
+/// inbox take room from its stream's window as queued ones do: a client
+/// that stops reading is sent its window's worth and no more (h2's client
+/// ends the stream on a byte past it), and the rest once it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_sent_straight_to_a_steady_watch_keep_to_its_window() {
+    let (etcd, proxy, _) = start_ready().await;
+    let mut ec = etcd.client().await;
+    let mut send = h2_client(proxy.addr, 4096).await;
+    let mut body = call(&mut send, WATCH, &watch_req("pods", "")).await;
+    let first = put_pod(&mut ec, "ns", "first", &[], "node-1").await;
+    let live: Vec<WatchEvent> = read_messages(&mut body, 1).await;
+    assert_eq!(summary(&live[0]).2, first);
+
+    // About three windows' worth while the client reads nothing.
+    let mut written = Vec::new();
+    for i in 0..30 {
+        let name = format!("p{i:02}");
+        put_pod(&mut ec, "ns", &name, &[("app", "web")], "node-1").await;
+        written.push(format!("ns/{name}"));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events: Vec<WatchEvent> = read_messages(&mut body, 30).await;
+    assert_eq!(names(&events), written);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waits_for_the_connection_window_a_stalled_watch_filled() {
     let (_etcd, proxy, all) = with_pods(500).await;

@@ -1,34 +1,26 @@
-//! A watch sending its events on its HTTP/2 stream: started from the
-//! request, then driven by its connection's task, which frames its ready
-//! events straight into the connection's outgoing buffer.
+//! A watch sending its events on its HTTP/2 stream, driven by its
+//! connection's task, which frames its ready events straight into the
+//! connection's outgoing buffer, and the lane the connection keeps beside
+//! it for the live changes it takes without reading the watch.
 
-use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use prost::Message;
 use tonic::Status;
 
-use super::grpc_framing::{
-    grpc_timeout, put_compressed, put_data_message, put_data_with, put_message, request_message,
-    PREFIX,
-};
-use super::protocol::hpack::{write_fields, RequestHead};
+use super::feed::Feed;
+use super::grpc_framing::{put_data_message, put_data_with, PREFIX};
+use super::protocol::hpack::write_fields;
 use super::protocol::out::Out;
 use super::protocol::socket::WRITE_LIMIT;
 use super::protocol::window::SendWindow;
 use super::watches::Drive;
 use crate::access::GrantEpoch;
-use crate::api::compression::Codec;
-use crate::api::error::{etcd_status, ApiError};
 use crate::api::wire::WatchMessage;
-use crate::api::{Api, Steady, WatchStream};
-use crate::dispatch::{Inbox, Offer};
-use crate::etcd_api::EtcdStream;
-use crate::pb;
-use crate::telemetry::{WatchApi, WriteClock};
+use crate::api::Steady;
+use crate::dispatch::Offer;
+use crate::telemetry::WatchApi;
 
 /// Events ready together for one stream go out as one DATA frame of up to
 /// this size.
@@ -40,134 +32,26 @@ const BATCH_BYTES: usize = 8 * 1024;
 /// framed as much as its client's window allowed, megabytes, in one pass.
 const POLL_BYTES: usize = 2 * BATCH_BYTES;
 
-/// Asks the API for the watch a request's `body` names, its deliveries in
-/// the connection's `inbox`.
-pub(super) async fn start_watch(
-    api: Api,
-    inbox: Arc<Inbox>,
-    head: RequestHead,
-    extensions: http::Extensions,
-    mut body: BytesMut,
-    max_request_bytes: usize,
-) -> Result<WatchStream, Status> {
-    let deadline = head.headers.get("grpc-timeout").and_then(grpc_timeout);
-    let codec = Codec::negotiate(head.headers.get("grpc-accept-encoding"), api.watch_codecs());
-    let started = async {
-        let message = request_message(&mut body, max_request_bytes).map_err(Status::from)?;
-        let request = pb::WatchRequest::decode(message).map_err(|e| {
-            Status::from(ApiError::MalformedRequest(format!(
-                "failed to decode the request: {e}"
-            )))
-        })?;
-        let metadata = tonic::metadata::MetadataMap::from_headers(head.headers);
-        let mut extensions = extensions;
-        extensions.insert(inbox);
-        let request = tonic::Request::from_parts(metadata, extensions, request);
-        api.watch(request).await.map(tonic::Response::into_inner)
-    };
-    let mut events = match deadline {
-        Some(d) => tokio::time::timeout(d, started)
-            .await
-            .unwrap_or_else(|_| Err(ApiError::DeadlineExceeded.into()))?,
-        None => started.await?,
-    };
-    if let Some(codec) = codec {
-        events.compress_with(codec);
-    }
-    Ok(events)
-}
-
-/// What a live stream sends: a `watchproxy.v1` watch's events, or the
-/// responses of an etcd Watch stream (its several watches' changes).
-#[allow(
-    clippy::large_enum_variant,
-    reason = "the watchproxy.v1 watch, polled once per delivery, stays inline"
-)]
-pub(super) enum Feed {
-    Watch(WatchStream),
-    Etcd(Box<EtcdStream>),
-}
-
-impl Feed {
-    fn codec(&self) -> Option<Codec> {
-        match self {
-            Feed::Watch(events) => events.codec(),
-            Feed::Etcd(_) => None,
-        }
-    }
-
-    /// Frames its next message into `dst`.
-    fn poll_put(
-        &mut self,
-        cx: &mut Context<'_>,
-        dst: &mut BytesMut,
-        clock: &mut WriteClock,
-    ) -> Poll<Option<Result<(), Status>>> {
-        match self {
-            Feed::Watch(events) => match ready!(events.poll_next_unpin(cx)) {
-                Some(Ok(message)) => {
-                    clock.note(WatchApi::watchproxy, message.received());
-                    match events.codec().and_then(|c| message.compressed(c)) {
-                        Some(packed) => put_compressed(dst, &packed),
-                        None => put_message(dst, message.len_hint(), |b| message.write_to(b)),
-                    }
-                    Poll::Ready(Some(Ok(())))
-                }
-                Some(Err(status)) => Poll::Ready(Some(Err(status))),
-                None => Poll::Ready(None),
-            },
-            Feed::Etcd(session) => match ready!(session.poll_in_pass(cx)) {
-                Some(Ok(response)) => {
-                    clock.note(WatchApi::etcd, response.received());
-                    put_message(dst, response.len_hint(), |b| response.encode_raw(b));
-                    Poll::Ready(Some(Ok(())))
-                }
-                Some(Err(status)) => Poll::Ready(Some(Err(status))),
-                None => Poll::Ready(None),
-            },
-        }
-    }
-
-    /// Whether what it framed last was all it has in this pass of its
-    /// connection's task (asked again, it would only be found waiting).
-    fn emptied(&self) -> bool {
-        match self {
-            Feed::Watch(events) => events.emptied(),
-            Feed::Etcd(_) => false,
-        }
-    }
-
-    /// A pass of its connection's task begins: what it found waiting in
-    /// the last one is worth asking again.
-    fn begin_pass(&mut self) {
-        if let Feed::Etcd(session) = self {
-            session.begin_pass();
-        }
-    }
-
-    /// The status that ends it when its connection reached its maximum
-    /// age.
-    fn connection_aged(&mut self) -> Status {
-        match self {
-            Feed::Watch(events) => events.connection_aged(),
-            Feed::Etcd(_) => etcd_status(ApiError::ConnectionAged { last: None }),
-        }
-    }
-}
-
-/// A watch sending its events on its HTTP/2 stream. What a direct
-/// delivery reads of it comes first, on one cache line (`repr(C)`): the
-/// connection's task offers it a change with the other watches' state,
-/// and the dispatcher's, in between.
-#[repr(C, align(64))]
-pub(super) struct LiveWatch {
-    /// Set when a poll leaves the stream with nothing sent, held or due
-    /// before its next live change (a `watchproxy.v1` watch's
-    /// [`WatchStream::steady`]): until it is polled again, such a change
-    /// is framed without reading the watch.
+/// What a direct delivery reads of a live watch, kept by its connection
+/// beside the watch rather than in it: the connection's short records,
+/// one per watch in a dense map, are read for every delivery, and the
+/// watch itself only when it is polled.
+pub(super) struct Lane {
+    /// Set when a poll leaves a `watchproxy.v1` watch with nothing sent,
+    /// held or due before its next live change ([`WatchStream::steady`]):
+    /// until it is polled again, such a change is framed from here, and
+    /// what it moved is given back to the watch then ([`Drive::settle`]).
     steady: Option<Steady>,
-    /// What `steady` is judged against (a `watchproxy.v1` watch's).
+    /// What `steady` is judged against; none for an etcd stream.
     epoch: Option<GrantEpoch>,
+    id: u32,
+    /// The stream's window while `steady` is set (the watch's own is
+    /// behind it until then).
+    window: SendWindow,
+}
+
+/// A watch sending its events on its HTTP/2 stream.
+pub(super) struct LiveWatch {
     id: u32,
     /// Named in `out.starved`.
     starved: bool,
@@ -194,13 +78,7 @@ impl LiveWatch {
         let mut block = Vec::new();
         write_fields(Some(StatusCode::OK), &head, &mut block);
         out.headers(id, &block, false);
-        let epoch = match &events {
-            Feed::Watch(events) => Some(events.grant_epoch()),
-            Feed::Etcd(_) => None,
-        };
         Self {
-            steady: None,
-            epoch,
             id,
             starved: false,
             window,
@@ -224,10 +102,29 @@ impl LiveWatch {
 
     /// What the windows let the stream send now.
     fn room(&self, out: &Out) -> usize {
-        (self.window.room())
-            .min(out.window.room())
-            .min(out.max_frame as i64)
-            .max(0) as usize
+        room(self.window, out)
+    }
+
+    /// Frames a change an etcd Watch stream takes at once (see
+    /// [`crate::etcd_api::EtcdStream::offer`]).
+    fn offer_etcd(&mut self, offer: &Offer<'_>, out: &mut Out) -> bool {
+        if !self.held.is_empty() || self.ended.is_some() {
+            return false;
+        }
+        let room = self.room(out);
+        let Feed::Etcd(session) = &mut self.events else {
+            return false;
+        };
+        let fits = |len| PREFIX + len <= room;
+        let Some(response) = session.offer(offer, fits) else {
+            return false;
+        };
+        out.clock.note(WatchApi::etcd, response.received());
+        let n = put_data_with(out, self.id, false, response.encoded_len(), |b| {
+            response.encode_raw(b)
+        });
+        self.window.take(n);
+        true
     }
 
     /// Frames what is ready (see [`Drive::poll_drive`]).
@@ -313,17 +210,39 @@ impl LiveWatch {
 }
 
 impl Drive for LiveWatch {
+    type Lane = Lane;
+
+    fn lane(&self) -> Lane {
+        Lane {
+            steady: None,
+            epoch: match &self.events {
+                Feed::Watch(events) => Some(events.grant_epoch()),
+                Feed::Etcd(_) => None,
+            },
+            id: self.id,
+            window: self.window,
+        }
+    }
+
+    fn settle(&mut self, lane: &mut Lane) {
+        if let (Some(steady), Feed::Watch(events)) = (lane.steady.take(), &mut self.events) {
+            events.took_steady(&steady);
+            self.window = lane.window;
+        }
+    }
+
     /// Frames what is ready, up to [`BATCH_BYTES`] a frame, while the
     /// windows have room. A stream without room is not asked for events:
     /// its watcher's queue fills and it reads the shared window later. It
     /// is woken when the peer gives room: by a WINDOW_UPDATE for it, or,
     /// named in `out.starved`, by one for the connection.
-    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
-        self.steady = None;
+    fn poll_drive(&mut self, lane: &mut Lane, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        self.settle(lane);
         let polled = self.drive(cx, out);
         if let (Poll::Pending, Feed::Watch(events)) = (polled, &self.events) {
             if self.held.is_empty() && self.ended.is_none() {
-                self.steady = events.steady();
+                lane.steady = events.steady();
+                lane.window = self.window;
             }
         }
         polled
@@ -333,57 +252,47 @@ impl Drive for LiveWatch {
     /// when nothing of this stream waits before it and the windows have
     /// room for it whole, in a DATA frame of its own: the change skips the
     /// watch's queue, the ready list and the polls between them, the most
-    /// of a delivery's cost besides the copy. False: it is queued.
-    fn offer(&mut self, offer: &Offer<'_>, out: &mut Out) -> bool {
+    /// of a delivery's cost besides the copy. A steady `watchproxy.v1`
+    /// watch takes it from its lane alone. False: it is queued.
+    fn offer<'w>(
+        lane: &mut Lane,
+        watch: impl FnOnce() -> Option<&'w mut Self>,
+        offer: &Offer<'_>,
+        out: &mut Out,
+    ) -> bool {
         if out.buf.len() >= WRITE_LIMIT {
             return false;
         }
+        let Some(epoch) = &lane.epoch else {
+            return watch().is_some_and(|w| w.offer_etcd(offer, out));
+        };
+        let Some(steady) = &mut lane.steady else {
+            return false;
+        };
         let view = offer.view;
-        let room = self.room(out);
-        if let (Some(steady), Some(epoch)) = (self.steady, &self.epoch) {
-            // A change read back from the window has no shared encoding.
-            let Some(encoded) = &view.encoded else {
-                return false;
-            };
-            let packed = (steady.codec).and_then(|c| WatchMessage::compressed_change(view, c));
-            let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
-            let Feed::Watch(events) = &mut self.events else {
-                return false;
-            };
-            if len > room || !epoch.unchanged_since(steady.seen) {
-                return false;
-            }
-            events.take_steady(view);
-            out.clock.note(WatchApi::watchproxy, view.received);
-            let n = match packed {
-                Some(p) => put_data_message(out, self.id, true, [p, &[]]),
-                None => put_data_message(out, self.id, false, [&encoded.head, &encoded.body]),
-            };
-            self.window.take(n);
-            return true;
-        }
-        if !self.held.is_empty() || self.ended.is_some() {
-            return false;
-        }
-        let Feed::Etcd(session) = &mut self.events else {
+        // A change read back from the window has no shared encoding.
+        let Some(encoded) = &view.encoded else {
             return false;
         };
-        let fits = |len| PREFIX + len <= room;
-        let Some(response) = session.offer(offer, fits) else {
+        let packed = (steady.codec).and_then(|c| WatchMessage::compressed_change(view, c));
+        let len = PREFIX + packed.map_or_else(|| encoded.size(), |p| p.len());
+        if len > room(lane.window, out) || !epoch.unchanged_since(steady.seen) {
             return false;
+        }
+        steady.at.delivered(view);
+        out.clock.note(WatchApi::watchproxy, view.received);
+        let n = match packed {
+            Some(p) => put_data_message(out, lane.id, true, [p, &[]]),
+            None => put_data_message(out, lane.id, false, [&encoded.head, &encoded.body]),
         };
-        out.clock.note(WatchApi::etcd, response.received());
-        let n = put_data_with(out, self.id, false, response.encoded_len(), |b| {
-            response.encode_raw(b)
-        });
-        self.window.take(n);
+        lane.window.take(n);
         true
     }
 
     /// Ends the watch with a status naming where to resume, once what it
     /// framed already is sent.
-    fn end_aged(&mut self, out: &mut Out) -> Poll<()> {
-        self.steady = None;
+    fn end_aged(&mut self, lane: &mut Lane, out: &mut Out) -> Poll<()> {
+        self.settle(lane);
         self.ended = Some(self.events.connection_aged());
         if !self.send_held(out) {
             return Poll::Pending;
@@ -393,6 +302,14 @@ impl Drive for LiveWatch {
         out.closed.push(self.id);
         Poll::Ready(())
     }
+}
+
+/// What a stream with `window` may send now.
+fn room(window: SendWindow, out: &Out) -> usize {
+    (window.room())
+        .min(out.window.room())
+        .min(out.max_frame as i64)
+        .max(0) as usize
 }
 
 /// Ends a response with `status` in its trailers.

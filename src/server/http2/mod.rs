@@ -63,6 +63,7 @@
 
 mod bridge;
 mod connection;
+mod feed;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 mod grpc_framing;

@@ -12,7 +12,8 @@ use tonic_prost::ProstDecoder;
 
 use super::bridge::{self, Call};
 use super::connection::Driver;
-use super::live_watch::{start_watch, write_refusal, Feed, LiveWatch};
+use super::feed::{start_watch, Feed};
+use super::live_watch::{write_refusal, LiveWatch};
 use super::protocol::frame::{Error, Reason};
 use super::protocol::hpack::{read_request, read_trailers, Refused, RequestHead, MAX_HEADER_LIST};
 use super::protocol::state::{Closed, Continuing, RecvSide};

@@ -5,7 +5,8 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::connection::{Driver, Fail};
-use super::live_watch::{write_refusal, Feed, LiveWatch};
+use super::feed::Feed;
+use super::live_watch::{write_refusal, LiveWatch};
 use super::protocol::frame::Reason;
 use super::protocol::state::Closed;
 use super::table::{Entry, Reading, State};
@@ -25,7 +26,8 @@ impl<S: Routes> Driver<S> {
                 let place = events.place();
                 let mut watch =
                     LiveWatch::start(id, Feed::Watch(events), entry.send, &mut self.out);
-                if self.h2.conn.aged() && watch.end_aged(&mut self.out).is_ready() {
+                let mut lane = watch.lane();
+                if self.h2.conn.aged() && watch.end_aged(&mut lane, &mut self.out).is_ready() {
                     return self.close_ended();
                 }
                 entry.state = State::Watch(place);

@@ -17,9 +17,11 @@ use crate::dispatch::{Inbox, Offer, Place};
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
 /// its pass early once two futures wake themselves while polled.)
-pub(super) struct Watches<F> {
+pub(super) struct Watches<F: Drive> {
     /// By the place of each watch's queue in the inbox.
     slots: SecondaryMap<Place, Slot<F>>,
+    /// Each watch's lane, by the same place.
+    lanes: SecondaryMap<Place, F::Lane>,
     /// The deliveries of every watch, sorted into their queues at the
     /// start of each pass, which then polls the watches they went to.
     pub(super) inbox: Arc<Inbox>,
@@ -107,12 +109,13 @@ impl Wake for AsideWaker {
     }
 }
 
-impl<F> Watches<F> {
+impl<F: Drive> Watches<F> {
     /// The watches of a connection; `direct`: see `watch.direct_delivery`.
     pub(super) fn new(direct: bool) -> Self {
         let ready = Arc::<ReadyList>::default();
         Self {
             slots: SecondaryMap::new(),
+            lanes: SecondaryMap::new(),
             inbox: Inbox::shared(),
             mail: Waker::from(Arc::new(MailWaker(ready.clone()))),
             ready,
@@ -124,22 +127,47 @@ impl<F> Watches<F> {
 
 /// A stream driven by its connection's task.
 pub(super) trait Drive {
+    /// What the connection keeps of the stream beside it, for the changes
+    /// [`Drive::offer`] takes without reading the stream.
+    type Lane;
+
+    /// Its lane, as it starts.
+    fn lane(&self) -> Self::Lane;
+
+    /// Takes back what its lane did since it was last polled; the
+    /// connection calls it before anything else reads the stream.
+    fn settle(&mut self, lane: &mut Self::Lane);
+
     /// Frames what the stream has ready into `out`; `Ready` once the
     /// stream is over.
-    fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()>;
+    fn poll_drive(
+        &mut self,
+        lane: &mut Self::Lane,
+        cx: &mut Context<'_>,
+        out: &mut Out,
+    ) -> Poll<()>;
 
     /// Ends the stream: its connection reached its maximum age. `Ready`
     /// once it is over; until then it is driven as before.
-    fn end_aged(&mut self, out: &mut Out) -> Poll<()>;
+    fn end_aged(&mut self, lane: &mut Self::Lane, out: &mut Out) -> Poll<()>;
 
     /// Frames the change `offer` brings for the stream at once when nothing
-    /// of the stream waits before it; false leaves it to its queue.
-    fn offer(&mut self, _offer: &Offer<'_>, _out: &mut Out) -> bool {
+    /// of the stream waits before it; false leaves it to its queue. The
+    /// stream itself (`watch`) is read only when its lane cannot decide.
+    fn offer<'w>(
+        _lane: &mut Self::Lane,
+        _watch: impl FnOnce() -> Option<&'w mut Self>,
+        _offer: &Offer<'_>,
+        _out: &mut Out,
+    ) -> bool
+    where
+        Self: 'w,
+    {
         false
     }
 }
 
-impl<F> Watches<F> {
+impl<F: Drive> Watches<F> {
     /// A waker for the connection's other futures, which wakes the task as
     /// a watch does; it counts as fired at first, so they are polled to
     /// start.
@@ -166,22 +194,27 @@ impl<F: Drive> Watches<F> {
         let waker = Waker::from(flag.clone());
         // Polled once to start, then whenever woken.
         waker.wake_by_ref();
+        self.lanes.insert(id, watch.lane());
         let watch = Box::new(watch);
         self.slots.insert(id, Slot { watch, flag, waker });
     }
 
     /// Ends the watch at `id`: its client reset its stream.
     pub(super) fn remove(&mut self, id: Place) -> Option<F> {
-        self.slots.remove(id).map(|s| *s.watch)
+        let mut watch = self.slots.remove(id)?.watch;
+        if let Some(mut lane) = self.lanes.remove(id) {
+            watch.settle(&mut lane);
+        }
+        Some(*watch)
     }
 
-    /// Gives the watch at `id` room, and polls it in the next pass.
     /// Gives the watch at `id` room, and wakes it; what `grant` returns
     /// (true when the watch is gone).
     pub(super) fn grant(&mut self, id: Place, grant: impl FnOnce(&mut F) -> bool) -> bool {
-        let Some(slot) = self.slots.get_mut(id) else {
+        let (Some(slot), Some(lane)) = (self.slots.get_mut(id), self.lanes.get_mut(id)) else {
             return true;
         };
+        slot.watch.settle(lane);
         let granted = grant(&mut slot.watch);
         slot.waker.wake_by_ref();
         granted
@@ -189,7 +222,15 @@ impl<F: Drive> Watches<F> {
 
     /// Ends every watch: the connection reached its maximum age.
     pub(super) fn end_aged(&mut self, out: &mut Out) {
-        self.slots.retain(|_, s| s.watch.end_aged(out).is_pending());
+        let lanes = &mut self.lanes;
+        self.slots.retain(|id, s| {
+            let lane = lanes.get_mut(id).expect("a lane for every watch");
+            let ended = s.watch.end_aged(lane, out).is_ready();
+            if ended {
+                lanes.remove(id);
+            }
+            !ended
+        });
     }
 
     /// Polls every watch that was ready when the pass began, until the
@@ -200,10 +241,18 @@ impl<F: Drive> Watches<F> {
         self.ready.conn.register(cx.waker());
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
         if self.direct {
-            let slots = &mut self.slots;
+            let (slots, lanes) = (&mut self.slots, &mut self.lanes);
             self.inbox
                 .collect_taking(&self.mail, &mut self.taking, |offer| {
-                    (slots.get_mut(offer.by)).is_some_and(|slot| slot.watch.offer(&offer, out))
+                    let Some(lane) = lanes.get_mut(offer.by) else {
+                        return false;
+                    };
+                    let slots = &mut *slots;
+                    let watch = move || {
+                        let slots = slots;
+                        slots.get_mut(offer.by).map(|slot| &mut *slot.watch)
+                    };
+                    F::offer(lane, watch, &offer, out)
                 });
         } else {
             self.inbox.collect(&self.mail, &mut self.taking);
@@ -220,13 +269,14 @@ impl<F: Drive> Watches<F> {
             let id = self.taking[i];
             // A place can be stale: its watch ended (another in the same
             // slot has a place of another version).
-            let Some(slot) = self.slots.get_mut(id) else {
+            let (Some(slot), Some(lane)) = (self.slots.get_mut(id), self.lanes.get_mut(id)) else {
                 continue;
             };
             slot.flag.queued.store(false, Ordering::Release);
             let mut cx = Context::from_waker(&slot.waker);
-            if slot.watch.poll_drive(&mut cx, out).is_ready() {
+            if slot.watch.poll_drive(lane, &mut cx, out).is_ready() {
                 self.slots.remove(id);
+                self.lanes.remove(id);
             }
         }
         self.taking.clear();
@@ -250,7 +300,13 @@ mod tests {
     }
 
     impl Drive for Probe {
-        fn poll_drive(&mut self, cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
+        type Lane = ();
+
+        fn lane(&self) {}
+
+        fn settle(&mut self, _: &mut ()) {}
+
+        fn poll_drive(&mut self, _: &mut (), cx: &mut Context<'_>, out: &mut Out) -> Poll<()> {
             out.buf.extend_from_slice(&vec![0; self.frames]);
             let n = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
             if n == self.end {
@@ -260,7 +316,7 @@ mod tests {
             Poll::Pending
         }
 
-        fn end_aged(&mut self, _: &mut Out) -> Poll<()> {
+        fn end_aged(&mut self, _: &mut (), _: &mut Out) -> Poll<()> {
             Poll::Ready(())
         }
     }
