@@ -77,6 +77,24 @@ impl Offer<'_> {
     }
 }
 
+/// What an inbox's reader does with the live changes it is offered while
+/// the inbox is sorted (see [`Inbox::collect_taking`]).
+pub trait Taker {
+    /// A change of this sort may be offered for `place`: what the reader
+    /// keeps for it is worth reading now, before any change is offered.
+    fn ahead(&mut self, _place: Place) {}
+
+    /// Shows the change `offer` brings at once (true), or leaves it to be
+    /// queued.
+    fn take(&mut self, offer: Offer<'_>) -> bool;
+}
+
+impl<F: FnMut(Offer<'_>) -> bool> Taker for F {
+    fn take(&mut self, offer: Offer<'_>) -> bool {
+        self(offer)
+    }
+}
+
 pub struct Inbox {
     incoming: Mutex<Incoming>,
     queues: Mutex<Queues>,
@@ -269,7 +287,7 @@ impl Inbox {
     /// post. A watcher is not woken by its queue: the reader, which was,
     /// polls those it names.
     pub fn collect(&self, reader: &Waker, ready: &mut Vec<Place>) {
-        self.collect_taking(reader, ready, |_| false);
+        self.collect_taking(reader, ready, |_: Offer<'_>| false);
     }
 
     /// [`Inbox::collect`], offering each live change for a queue that is
@@ -277,12 +295,7 @@ impl Inbox {
     /// (true) is counted as delivered and never queued. `take` runs while
     /// the inbox's queues are held: it must not touch them (through a
     /// [`Mailbox`]).
-    pub fn collect_taking(
-        &self,
-        reader: &Waker,
-        ready: &mut Vec<Place>,
-        take: impl FnMut(Offer<'_>) -> bool,
-    ) {
+    pub fn collect_taking(&self, reader: &Waker, ready: &mut Vec<Place>, take: impl Taker) {
         let mut queues = self.queues.lock();
         ready.append(&mut queues.named);
         self.sort(&mut queues, Some(reader), Some(ready), take);
@@ -295,7 +308,7 @@ impl Inbox {
     pub fn sort_now(&self) {
         let mut queues = self.queues.lock();
         let mut named = std::mem::take(&mut queues.named);
-        self.sort(&mut queues, None, Some(&mut named), |_| false);
+        self.sort(&mut queues, None, Some(&mut named), |_: Offer<'_>| false);
         queues.named = named;
     }
 
@@ -307,7 +320,7 @@ impl Inbox {
         queues: &mut Queues,
         reader: Option<&Waker>,
         mut ready: Option<&mut Vec<Place>>,
-        mut take: impl FnMut(Offer<'_>) -> bool,
+        mut take: impl Taker,
     ) {
         let overflowed = {
             let mut incoming = self.incoming.lock();
@@ -326,6 +339,19 @@ impl Inbox {
             sorting_views: views,
             ..
         } = queues;
+        // Each queue a parcel goes to, and what the reader keeps for it, is
+        // read before any is sorted: these reads, independent of each
+        // other, wait for the memory together, where the sort's, one after
+        // another, would wait for each (a queue is read once per change,
+        // long after the last, and is rarely still in the CPU's cache).
+        let mut seen = 0;
+        for parcel in sorting.iter() {
+            if let Some(q) = slots.get(parcel.to) {
+                seen ^= q.start ^ q.items.len() as u64;
+                take.ahead(q.report.unwrap_or(parcel.to));
+            }
+        }
+        std::hint::black_box(seen);
         let mut tally = Tally::default();
         let mut name = |place: Place| {
             if let Some(ready) = ready.as_deref_mut() {
@@ -357,7 +383,7 @@ impl Inbox {
                         views,
                         at: i as usize,
                     };
-                    if q.items.is_empty() && !q.closed && take(offer()) {
+                    if q.items.is_empty() && !q.closed && take.take(offer()) {
                         tally.count(&q.counters);
                         continue;
                     }

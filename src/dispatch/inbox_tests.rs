@@ -214,7 +214,7 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     // b refuses its first change (say its client gave no room): queued.
     add_one(&d, 1);
     let mut offered = Vec::new();
-    inbox.collect_taking(&reader, &mut ready, |o| {
+    inbox.collect_taking(&reader, &mut ready, |o: Offer<'_>| {
         let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         place == a.mailbox.place()
@@ -229,7 +229,7 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     add_one(&d, 2);
     offered.clear();
     ready.clear();
-    inbox.collect_taking(&reader, &mut ready, |o| {
+    inbox.collect_taking(&reader, &mut ready, |o: Offer<'_>| {
         let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         true
@@ -243,7 +243,7 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     a.mailbox.alarm()();
     add_one(&d, 3);
     offered.clear();
-    inbox.collect_taking(&reader, &mut ready, |o| {
+    inbox.collect_taking(&reader, &mut ready, |o: Offer<'_>| {
         let (place, view) = (o.queue, o.view);
         offered.push((place, view.revision));
         true
@@ -257,7 +257,7 @@ fn a_change_taken_from_the_sort_is_never_queued_and_one_behind_a_queued_one_wait
     b.mailbox.report_as(stream.place());
     add_one(&d, 4);
     let mut named = Vec::new();
-    inbox.collect_taking(&reader, &mut ready, |o| {
+    inbox.collect_taking(&reader, &mut ready, |o: Offer<'_>| {
         named.push((o.by, o.queue, o.view.revision, o.alone()));
         false
     });

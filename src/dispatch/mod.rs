@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::object::{Event, EventType, Object, Projection, Revision, TooOld};
 use crate::selector::Predicate;
 pub use dispatcher::{Dispatcher, Subscription};
-pub use inbox::{Inbox, Mailbox, Offer, Place};
+pub use inbox::{Inbox, Mailbox, Offer, Place, Taker};
 pub use trigger::Trigger;
 pub use watcher::{Next, Position, Watcher};
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use super::{Inbox, Place, Queue, Queues};
+use super::{Inbox, Offer, Place, Queue, Queues};
 use crate::dispatch::Delivery;
 use crate::object::Revision;
 
@@ -60,7 +60,7 @@ impl Mailbox {
         let mut queues = self.inbox.queues.lock();
         if self.inbox.solo && self.queue(&mut queues).items.is_empty() {
             self.inbox
-                .sort(&mut queues, Some(cx.waker()), None, |_| false);
+                .sort(&mut queues, Some(cx.waker()), None, |_: Offer<'_>| false);
         }
         let solo = self.inbox.solo;
         let q = self.queue(&mut queues);

@@ -224,6 +224,10 @@ impl Drive for LiveWatch {
         }
     }
 
+    fn open(lane: &Lane) -> bool {
+        lane.steady.is_some()
+    }
+
     fn settle(&mut self, lane: &mut Lane) {
         if let (Some(steady), Feed::Watch(events)) = (lane.steady.take(), &mut self.events) {
             events.took_steady(&steady);

@@ -12,7 +12,7 @@ use slotmap::SecondaryMap;
 
 use super::protocol::out::Out;
 use super::protocol::socket::WRITE_LIMIT;
-use crate::dispatch::{Inbox, Offer, Place};
+use crate::dispatch::{Inbox, Offer, Place, Taker};
 
 /// The live watches of a connection, each polled when its waker says it
 /// is ready, and all that are ready in one pass. (`FuturesUnordered` ends
@@ -134,6 +134,11 @@ pub(super) trait Drive {
     /// Its lane, as it starts.
     fn lane(&self) -> Self::Lane;
 
+    /// Whether `lane` may take a change without the stream.
+    fn open(_lane: &Self::Lane) -> bool {
+        false
+    }
+
     /// Takes back what its lane did since it was last polled; the
     /// connection calls it before anything else reads the stream.
     fn settle(&mut self, lane: &mut Self::Lane);
@@ -241,19 +246,12 @@ impl<F: Drive> Watches<F> {
         self.ready.conn.register(cx.waker());
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
         if self.direct {
-            let (slots, lanes) = (&mut self.slots, &mut self.lanes);
-            self.inbox
-                .collect_taking(&self.mail, &mut self.taking, |offer| {
-                    let Some(lane) = lanes.get_mut(offer.by) else {
-                        return false;
-                    };
-                    let slots = &mut *slots;
-                    let watch = move || {
-                        let slots = slots;
-                        slots.get_mut(offer.by).map(|slot| &mut *slot.watch)
-                    };
-                    F::offer(lane, watch, &offer, out)
-                });
+            let taker = Taking {
+                slots: &mut self.slots,
+                lanes: &mut self.lanes,
+                out,
+            };
+            (self.inbox).collect_taking(&self.mail, &mut self.taking, taker);
         } else {
             self.inbox.collect(&self.mail, &mut self.taking);
         }
@@ -280,6 +278,33 @@ impl<F: Drive> Watches<F> {
             }
         }
         self.taking.clear();
+    }
+}
+
+/// The watches of a connection taking live changes as its inbox is sorted.
+struct Taking<'a, F: Drive> {
+    slots: &'a mut SecondaryMap<Place, Slot<F>>,
+    lanes: &'a mut SecondaryMap<Place, F::Lane>,
+    out: &'a mut Out,
+}
+
+impl<F: Drive> Taker for Taking<'_, F> {
+    fn ahead(&mut self, place: Place) {
+        if let Some(lane) = self.lanes.get(place) {
+            std::hint::black_box(F::open(lane));
+        }
+    }
+
+    fn take(&mut self, offer: Offer<'_>) -> bool {
+        let Some(lane) = self.lanes.get_mut(offer.by) else {
+            return false;
+        };
+        let slots = &mut *self.slots;
+        let watch = move || {
+            let slots = slots;
+            slots.get_mut(offer.by).map(|slot| &mut *slot.watch)
+        };
+        F::offer(lane, watch, &offer, self.out)
     }
 }
 
