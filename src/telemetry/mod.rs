@@ -10,6 +10,7 @@ mod process;
 mod resource;
 mod security;
 
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::EnvFilter;
 
 pub use delivery::{DeliveryLatency, ServePathLabel, WatchApi, WriteClock};
@@ -52,7 +53,7 @@ pub fn init(json: bool) -> anyhow::Result<TracingGuard> {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (targets, filter) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // Colours only for a terminal: a file or a log collector would keep
     // the escape codes.
     let fmt = tracing_subscriber::fmt::layer()
@@ -90,11 +91,28 @@ pub fn init(json: bool) -> anyhow::Result<TracingGuard> {
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("watchproxy")));
     // A second initialisation (tests start several servers) keeps the first.
     let _ = tracing_subscriber::registry()
+        .with(targets)
         .with(filter)
         .with(fmt)
         .with(traces)
         .try_init();
     Ok(TracingGuard(provider))
+}
+
+/// What a `RUST_LOG` spec (default `info`; one that does not parse is
+/// `info`) lets through: targets and levels alone are a static filter,
+/// checked once per call site; `EnvFilter`, needed only for span and field
+/// directives, also takes a lock shared by every thread whenever a span is
+/// entered or left, as each connection's task does at every poll.
+fn log_filter(spec: Option<&str>) -> (Option<Targets>, Option<EnvFilter>) {
+    let spec = spec.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    if !spec.contains(['[', '{']) {
+        if let Ok(targets) = spec.parse::<Targets>() {
+            return (Some(targets), None);
+        }
+    }
+    let filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("info"));
+    (None, Some(filter))
 }
 
 /// Reads W3C trace context from gRPC metadata.
@@ -122,4 +140,32 @@ pub fn continue_trace(span: &tracing::Span, metadata: &tonic::metadata::Metadata
     let parent =
         opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));
     let _ = span.set_parent(parent);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::level_filters::LevelFilter;
+
+    #[test]
+    fn targets_and_levels_are_a_static_filter_and_span_directives_keep_env_filter() {
+        let level = |(targets, filter): (Option<Targets>, Option<EnvFilter>)| {
+            assert!(targets.is_some() != filter.is_some(), "one filter");
+            targets.map(|t| t.default_level())
+        };
+        assert_eq!(level(log_filter(None)), Some(Some(LevelFilter::INFO)));
+        assert_eq!(level(log_filter(Some(" "))), Some(Some(LevelFilter::INFO)));
+        assert_eq!(
+            level(log_filter(Some("warn,watchproxy=debug"))),
+            Some(Some(LevelFilter::WARN))
+        );
+        assert_eq!(level(log_filter(Some("[connection]=debug"))), None);
+        assert_eq!(level(log_filter(Some("h2[{stream}]=trace"))), None);
+        let (_, filter) = log_filter(Some("watchproxy=bogus=1"));
+        assert_eq!(
+            filter.unwrap().to_string(),
+            "info",
+            "what does not parse is info"
+        );
+    }
 }
