@@ -307,6 +307,23 @@ impl EtcdStream {
         (fits(response.encoded_len()) && stream.take_live(view)).then_some(response)
     }
 
+    /// Reads what [`EtcdStream::offer`] reads, for a connection that reads
+    /// every stream a sort's changes may be offered to before offering any
+    /// (see [`crate::dispatch::Taker::ahead`]): the stream's own lines,
+    /// its requests' flag, its watch's range and queue.
+    pub(crate) fn ahead(&self) -> u64 {
+        let mut seen = u64::from(self.requests_woken.woken.load(Ordering::Relaxed))
+            ^ u64::from(self.batch.is_empty())
+            ^ u64::from(self.pending.is_some() || self.end.is_some());
+        if let Some((id, watch)) = self.streams.watches.first() {
+            seen ^= *id as u64 ^ u64::from(watch.range.as_ref().is_some_and(|r| r.contains(&[])));
+            if let Watched::One(stream) = &watch.feed {
+                seen ^= u64::from(stream.place() == Default::default());
+            }
+        }
+        seen
+    }
+
     fn close(&mut self, id: i64) {
         self.open.remove(&id);
         self.streams.remove(id);

@@ -224,8 +224,14 @@ impl Drive for LiveWatch {
         }
     }
 
-    fn open(lane: &Lane) -> bool {
-        lane.steady.is_some()
+    fn ahead<'w>(lane: &Lane, watch: impl FnOnce() -> Option<&'w Self>) -> u64 {
+        match lane.epoch {
+            Some(_) => u64::from(lane.steady.is_some()),
+            None => watch().map_or(0, |w| match &w.events {
+                Feed::Etcd(session) => session.ahead(),
+                Feed::Watch(_) => 0,
+            }),
+        }
     }
 
     fn settle(&mut self, lane: &mut Lane) {

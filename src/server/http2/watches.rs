@@ -134,9 +134,13 @@ pub(super) trait Drive {
     /// Its lane, as it starts.
     fn lane(&self) -> Self::Lane;
 
-    /// Whether `lane` may take a change without the stream.
-    fn open(_lane: &Self::Lane) -> bool {
-        false
+    /// Reads what [`Drive::offer`] would read of the stream (through
+    /// `watch` only where its lane cannot decide), ahead of the offer.
+    fn ahead<'w>(_lane: &Self::Lane, _watch: impl FnOnce() -> Option<&'w Self>) -> u64
+    where
+        Self: 'w,
+    {
+        0
     }
 
     /// Takes back what its lane did since it was last polled; the
@@ -291,7 +295,9 @@ struct Taking<'a, F: Drive> {
 impl<F: Drive> Taker for Taking<'_, F> {
     fn ahead(&mut self, place: Place) {
         if let Some(lane) = self.lanes.get(place) {
-            std::hint::black_box(F::open(lane));
+            let slots = &*self.slots;
+            let watch = || slots.get(place).map(|slot| &*slot.watch);
+            std::hint::black_box(F::ahead(lane, watch));
         }
     }
 
