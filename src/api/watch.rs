@@ -240,7 +240,7 @@ impl WatchStream {
     pub fn take_live(&mut self, view: &View) -> bool {
         let steady = self.is_steady();
         if steady {
-            self.take_steady(view);
+            self.watcher.take_known_live(view);
         }
         steady
     }
@@ -274,12 +274,6 @@ impl WatchStream {
     /// The count of ended grants its [`Steady`] is judged against.
     pub fn grant_epoch(&self) -> GrantEpoch {
         self.grant.epoch()
-    }
-
-    /// Shows `view`, a live change taken straight from the sort when the
-    /// watch is steady (see [`WatchStream::is_steady`]).
-    fn take_steady(&mut self, view: &View) {
-        self.watcher.take_known_live(view);
     }
 
     /// The live changes its reader took by the [`Steady`] it kept since
