@@ -583,3 +583,56 @@ async fn a_call_ends_at_the_clients_deadline() {
         started.elapsed()
     );
 }
+
+/// A connection's log lines name its peer, though the connection enters
+/// its span only where it starts calls or logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_log_lines_name_its_peer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let etcd = Etcd::start().await;
+    let (mut child, mut client, dir) = spawn_binary(&etcd, &[]).await;
+    // Served on a connection of its own first, so the broken one below is
+    // not the first the process logs about.
+    client
+        .list(ListRequest {
+            resource: "pods".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let config = std::fs::read_to_string(dir.path().join("config.yaml")).unwrap();
+    let listen = config
+        .lines()
+        .find_map(|l| l.strip_prefix("listen: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&listen).await.unwrap();
+    let peer = tcp.local_addr().unwrap();
+    let mut sent = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    sent.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    // DATA on an idle stream: a connection error, which the server logs.
+    sent.extend_from_slice(&[0, 0, 1, 0x0, 0, 0, 0, 0, 1, b'x']);
+    tcp.write_all(&sent).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the server closes the broken connection");
+
+    let mut line = None;
+    for _ in 0..100 {
+        let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+        line = log
+            .lines()
+            .find(|l| l.contains("broke the HTTP/2 protocol"))
+            .map(str::to_owned);
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = tokio::task::block_in_place(|| child.wait());
+    let line = line.expect("the protocol error is logged");
+    assert!(line.contains(&format!("peer={peer}")), "{line}");
+}

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
-use tracing::{debug, info};
+use tracing::{debug, info, Span};
 
 use super::super::router::Faces;
 use super::bridge::{Links, Part};
@@ -50,6 +50,10 @@ const LAST_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Serves one accepted connection until the client leaves, or until
 /// `stop`: then GOAWAY, and the connection ends once its calls have.
+///
+/// `span` is entered where the connection starts calls or logs, not on
+/// every pass: entering a span on each poll took a few percent of a
+/// steady delivery's CPU.
 pub(super) async fn serve<S>(
     socket: Socket,
     peer: Option<PeerCerts>,
@@ -57,11 +61,13 @@ pub(super) async fn serve<S>(
     routes: S,
     settings: ConnectionBounds,
     stop: CancellationToken,
+    span: Span,
 ) where
     S: Routes,
 {
-    let mut driver = Driver::new(socket, peer, faces, routes, settings, stop);
+    let mut driver = Driver::new(socket, peer, faces, routes, settings, stop, span);
     let ended = Repoll::new(poll_fn(|cx| driver.poll(cx))).await;
+    let _entered = driver.span.enter();
     match ended {
         Ok(()) => {}
         Err(Fail::Io(e)) => {
@@ -178,6 +184,8 @@ pub(super) struct Driver<S> {
     closing: Option<Pin<Box<Sleep>>>,
     /// The waker of the shutdown, keepalive and age timers.
     aside_waker: Waker,
+    /// Names the peer, and its caller once identified.
+    pub span: Span,
 }
 
 impl<S: Routes> Driver<S> {
@@ -188,6 +196,7 @@ impl<S: Routes> Driver<S> {
         routes: S,
         settings: ConnectionBounds,
         stop: CancellationToken,
+        span: Span,
     ) -> Self {
         let watches = Watches::new(settings.direct_delivery);
         let aside_waker = watches.aside_waker();
@@ -245,6 +254,7 @@ impl<S: Routes> Driver<S> {
             }),
             closing: None,
             aside_waker,
+            span,
         }
     }
 
@@ -268,35 +278,27 @@ impl<S: Routes> Driver<S> {
                 return Poll::Ready(Ok(()));
             }
             let mut busy = false;
-            while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
-                if let Ok((id, started)) = started {
-                    self.started(id, started);
+            if !self.starts.is_empty() {
+                let span = self.span.clone();
+                let _entered = span.enter();
+                while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
+                    if let Ok((id, started)) = started {
+                        self.started(id, started);
+                    }
+                    busy = true;
                 }
-                busy = true;
-            }
-            while let Poll::Ready(Some((id, part))) = self.parts.poll_recv(cx) {
-                if let Some(Entry {
-                    state: State::Call(call),
-                    ..
-                }) = self.streams.get_mut(&id)
-                {
-                    call.queue.push_back(part);
-                    call.flush(id, &mut self.out);
-                }
-            }
-            while let Poll::Ready(Some((id, n))) = self.released.poll_recv(cx) {
-                self.release_stream_window(id, n as u32);
-                self.release_connection_window(n as u32);
-            }
-            let full = full || self.out.buf.len() >= WRITE_LIMIT;
-            if !full {
-                self.watches.poll_ready(cx, &mut self.out);
             }
             if self.watches.take_aside() {
                 self.poll_aside()?;
             }
+            let full = full || self.out.buf.len() >= WRITE_LIMIT;
+            if full {
+                // Woken all the same by what comes aside.
+                self.watches.register(cx);
+            } else {
+                self.watches.poll_ready(cx, &mut self.out);
+            }
             self.close_ended();
-            while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
             if let Poll::Ready(Err(e)) = self.socket.poll_write_out(cx, &mut self.out.buf) {
                 return Poll::Ready(Err(e.into()));
             }
@@ -317,12 +319,15 @@ impl<S: Routes> Driver<S> {
         Poll::Pending
     }
 
-    /// The shutdown, keepalive and age timers, polled once their waker
-    /// fired: polled on every pass, once per delivery, they took a few
-    /// percent of the task's time.
+    /// The shutdown, keepalive and age timers, and what the calls'
+    /// tasks send back, polled once their waker fired: polled on every
+    /// pass, once per delivery, they took a few percent of the task's time.
     fn poll_aside(&mut self) -> Result<(), Fail> {
+        let span = self.span.clone();
+        let _entered = span.enter();
         let waker = self.aside_waker.clone();
         let mut cx = Context::from_waker(&waker);
+        self.poll_calls(&mut cx);
         if !self.h2.conn.goaway_sent() && self.stop.as_mut().poll(&mut cx).is_ready() {
             self.go_away(false);
         }
@@ -351,6 +356,26 @@ impl<S: Routes> Driver<S> {
             return Err(Fail::Io(io::ErrorKind::TimedOut.into()));
         }
         Ok(())
+    }
+
+    /// The calls' parts of responses, the request bytes they consumed
+    /// (which the client may send again) and their ends.
+    fn poll_calls(&mut self, cx: &mut Context<'_>) {
+        while let Poll::Ready(Some((id, part))) = self.parts.poll_recv(cx) {
+            if let Some(Entry {
+                state: State::Call(call),
+                ..
+            }) = self.streams.get_mut(&id)
+            {
+                call.queue.push_back(part);
+                call.flush(id, &mut self.out);
+            }
+        }
+        while let Poll::Ready(Some((id, n))) = self.released.poll_recv(cx) {
+            self.release_stream_window(id, n as u32);
+            self.release_connection_window(n as u32);
+        }
+        while let Poll::Ready(Some(_)) = self.calls.poll_join_next(cx) {}
     }
 
     /// Sends GOAWAY, once: the streams opened so far are served, later

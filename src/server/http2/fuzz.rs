@@ -79,6 +79,7 @@ async fn serve_one(input: &[u8]) -> Vec<u8> {
         routes,
         settings,
         shutdown,
+        tracing::Span::none(),
     ));
     let mut sent = PREFACE.to_vec();
     sent.extend_from_slice(&[0, 0, 0, kind::SETTINGS, 0, 0, 0, 0, 0]);

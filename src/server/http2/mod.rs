@@ -83,7 +83,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
-use tracing::{info_span, warn, Instrument};
+use tracing::{info_span, warn};
 
 use super::router::Faces;
 pub use super::routes::Routes;
@@ -162,9 +162,9 @@ pub async fn serve<S: Routes>(
                     Err(_) => return,
                 },
             };
-            connection::serve(socket, peer, faces, routes, settings, stop).await
+            connection::serve(socket, peer, faces, routes, settings, stop, span).await
         };
-        connections.spawn(connection.instrument(span));
+        connections.spawn(connection);
     }
     // Stop accepting at once; the open connections drain.
     drop(listener);

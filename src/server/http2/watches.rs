@@ -185,6 +185,12 @@ impl<F: Drive> Watches<F> {
         Waker::from(Arc::new(AsideWaker(self.ready.clone())))
     }
 
+    /// Has the ready list and the aside waker wake `cx`'s task, which does
+    /// not poll the watches this pass.
+    pub(super) fn register(&self, cx: &Context<'_>) {
+        self.ready.conn.register(cx.waker());
+    }
+
     /// Whether the aside waker fired since the last call.
     pub(super) fn take_aside(&self) -> bool {
         self.ready.aside.swap(false, Ordering::AcqRel)
