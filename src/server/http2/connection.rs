@@ -184,6 +184,8 @@ pub(super) struct Driver<S> {
     closing: Option<Pin<Box<Sleep>>>,
     /// The waker of the shutdown, keepalive and age timers.
     aside_waker: Waker,
+    /// The waker of the socket's reads.
+    pub read_waker: Waker,
     /// Names the peer, and its caller once identified.
     pub span: Span,
 }
@@ -199,7 +201,7 @@ impl<S: Routes> Driver<S> {
         span: Span,
     ) -> Self {
         let watches = Watches::new(settings.direct_delivery);
-        let aside_waker = watches.aside_waker();
+        let (aside_waker, read_waker) = (watches.aside_waker(), watches.read_waker());
         // Bounded by the held responses: a call produces more only while
         // the connection holds less than its bound of unsent bytes.
         let (parts_tx, parts) = mpsc::unbounded_channel();
@@ -254,6 +256,7 @@ impl<S: Routes> Driver<S> {
             }),
             closing: None,
             aside_waker,
+            read_waker,
             span,
         }
     }
@@ -270,12 +273,17 @@ impl<S: Routes> Driver<S> {
     fn poll_passes(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Fail>> {
         // Bounded: a client that keeps sending yields to the others.
         for _ in 0..16 {
+            // Before any of the wakers' flags is read: a wake after the
+            // read then wakes this task again.
+            self.watches.register(cx);
             // A client that does not read what it is sent is not read
             // either: its pings and SETTINGS would be answered without end.
             let full = self.out.buf.len() >= WRITE_LIMIT;
-            if !full && self.poll_frames(cx)?.is_ready() {
-                // The client closed the connection.
-                return Poll::Ready(Ok(()));
+            if !full && self.watches.take_readable() {
+                if self.poll_frames(cx)?.is_ready() {
+                    // The client closed the connection.
+                    return Poll::Ready(Ok(()));
+                }
             }
             let mut busy = false;
             if !self.starts.is_empty() {
@@ -292,10 +300,7 @@ impl<S: Routes> Driver<S> {
                 self.poll_aside()?;
             }
             let full = full || self.out.buf.len() >= WRITE_LIMIT;
-            if full {
-                // Woken all the same by what comes aside.
-                self.watches.register(cx);
-            } else {
+            if !full {
                 self.watches.poll_ready(cx, &mut self.out);
             }
             self.close_ended();

@@ -33,12 +33,15 @@ fn protocol(reason: Reason) -> Fail {
 
 impl<S: Routes> Driver<S> {
     /// Reads what the socket has and acts on its frames: `Ready` once the
-    /// client has closed the connection.
+    /// client has closed the connection. The reads wake the read waker,
+    /// which the connection's passes check before reading again.
     pub(super) fn poll_frames(&mut self, cx: &mut Context<'_>) -> Result<Poll<()>, Fail> {
+        let waker = self.read_waker.clone();
+        let mut read_cx = Context::from_waker(&waker);
         for _ in 0..READS {
             self.rbuf.reserve(READ_SIZE);
-            match tokio_util::io::poll_read_buf(Pin::new(&mut self.socket.read), cx, &mut self.rbuf)
-            {
+            let socket = Pin::new(&mut self.socket.read);
+            match tokio_util::io::poll_read_buf(socket, &mut read_cx, &mut self.rbuf) {
                 Poll::Pending => return Ok(Poll::Pending),
                 Poll::Ready(Ok(0)) => return Ok(Poll::Ready(())),
                 Poll::Ready(Ok(_)) => self.take_frames()?,
@@ -46,6 +49,7 @@ impl<S: Routes> Driver<S> {
             }
         }
         // More may be waiting: read on in the next pass.
+        waker.wake_by_ref();
         cx.waker().wake_by_ref();
         Ok(Poll::Pending)
     }

@@ -48,6 +48,8 @@ struct ReadyList {
     ids: Mutex<Vec<Place>>,
     /// The connection's own futures (shutdown, keepalive) were woken.
     aside: AtomicBool,
+    /// The socket may have bytes to read.
+    readable: AtomicBool,
     /// The connection's task, woken when the list stops being empty or
     /// the aside futures are woken.
     conn: AtomicWaker,
@@ -93,19 +95,24 @@ impl Wake for MailWaker {
     }
 }
 
-/// The waker of a connection's own futures. Polled on every pass, once per
-/// delivery, the shutdown token and the keepalive timer took a few percent
-/// of the task's time; they are polled only after this fired.
-struct AsideWaker(Arc<ReadyList>);
+/// The waker of a connection's own futures, or of its socket's reads.
+/// Polled on every pass, once per delivery, the shutdown token and the
+/// keepalive timer took a few percent of the task's time, and a read that
+/// finds nothing locks the socket's waiters; they are polled only after
+/// their waker fired.
+struct FlagWaker {
+    ready: Arc<ReadyList>,
+    flag: fn(&ReadyList) -> &AtomicBool,
+}
 
-impl Wake for AsideWaker {
+impl Wake for FlagWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.aside.store(true, Ordering::Release);
-        self.0.conn.wake();
+        (self.flag)(&self.ready).store(true, Ordering::Release);
+        self.ready.conn.wake();
     }
 }
 
@@ -181,12 +188,22 @@ impl<F: Drive> Watches<F> {
     /// a watch does; it counts as fired at first, so they are polled to
     /// start.
     pub(super) fn aside_waker(&self) -> Waker {
-        self.ready.aside.store(true, Ordering::Release);
-        Waker::from(Arc::new(AsideWaker(self.ready.clone())))
+        self.flag_waker(|r| &r.aside)
     }
 
-    /// Has the ready list and the aside waker wake `cx`'s task, which does
-    /// not poll the watches this pass.
+    /// A waker for the socket's reads, which wakes the task as a watch
+    /// does; it counts as fired at first, so the socket is read to start.
+    pub(super) fn read_waker(&self) -> Waker {
+        self.flag_waker(|r| &r.readable)
+    }
+
+    fn flag_waker(&self, flag: fn(&ReadyList) -> &AtomicBool) -> Waker {
+        flag(&self.ready).store(true, Ordering::Release);
+        let ready = self.ready.clone();
+        Waker::from(Arc::new(FlagWaker { ready, flag }))
+    }
+
+    /// Has the ready list and the flag wakers wake `cx`'s task.
     pub(super) fn register(&self, cx: &Context<'_>) {
         self.ready.conn.register(cx.waker());
     }
@@ -194,6 +211,11 @@ impl<F: Drive> Watches<F> {
     /// Whether the aside waker fired since the last call.
     pub(super) fn take_aside(&self) -> bool {
         self.ready.aside.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the read waker fired since the last call.
+    pub(super) fn take_readable(&self) -> bool {
+        self.ready.readable.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -409,6 +431,27 @@ mod tests {
         watches.poll_ready(&mut cx, &mut out);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
         assert_eq!(fresh.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_flag_waker_sets_its_flag_and_wakes_the_task_registered() {
+        let watches = Watches::<Probe>::new(true);
+        let (aside, read) = (watches.aside_waker(), watches.read_waker());
+        assert!(
+            watches.take_aside() && watches.take_readable(),
+            "fired at first"
+        );
+        assert!(!watches.take_aside() && !watches.take_readable());
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = Waker::from(Arc::new(Count(woken.clone())));
+        watches.register(&Context::from_waker(&waker));
+        read.wake_by_ref();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert!(watches.take_readable() && !watches.take_aside());
+        watches.register(&Context::from_waker(&waker));
+        aside.wake_by_ref();
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert!(watches.take_aside() && !watches.take_readable());
     }
 
     #[test]
