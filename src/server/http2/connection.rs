@@ -279,11 +279,9 @@ impl<S: Routes> Driver<S> {
             // A client that does not read what it is sent is not read
             // either: its pings and SETTINGS would be answered without end.
             let full = self.out.buf.len() >= WRITE_LIMIT;
-            if !full && self.watches.take_readable() {
-                if self.poll_frames(cx)?.is_ready() {
-                    // The client closed the connection.
-                    return Poll::Ready(Ok(()));
-                }
+            if !full && self.watches.take_readable() && self.poll_frames(cx)?.is_ready() {
+                // The client closed the connection.
+                return Poll::Ready(Ok(()));
             }
             let mut busy = false;
             if !self.starts.is_empty() {
