@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod etcd_api;
 /// The generated types of etcd's own API, for its facade.
 pub mod etcdpb;
+pub mod kubernetes_api;
 /// The boundary types: resource, object, event, resource version.
 pub mod object;
 /// The generated `watchproxy.v1` types.
