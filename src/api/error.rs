@@ -15,7 +15,9 @@ use crate::selector::SelectorError;
 use crate::source::EtcdError;
 
 mod etcd;
+mod kubernetes;
 pub use etcd::etcd_status;
+pub use kubernetes::{kubernetes_status, Cause, KubeStatus, Subject};
 
 /// Metadata key carrying the version a client should resume or re-list from.
 pub const RESUME_VERSION_KEY: &str = "watchproxy-resume-resource-version";

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::api::error::{Cause, KubeStatus};
+
 /// How `resourceVersion` applies to a list (`resourceVersionMatch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VersionMatch {
@@ -100,6 +102,41 @@ impl fmt::Display for OptionsError {
                     many => write!(f, "[{}]", many.join(", ")),
                 }
             }
+        }
+    }
+}
+
+impl OptionsError {
+    /// The Status the apiserver answers: 400 BadRequest, or 422 Invalid
+    /// with a cause for each reason.
+    pub fn status(&self) -> KubeStatus {
+        match self {
+            Self::BadRequest(message) => KubeStatus::bad_request(message.clone()),
+            Self::Invalid(errors) => {
+                let causes = errors.iter().map(FieldError::cause).collect();
+                KubeStatus::invalid("ListOptions", self.to_string(), causes)
+            }
+        }
+    }
+}
+
+impl FieldError {
+    /// A `metav1.StatusCause`: the error's type, its text after the
+    /// field, and the field.
+    fn cause(&self) -> Cause {
+        let (reason, field) = match self {
+            Self::Forbidden { field, .. } => ("FieldValueForbidden", field),
+            Self::NotSupported { field, .. } => ("FieldValueNotSupported", field),
+        };
+        let text = self.to_string();
+        let message = text
+            .strip_prefix(&format!("{field}: "))
+            .unwrap_or(&text)
+            .to_owned();
+        Cause {
+            reason,
+            message,
+            field: (*field).to_owned(),
         }
     }
 }
@@ -351,6 +388,26 @@ mod tests {
         .unwrap();
         assert_eq!(watch_list.send_initial_events, Some(true));
         assert!(ListOptions::parse("watch=true&resourceVersion=0").is_ok());
+    }
+
+    #[test]
+    fn a_refusal_is_the_apiservers_status() {
+        let e = ListOptions::parse("sendInitialEvents=true").unwrap_err();
+        let status: serde_json::Value = serde_json::from_slice(&e.status().to_json()).unwrap();
+        assert_eq!(status["code"], 422);
+        assert_eq!(status["reason"], "Invalid");
+        assert_eq!(status["details"]["kind"], "ListOptions");
+        assert_eq!(status["details"]["group"], "meta.k8s.io");
+        assert_eq!(
+            status["details"]["causes"][0],
+            serde_json::json!({
+                "reason": "FieldValueForbidden",
+                "message": "Forbidden: sendInitialEvents is forbidden for list",
+                "field": "sendInitialEvents"
+            })
+        );
+        let e = ListOptions::parse("limit=x").unwrap_err();
+        assert_eq!((e.status().code, e.status().reason), (400, "BadRequest"));
     }
 
     #[test]
