@@ -204,7 +204,7 @@ impl Etcd {
 
 impl Etcd {
     /// The objects `predicate` selects among the keys `[start, end)` at
-    /// `revision`, in key order, read in pages of [`PAGE`] keys: a read of
+    /// `revision`, in key order, read in pages of `PAGE` keys: a read of
     /// one key reads that key alone. Values that cannot be decoded are
     /// skipped, as the cache skips them.
     pub async fn objects_in(
