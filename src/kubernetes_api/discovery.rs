@@ -53,13 +53,20 @@ pub fn resources(served: &[ApiKind], group: &str, version: &str) -> Option<Value
         .iter()
         .filter(|k| k.group == group && k.version == version)
         .map(|k| {
-            json!({
+            let mut resource = json!({
                 "name": k.plural,
                 "singularName": k.kind.to_lowercase(),
                 "namespaced": k.namespaced,
                 "kind": k.kind,
                 "verbs": VERBS,
-            })
+            });
+            if !k.short_names.is_empty() {
+                resource["shortNames"] = json!(k.short_names);
+            }
+            if !k.categories.is_empty() {
+                resource["categories"] = json!(k.categories);
+            }
+            resource
         })
         .collect();
     if resources.is_empty() {
@@ -111,6 +118,8 @@ mod tests {
             kind: kind.into(),
             plural: plural.into(),
             namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
         }
     }
 
@@ -139,6 +148,12 @@ mod tests {
             })
         );
         assert_eq!(v1["resources"][1]["namespaced"], false);
+        let mut pods = served();
+        pods[0].short_names = vec!["po".into()];
+        pods[0].categories = vec!["all".into()];
+        let v1 = resources(&pods, "", "v1").unwrap();
+        assert_eq!(v1["resources"][0]["shortNames"], json!(["po"]));
+        assert_eq!(v1["resources"][0]["categories"], json!(["all"]));
         assert_eq!(resources(&served(), "", "v2"), None);
     }
 

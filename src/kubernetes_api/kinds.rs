@@ -13,6 +13,10 @@ pub struct ApiKind {
     pub kind: String,
     pub plural: String,
     pub namespaced: bool,
+    /// The names kubectl also resolves (`kubectl get po`).
+    pub short_names: Vec<String>,
+    /// The categories it is listed in (`kubectl get all`).
+    pub categories: Vec<String>,
 }
 
 /// The built-ins: storage prefix (after `/registry/`), group, version,
@@ -57,6 +61,47 @@ const BUILT_INS: &[(&str, &str, &str, &str, &str, bool)] = &[
     ("apiextensions.k8s.io/customresourcedefinitions", "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false),
 ];
 
+/// The built-ins' short names, as the apiserver advertises them.
+const SHORT_NAMES: &[(&str, &[&str])] = &[
+    ("pods", &["po"]),
+    ("nodes", &["no"]),
+    ("services", &["svc"]),
+    ("endpoints", &["ep"]),
+    ("configmaps", &["cm"]),
+    ("namespaces", &["ns"]),
+    ("serviceaccounts", &["sa"]),
+    ("persistentvolumes", &["pv"]),
+    ("persistentvolumeclaims", &["pvc"]),
+    ("events", &["ev"]),
+    ("limitranges", &["limits"]),
+    ("resourcequotas", &["quota"]),
+    ("deployments", &["deploy"]),
+    ("replicasets", &["rs"]),
+    ("statefulsets", &["sts"]),
+    ("daemonsets", &["ds"]),
+    ("cronjobs", &["cj"]),
+    ("ingresses", &["ing"]),
+    ("networkpolicies", &["netpol"]),
+    ("storageclasses", &["sc"]),
+    ("priorityclasses", &["pc"]),
+    ("poddisruptionbudgets", &["pdb"]),
+    ("horizontalpodautoscalers", &["hpa"]),
+    ("customresourcedefinitions", &["crd", "crds"]),
+];
+
+/// The built-ins in the `all` category.
+const ALL: &[&str] = &[
+    "pods",
+    "services",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+    "daemonsets",
+    "jobs",
+    "cronjobs",
+    "horizontalpodautoscalers",
+];
+
 /// The built-in resource the apiserver stores under `prefix` (as
 /// configured: `/registry/pods` or `/registry/pods/`), if it is one.
 pub fn built_in(prefix: &str) -> Option<ApiKind> {
@@ -68,6 +113,16 @@ pub fn built_in(prefix: &str) -> Option<ApiKind> {
             kind: kind.to_owned(),
             plural: plural.to_owned(),
             namespaced,
+            short_names: (SHORT_NAMES.iter())
+                .find(|s| s.0 == plural)
+                .map_or(&[][..], |s| s.1)
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            categories: match ALL.contains(&plural) {
+                true => vec!["all".to_owned()],
+                false => Vec::new(),
+            },
         },
     )
 }
@@ -113,7 +168,16 @@ mod tests {
             (ingresses.group.as_str(), ingresses.plural.as_str()),
             ("networking.k8s.io", "ingresses")
         );
-        assert_eq!(built_in("/registry/deployments/").unwrap().group, "apps");
+        let deployments = built_in("/registry/deployments/").unwrap();
+        assert_eq!(deployments.group, "apps");
+        assert_eq!(
+            (deployments.short_names, deployments.categories),
+            (vec!["deploy".to_owned()], vec!["all".to_owned()])
+        );
+        assert!(built_in("/registry/secrets")
+            .unwrap()
+            .short_names
+            .is_empty());
         for not_built_in in [
             "/registry/nodes",
             "/registry/services",
@@ -134,6 +198,12 @@ mod tests {
         prefixes.dedup();
         plurals.dedup();
         assert_eq!((prefixes.len(), plurals.len()), (n, n));
+        for (plural, _) in SHORT_NAMES {
+            assert!(BUILT_INS.iter().any(|b| b.4 == *plural), "{plural}");
+        }
+        for plural in ALL {
+            assert!(BUILT_INS.iter().any(|b| b.4 == *plural), "{plural}");
+        }
         for b in BUILT_INS {
             assert!(b.4.chars().all(|c| c.is_ascii_lowercase()), "{}", b.4);
             assert!(b.3.starts_with(|c: char| c.is_ascii_uppercase()), "{}", b.3);
