@@ -285,8 +285,7 @@ impl<S: Routes> Driver<S> {
             }
             let mut busy = false;
             if !self.starts.is_empty() {
-                let span = self.span.clone();
-                let _entered = span.enter();
+                let _entered = self.span.clone().entered();
                 while let Poll::Ready(Some(started)) = self.starts.poll_next_unpin(cx) {
                     if let Ok((id, started)) = started {
                         self.started(id, started);
@@ -299,7 +298,7 @@ impl<S: Routes> Driver<S> {
             }
             let full = full || self.out.buf.len() >= WRITE_LIMIT;
             if !full {
-                self.watches.poll_ready(cx, &mut self.out);
+                self.watches.poll_ready(&mut self.out);
             }
             self.close_ended();
             if let Poll::Ready(Err(e)) = self.socket.poll_write_out(cx, &mut self.out.buf) {
@@ -326,8 +325,7 @@ impl<S: Routes> Driver<S> {
     /// tasks send back, polled once their waker fired: polled on every
     /// pass, once per delivery, they took a few percent of the task's time.
     fn poll_aside(&mut self) -> Result<(), Fail> {
-        let span = self.span.clone();
-        let _entered = span.enter();
+        let _entered = self.span.clone().entered();
         let waker = self.aside_waker.clone();
         let mut cx = Context::from_waker(&waker);
         self.poll_calls(&mut cx);

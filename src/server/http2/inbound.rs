@@ -55,8 +55,7 @@ impl<S: Routes> Driver<S> {
     }
 
     fn take_frames(&mut self) -> Result<(), Fail> {
-        let span = self.span.clone();
-        let _entered = span.enter();
+        let _entered = self.span.clone().entered();
         if self.h2.conn == ConnState::Preface {
             let n = self.rbuf.len().min(PREFACE.len());
             if self.rbuf[..n] != PREFACE[..n] {

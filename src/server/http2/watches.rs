@@ -272,10 +272,9 @@ impl<F: Drive> Watches<F> {
 
     /// Polls every watch that was ready when the pass began, until the
     /// pass has framed [`WRITE_LIMIT`] bytes; those woken meanwhile, and
-    /// those past the limit, wait for the next pass, for which `cx` is
-    /// woken.
-    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>, out: &mut Out) {
-        self.ready.conn.register(cx.waker());
+    /// those past the limit, wait for the next pass, for which the task
+    /// [`Watches::register`]ed at the start of this one is woken.
+    pub(super) fn poll_ready(&mut self, out: &mut Out) {
         std::mem::swap(&mut *self.ready.ids.lock(), &mut self.taking);
         if self.direct {
             let taker = Taking {
@@ -350,6 +349,13 @@ mod tests {
 
     use super::super::tests::Count;
 
+    /// A connection's pass over its watches: its task registered, then
+    /// the ready ones polled.
+    fn pass(watches: &mut Watches<Probe>, cx: &mut Context<'_>, out: &mut Out) {
+        watches.register(cx);
+        watches.poll_ready(out);
+    }
+
     /// Counts its polls; frames `frames` bytes and wakes itself while
     /// polled; ends at its `end`-th poll.
     struct Probe {
@@ -405,14 +411,14 @@ mod tests {
         let waker = Waker::from(Arc::new(Count(woken.clone())));
         let mut cx = Context::from_waker(&waker);
         let mut out = Out::default();
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(count(&polls), [1; 10], "all in one pass, once each");
         assert_eq!(
             woken.load(Ordering::SeqCst),
             1,
             "the connection is woken for the next"
         );
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(count(&polls), [2; 10], "self-woken: again in the next pass");
         assert_eq!(watches.slots.len(), 5, "the ended ones are gone");
         // A new one in the slot of one that ended.
@@ -428,7 +434,7 @@ mod tests {
             },
         );
         assert_eq!(watches.slots.len(), 6);
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(count(&polls), [2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
         assert_eq!(fresh.load(Ordering::SeqCst), 1);
     }
@@ -476,16 +482,16 @@ mod tests {
         let waker = Waker::from(Arc::new(Count(Arc::new(AtomicUsize::new(0)))));
         let mut cx = Context::from_waker(&waker);
         let mut out = Out::default();
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(total(), 4, "four fill the pass");
         assert_eq!(out.buf.len(), WRITE_LIMIT);
         // Written out; the next pass takes the six left, not the four again.
         out.buf.clear();
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(total(), 8);
         assert!(polls[..4].iter().all(|p| p.load(Ordering::SeqCst) == 1));
         out.buf.clear();
-        watches.poll_ready(&mut cx, &mut out);
+        pass(&mut watches, &mut cx, &mut out);
         assert_eq!(total(), 12);
         assert!(
             polls.iter().all(|p| p.load(Ordering::SeqCst) >= 1),
