@@ -53,24 +53,20 @@ pub fn with_resource_version(stored: &[u8], revision: Revision) -> Option<Vec<u8
     let text = std::str::from_utf8(stored).ok()?;
     let Members(mut members) = serde_json::from_str(text).ok()?;
     let version = RawValue::from_string(format!("\"{revision}\"")).expect("a quoted number");
-    let mut metadata_out = Vec::new();
-    match members.iter().position(|(k, _)| k == "metadata") {
-        Some(at) => {
-            let Members(mut metadata) = serde_json::from_str(members[at].1.get()).ok()?;
-            match metadata.iter().position(|(k, _)| k == "resourceVersion") {
-                Some(rv) => metadata[rv].1 = &version,
-                None => metadata.push(("resourceVersion".to_owned(), &version)),
-            }
-            write_members(&metadata, &mut metadata_out);
-        }
-        None => write_members(
-            &[("resourceVersion".to_owned(), &version)],
-            &mut metadata_out,
-        ),
+    let at = members.iter().position(|(k, _)| k == "metadata");
+    let mut metadata = match at {
+        Some(at) => serde_json::from_str::<Members>(members[at].1.get()).ok()?.0,
+        None => Vec::new(),
+    };
+    match metadata.iter().position(|(k, _)| k == "resourceVersion") {
+        Some(rv) => metadata[rv].1 = &version,
+        None => metadata.push(("resourceVersion".to_owned(), &version)),
     }
+    let mut metadata_out = Vec::new();
+    write_members(&metadata, &mut metadata_out);
     let metadata_text = String::from_utf8(metadata_out).expect("JSON is UTF-8");
     let metadata = RawValue::from_string(metadata_text).ok()?;
-    match members.iter().position(|(k, _)| k == "metadata") {
+    match at {
         Some(at) => members[at].1 = &metadata,
         None => members.push(("metadata".to_owned(), &metadata)),
     }

@@ -18,7 +18,6 @@ pub struct Subject<'a> {
     pub plural: &'a str,
     /// The object's name, for a request of one object.
     pub name: Option<&'a str>,
-    pub namespace: Option<&'a str>,
     /// `get`, `list` or `watch`.
     pub verb: &'a str,
 }
@@ -262,7 +261,6 @@ mod tests {
             group: "",
             plural: "pods",
             name,
-            namespace: Some("ns"),
             verb,
         }
     }
@@ -293,7 +291,6 @@ mod tests {
             group: "apps",
             plural: "deployments",
             name: Some("d"),
-            namespace: None,
             verb: "get",
         };
         let s = kubernetes_status(ApiError::NotFound { key: "k".into() }, &apps);
