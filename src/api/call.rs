@@ -29,18 +29,19 @@ impl Api {
         info: CallInfo<'_>,
         call: impl std::future::Future<Output = Result<T, ApiError>>,
     ) -> Result<Response<T>, Status> {
-        self.answer_with(metadata, info, call, Status::from).await
+        (self.answer_with(metadata, info, call, Status::from).await).map(Response::new)
     }
 
     /// Answers a call in its span, timed and recorded by resource, method
-    /// and status code; its error becomes a status here.
-    pub async fn answer_with<T>(
+    /// and the gRPC code of its outcome; its error becomes the face's own
+    /// (`to_error`) here.
+    pub async fn answer_with<T, E>(
         &self,
         metadata: &MetadataMap,
         info: CallInfo<'_>,
         call: impl std::future::Future<Output = Result<T, ApiError>>,
-        to_status: fn(ApiError) -> Status,
-    ) -> Result<Response<T>, Status> {
+        to_error: impl FnOnce(ApiError) -> E,
+    ) -> Result<T, E> {
         let span = tracing::info_span!(
             "call",
             otel.name = info.method,
@@ -52,10 +53,10 @@ impl Api {
         );
         crate::telemetry::continue_trace(&span, metadata);
         let started = Instant::now();
-        let answer = call.instrument(span.clone()).await.map_err(to_status);
+        let answer = call.instrument(span.clone()).await;
         let code = answer
             .as_ref()
-            .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+            .map_or_else(ApiError::code, |_| tonic::Code::Ok);
         let resource = if self.resources.contains_key(info.resource) {
             info.resource
         } else {
@@ -64,7 +65,7 @@ impl Api {
         self.metrics
             .call(resource, info.method, code, started.elapsed().as_secs_f64());
         span.record("code", format!("{code:?}"));
-        answer.map(Response::new)
+        answer.map_err(to_error)
     }
 }
 

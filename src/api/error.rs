@@ -256,7 +256,7 @@ impl ApiError {
         }
     }
 
-    fn code(&self) -> Code {
+    pub fn code(&self) -> Code {
         match self {
             ApiError::UnknownResource { .. } | ApiError::NotFound { .. } => Code::NotFound,
             ApiError::InvalidArgument { .. } | ApiError::LoginFailed => Code::InvalidArgument,

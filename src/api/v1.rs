@@ -10,6 +10,7 @@ use tonic::server::{ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::{ProstCodec, ProstDecoder};
 
+use super::error::ApiError;
 use super::query::{GetQuery, ListQuery, WatchQuery};
 use super::wire::WatchMessage;
 use super::{grpc, Api, CallInfo, CallMeta, Entered, WatchStream, ALL};
@@ -29,39 +30,47 @@ impl Api {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        let (meta, mut req) = CallMeta::of(request);
-        let opened = match req.continue_token.as_str() {
-            "" => Ok(String::new()),
-            sealed => self.sealer.open(sealed).map(str::to_owned),
-        };
-        req.continue_token.clear();
+        let (meta, req) = CallMeta::of(request);
         let info = CallInfo {
             method: "List",
             resource: &req.resource,
             label_selector: &req.label_selector,
             field_selector: &req.field_selector,
         };
-        let call = async {
-            let entered = self.enter_read(&meta)?;
-            let (s, scope) = self.admit(&entered, Verb::List, &req.resource, &req.namespace)?;
-            let caller = &entered.identity.caller;
-            let token_scope = entered.judged.auth.token_scope(caller, &scope);
-            let req = pb::ListRequest {
-                continue_token: opened?,
-                ..req.clone()
-            };
-            let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
-            query.limit = self.user_limits.page(query.limit);
-            let mut page = self.list_page(s, query, &entered.identity).await?;
-            page.continue_token = self.sealer.seal(&page.continue_token);
-            // A digest of every object of the resource: only for a rule
-            // that covers it whole.
-            if !scope.covers_whole(&req.namespace) {
-                page.state_digest.clear();
-            }
-            Ok(page)
+        self.answer(&meta.metadata, info, self.list_for(&meta, &req))
+            .await
+    }
+
+    /// One page of a List as every face asks for it: the caller entered
+    /// and admitted, the request checked into a query, the continue
+    /// tokens it is sent and gives sealed.
+    pub async fn list_for(
+        &self,
+        meta: &CallMeta,
+        req: &pb::ListRequest,
+    ) -> Result<pb::ListResponse, ApiError> {
+        let entered = self.enter_read(meta)?;
+        let (s, scope) = self.admit(&entered, Verb::List, &req.resource, &req.namespace)?;
+        let caller = &entered.identity.caller;
+        let token_scope = entered.judged.auth.token_scope(caller, &scope);
+        let continue_token = match req.continue_token.as_str() {
+            "" => String::new(),
+            sealed => self.sealer.open(sealed)?.to_owned(),
         };
-        self.answer(&meta.metadata, info, call).await
+        let req = pb::ListRequest {
+            continue_token,
+            ..req.clone()
+        };
+        let mut query = ListQuery::parse(&req, &s.cache.resource, &scope, token_scope)?;
+        query.limit = self.user_limits.page(query.limit);
+        let mut page = self.list_page(s, query, &entered.identity).await?;
+        page.continue_token = self.sealer.seal(&page.continue_token);
+        // A digest of every object of the resource: only for a rule that
+        // covers it whole.
+        if !scope.covers_whole(&req.namespace) {
+            page.state_digest.clear();
+        }
+        Ok(page)
     }
 
     pub async fn get(
@@ -75,13 +84,20 @@ impl Api {
             label_selector: "",
             field_selector: "",
         };
-        let call = async {
-            let entered = self.enter_read(&meta)?;
-            let (s, scope) = self.admit(&entered, Verb::Get, &req.resource, &req.namespace)?;
-            let query = GetQuery::parse(&req, &s.cache.resource, &scope)?;
-            self.get_object(s, query, &entered.identity).await
-        };
-        self.answer(&meta.metadata, info, call).await
+        self.answer(&meta.metadata, info, self.get_for(&meta, &req))
+            .await
+    }
+
+    /// A Get as every face asks for it.
+    pub async fn get_for(
+        &self,
+        meta: &CallMeta,
+        req: &pb::GetRequest,
+    ) -> Result<pb::Object, ApiError> {
+        let entered = self.enter_read(meta)?;
+        let (s, scope) = self.admit(&entered, Verb::Get, &req.resource, &req.namespace)?;
+        let query = GetQuery::parse(req, &s.cache.resource, &scope)?;
+        self.get_object(s, query, &entered.identity).await
     }
 
     /// Starts a Watch; its stream yields each event encoded for the wire.
@@ -104,18 +120,27 @@ impl Api {
             label_selector: &req.label_selector,
             field_selector: &req.field_selector,
         };
-        let call = async {
-            let entered = self.enter(&meta)?;
-            let place = self.user_limits.watch(&entered.identity)?;
-            let (s, scope) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
-            let query = WatchQuery::parse(&req, &s.cache.resource, &scope)?;
-            let resource = s.cache.resource.clone();
-            let Entered { judged, identity } = entered;
-            let grant = Grant::new(identity, Verb::Watch, resource, &req.namespace, scope);
-            let held = self.auth.hold(grant, &judged);
-            self.start_watch(s, query, inbox, (place, held)).await
-        };
-        self.answer(&meta.metadata, info, call).await
+        self.answer(&meta.metadata, info, self.watch_for(&meta, &req, inbox))
+            .await
+    }
+
+    /// A Watch as every face starts it: the caller entered, held to its
+    /// watch limits and admitted, its grant held for the watch's life.
+    pub async fn watch_for(
+        &self,
+        meta: &CallMeta,
+        req: &pb::WatchRequest,
+        inbox: Arc<Inbox>,
+    ) -> Result<WatchStream, ApiError> {
+        let entered = self.enter(meta)?;
+        let place = self.user_limits.watch(&entered.identity)?;
+        let (s, scope) = self.admit(&entered, Verb::Watch, &req.resource, &req.namespace)?;
+        let query = WatchQuery::parse(req, &s.cache.resource, &scope)?;
+        let resource = s.cache.resource.clone();
+        let Entered { judged, identity } = entered;
+        let grant = Grant::new(identity, Verb::Watch, resource, &req.namespace, scope);
+        let held = self.auth.hold(grant, &judged);
+        self.start_watch(s, query, inbox, (place, held)).await
     }
 }
 

@@ -250,6 +250,7 @@ impl EtcdApi {
         self.core
             .answer_with(&meta.metadata, info, call, etcd_status)
             .await
+            .map(Response::new)
     }
 
     /// Of the objects of `cut.range` the caller may see: how many there
