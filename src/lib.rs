@@ -67,6 +67,8 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
     /// Serves only `grpc.health.v1`, in plain text.
     pub health: Option<TcpListener>,
+    /// Serves Kubernetes' API, when `kubernetes_api` is enabled.
+    pub kubernetes: Option<TcpListener>,
 }
 
 /// How often the dispatchers look for due bookmarks.
@@ -163,6 +165,27 @@ pub async fn run(
     let etcd = (config.etcd_api.enabled).then(|| EtcdApi::new(api.clone(), &config.etcd_api));
     if etcd.is_some() {
         info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
+    }
+    if config.kubernetes_api.enabled {
+        let listener =
+            (listeners.kubernetes).context("kubernetes_api is enabled: its listener is needed")?;
+        let (catalog, left_out) = kubernetes_api::catalog::Catalog::new(&config.resources)?;
+        if !left_out.is_empty() {
+            warn!(
+                resources = left_out.join(", "),
+                "not on Kubernetes' API: raw values, or a prefix that names no kind; give each a kubernetes section to serve it there"
+            );
+        }
+        info!(addr = %listener.local_addr()?, "serving Kubernetes' read API (discovery, get, list, watch)");
+        let face = kubernetes_api::KubernetesApi::new(api.clone(), catalog);
+        tasks.push(server::kubernetes::spawn(
+            listener,
+            tls.clone(),
+            face,
+            &config.limits,
+            config.shutdown_grace,
+            shutdown.clone(),
+        ));
     }
     let faces = Faces { api, etcd };
     let routes = server::router::routes(&faces, base, &config.limits);

@@ -143,10 +143,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         signal.cancel();
     });
     let health = bind(config.health_listen).await?;
+    let kubernetes = match config.kubernetes_api.enabled {
+        true => bind(config.kubernetes_api.listen).await?,
+        false => None,
+    };
     let listeners = Listeners {
         grpc,
         metrics,
         health,
+        kubernetes,
     };
     run(config, listeners, shutdown).await
 }

@@ -5,6 +5,7 @@
 mod bytes;
 mod etcd_api;
 mod key_layout;
+mod kubernetes_api;
 mod limits;
 mod security;
 mod source;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 
 pub use etcd_api::{EtcdApiConfig, Outside};
 pub use key_layout::{KeyLayout, Segment};
+pub use kubernetes_api::{KubernetesApiConfig, KubernetesMapping};
 pub use limits::LimitsConfig;
 pub use security::{
     AuthConfig, AuthorizationConfig, CertificateUser, ClientAuth, JwtConfig, RuleConfig, TlsConfig,
@@ -81,6 +83,9 @@ pub struct Config {
     /// etcd's own read API on the same listener.
     #[serde(default)]
     pub etcd_api: EtcdApiConfig,
+    /// Kubernetes' own list/watch API, on a listener of its own.
+    #[serde(default)]
+    pub kubernetes_api: KubernetesApiConfig,
     /// How long open calls get to finish after SIGTERM before the process
     /// exits anyway.
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
@@ -249,6 +254,9 @@ pub struct ResourceConfig {
     pub indexed_fields: Vec<String>,
     #[serde(default)]
     pub cache: CacheConfig,
+    /// What it is on Kubernetes' API (`kubernetes_api`).
+    #[serde(default)]
+    pub kubernetes: Option<KubernetesMapping>,
 }
 
 impl ResourceConfig {

@@ -21,7 +21,7 @@ pub enum ConfigError {
     Invalid { field: String, problem: String },
 }
 
-fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         problem: problem.into(),
@@ -109,6 +109,7 @@ impl Config {
                 ),
             ));
         }
+        self.kubernetes_api.validate(self)?;
         if self.etcd_api.enabled
             && self.etcd_api.outside == Outside::Forward
             && self.authorization.is_none()

@@ -362,6 +362,7 @@ impl Dispatcher {
             encoded,
             compressed: Default::default(),
             etcd_encoded: Default::default(),
+            kubernetes_line: Default::default(),
             received,
         })
     }

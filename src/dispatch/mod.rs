@@ -100,6 +100,10 @@ pub struct View {
     /// state: made by the first stream that sends it, for all of them; a
     /// whole response of it alone, and where the change starts in it.
     pub etcd_encoded: [OnceLock<(Bytes, usize)>; 2],
+    /// The change as a line of a Kubernetes API watch, made by the first
+    /// stream that sends it, for all of them; none for a value that is not
+    /// a JSON object.
+    pub kubernetes_line: OnceLock<Option<Bytes>>,
     /// When the cache took the change off its etcd watch; none for a
     /// change read back from the window.
     pub received: Option<std::time::Instant>,

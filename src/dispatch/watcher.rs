@@ -308,6 +308,7 @@ impl Watcher {
                     encoded: None,
                     compressed: Default::default(),
                     etcd_encoded: Default::default(),
+                    kubernetes_line: Default::default(),
                     received: None,
                 })));
             }

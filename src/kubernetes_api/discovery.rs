@@ -14,6 +14,31 @@ use super::kinds::ApiKind;
 /// What is served of every resource.
 const VERBS: [&str; 3] = ["get", "list", "watch"];
 
+/// `/version`: the Kubernetes version whose API is served, and this
+/// build's.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": concat!("v1.33.0+watchproxy-", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+/// The machine's architecture as Go names it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 /// `/api`: the core group's versions.
 pub fn legacy_versions(served: &[ApiKind]) -> Value {
     let versions: Vec<&str> = versions_of(served, "");

@@ -46,10 +46,10 @@ fn write_members(members: &[(String, &RawValue)], out: &mut Vec<u8>) {
 }
 
 /// The stored object with `metadata.resourceVersion` set to `revision`
-/// (added, or replacing one stored), every other member as stored and in
-/// its order; none for a value that is not a JSON object or whose
-/// `metadata` is not one.
-pub fn with_resource_version(stored: &[u8], revision: Revision) -> Option<Vec<u8>> {
+/// (added, or replacing one stored), `apiVersion` and `kind` added when it
+/// lacks them, every other member as stored and in its order; none for a
+/// value that is not a JSON object or whose `metadata` is not one.
+pub fn object(stored: &[u8], revision: Revision, api_version: &str, kind: &str) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(stored).ok()?;
     let Members(mut members) = serde_json::from_str(text).ok()?;
     let version = RawValue::from_string(format!("\"{revision}\"")).expect("a quoted number");
@@ -69,6 +69,13 @@ pub fn with_resource_version(stored: &[u8], revision: Revision) -> Option<Vec<u8
     match at {
         Some(at) => members[at].1 = &metadata,
         None => members.push(("metadata".to_owned(), &metadata)),
+    }
+    let type_meta = [("kind", kind), ("apiVersion", api_version)];
+    let quoted = type_meta.map(|(_, v)| serde_json::value::to_raw_value(v).expect("a string"));
+    for ((name, _), value) in type_meta.iter().zip(&quoted) {
+        if !members.iter().any(|(k, _)| k == name) {
+            members.insert(0, ((*name).to_owned(), &**value));
+        }
     }
     let mut out = Vec::with_capacity(stored.len() + 32);
     write_members(&members, &mut out);
@@ -160,19 +167,26 @@ mod tests {
     #[test]
     fn an_object_gets_its_resource_version_and_keeps_the_rest_in_order() {
         let stored = br#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","namespace":"ns","labels":{"a":"b"}},"spec":{"size":3,"name":"\"q\""}}"#;
-        let out = with_resource_version(stored, 42).unwrap();
+        let out = object(stored, 42, "v1", "Pod").unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","namespace":"ns","labels":{"a":"b"},"resourceVersion":"42"},"spec":{"size":3,"name":"\"q\""}}"#
         );
         // One stored by mistake is replaced; an object without metadata
         // gets one.
-        let out = with_resource_version(br#"{"metadata":{"resourceVersion":"7"}}"#, 9).unwrap();
-        assert_eq!(parsed(&out), json!({"metadata": {"resourceVersion": "9"}}));
-        let out = with_resource_version(br#"{"spec":{}}"#, 9).unwrap();
+        let out = object(br#"{"metadata":{"resourceVersion":"7"}}"#, 9, "v1", "Pod").unwrap();
+        assert_eq!(
+            parsed(&out),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"resourceVersion": "9"}})
+        );
+        assert!(
+            out.starts_with(br#"{"apiVersion":"v1","kind":"Pod","#),
+            "the type first, as the apiserver writes it"
+        );
+        let out = object(br#"{"spec":{}}"#, 9, "v1", "Pod").unwrap();
         assert_eq!(parsed(&out)["metadata"]["resourceVersion"], "9");
         for not_an_object in [&b"[1]"[..], b"\"x\"", b"{\"metadata\":[]}", b"{", b"\xff"] {
-            assert_eq!(with_resource_version(not_an_object, 1), None);
+            assert_eq!(object(not_an_object, 1, "v1", "Pod"), None);
         }
     }
 

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod health;
 mod http2;
+pub mod kubernetes;
 pub mod router;
 mod routes;
 pub mod tls;

@@ -29,7 +29,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Tls {
     files: TlsConfig,
-    current: RwLock<Arc<ServerConfig>>,
+    /// For gRPC (ALPN `h2`), and for HTTP/1.1 as well (`h2`,
+    /// `http/1.1`).
+    current: RwLock<[Arc<ServerConfig>; 2]>,
     /// The client CA connections' certificates are judged by after their
     /// handshake; the files' reader sets it.
     client_ca: Arc<ClientCa>,
@@ -59,7 +61,7 @@ impl Tls {
         );
         Ok(Arc::new(Self {
             files: files.clone(),
-            current: RwLock::new(Arc::new(config)),
+            current: RwLock::new(both(config)),
             client_ca,
             ca_read: parking_lot::Mutex::new(ca_read),
             metrics,
@@ -68,9 +70,22 @@ impl Tls {
     }
 
     /// Completes the handshake of an accepted connection with the files in
-    /// use now.
+    /// use now, for HTTP/2 alone.
     pub async fn accept(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-        let acceptor = TlsAcceptor::from(self.current.read().clone());
+        self.accept_with(0, tcp).await
+    }
+
+    /// [`Tls::accept`] for a listener that speaks HTTP/1.1 as well.
+    pub async fn accept_http(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+        self.accept_with(1, tcp).await
+    }
+
+    async fn accept_with(
+        &self,
+        alpn: usize,
+        tcp: TcpStream,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        let acceptor = TlsAcceptor::from(self.current.read()[alpn].clone());
         let accepted = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
             Ok(accepted) => accepted,
             Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
@@ -91,7 +106,7 @@ impl Tls {
         let ca_read = ca_contents(&self.files);
         match server_config(&self.files) {
             Ok((config, verifier)) => {
-                *self.current.write() = Arc::new(config);
+                *self.current.write() = both(config);
                 let changed = *self.ca_read.lock() != ca_read;
                 if changed {
                     self.client_ca.set(verifier, true);
@@ -130,6 +145,13 @@ impl Tls {
             }
         })
     }
+}
+
+/// `config` for HTTP/2 alone, and for HTTP/1.1 as well.
+fn both(config: ServerConfig) -> [Arc<ServerConfig>; 2] {
+    let mut http = config.clone();
+    http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    [Arc::new(config), Arc::new(http)]
 }
 
 /// What the client CA file holds now, if there is one.

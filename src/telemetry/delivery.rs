@@ -15,6 +15,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 pub enum ServePathLabel {
     fast,
     tonic,
+    /// hyper's HTTP/1.1 and HTTP/2, under Kubernetes' API.
+    hyper,
 }
 
 /// Which API's watch the change went out on.
@@ -23,6 +25,7 @@ pub enum ServePathLabel {
 pub enum WatchApi {
     watchproxy,
     etcd,
+    kubernetes,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,12 +43,16 @@ pub(super) fn delivery_histogram() -> Histogram {
 
 /// One serve path's histograms, by API.
 #[derive(Clone, Debug)]
-pub struct DeliveryLatency([Histogram; 2]);
+pub struct DeliveryLatency([Histogram; 3]);
 
 impl DeliveryLatency {
     pub(super) fn of(family: &DeliveryFamily, serve_path: ServePathLabel) -> Self {
         let by = |api| (family.get_or_create(&DeliveryLabels { serve_path, api })).clone();
-        Self([by(WatchApi::watchproxy), by(WatchApi::etcd)])
+        Self([
+            by(WatchApi::watchproxy),
+            by(WatchApi::etcd),
+            by(WatchApi::kubernetes),
+        ])
     }
 
     /// A change received at `received` is written now.
@@ -56,7 +63,8 @@ impl DeliveryLatency {
 
 /// A connection's account of the oldest change, per API, in the bytes it
 /// has not written yet: observed once per write that empties its buffer,
-/// which bounds the latency of every change in it.
+/// which bounds the latency of every change in it. Only gRPC watches
+/// (`watchproxy` and `etcd`) go through a connection that keeps one.
 #[derive(Debug, Default)]
 pub struct WriteClock {
     latency: Option<DeliveryLatency>,

@@ -99,6 +99,8 @@ pub struct Proxy {
     pub metrics_addr: SocketAddr,
     /// Plain-text `grpc.health.v1` only.
     pub health_addr: SocketAddr,
+    /// Kubernetes' API, when the configuration enables it.
+    pub kubernetes_addr: Option<SocketAddr>,
     pub shutdown: CancellationToken,
     pub task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -127,6 +129,11 @@ impl Proxy {
         let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
         let health_addr = health.local_addr().unwrap();
+        let kubernetes = match config.kubernetes_api.enabled {
+            true => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            false => None,
+        };
+        let kubernetes_addr = kubernetes.as_ref().map(|l| l.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(watchproxy::run(
             config,
@@ -134,6 +141,7 @@ impl Proxy {
                 grpc,
                 metrics: Some(metrics),
                 health: Some(health),
+                kubernetes,
             },
             shutdown.clone(),
         ));
@@ -141,6 +149,7 @@ impl Proxy {
             addr,
             metrics_addr,
             health_addr,
+            kubernetes_addr,
             shutdown,
             task: Some(task),
         }

@@ -105,6 +105,21 @@ impl KubeStatus {
         status
     }
 
+    /// 406 NotAcceptable: no media type the client accepts is written;
+    /// `what` says which are.
+    pub fn not_acceptable(what: &str) -> Self {
+        Self::failure(
+            406,
+            "NotAcceptable",
+            format!("the server was unable to respond with a content type that the client supports: {what}"),
+        )
+    }
+
+    /// 500 InternalError: what the server holds cannot be shown.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::failure(500, "InternalError", message)
+    }
+
     /// 404 NotFound for a path the server does not serve.
     pub fn no_such_path() -> Self {
         Self::failure(
