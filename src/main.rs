@@ -1,5 +1,5 @@
 //! The watchproxy command: `serve`, the client commands `get`, `list` and
-//! `watch` (shaped like kubectl's), and `demo-load`.
+//! `watch` (shaped like kubectl's), `kubeconfig` and `demo-load`.
 
 mod cli;
 
@@ -76,6 +76,9 @@ enum Command {
     Watch(cli::Watch),
     /// Write Kubernetes-shaped demo pods into etcd.
     DemoLoad(cli::demo::DemoLoad),
+    /// Print a kubeconfig that points kubectl and Kubernetes' client
+    /// libraries at the Kubernetes API (`kubernetes_api`).
+    Kubeconfig(cli::kubeconfig::Kubeconfig),
 }
 
 fn main() -> ExitCode {
@@ -127,6 +130,7 @@ async fn run_command(command: Command) -> Result<(), cli::Failure> {
         Command::List(args) => cli::list(args).await,
         Command::Watch(args) => cli::watch(args).await,
         Command::DemoLoad(args) => Ok(cli::demo::demo_load(args).await?),
+        Command::Kubeconfig(args) => Ok(cli::kubeconfig::kubeconfig(args)?),
     }
 }
 

@@ -3,6 +3,7 @@
 //! tokens and decoded error details), with kubectl's flags and outputs.
 
 pub mod demo;
+pub mod kubeconfig;
 mod output;
 
 use std::path::PathBuf;

@@ -79,6 +79,11 @@ impl Catalog {
         self.by_path.get(&key).map(|&i| &self.entries[i])
     }
 
+    /// A resource served as `group`/`plural`, in any version.
+    pub fn plural(&self, group: &str, plural: &str) -> Option<&Entry> {
+        (self.entries.iter()).find(|e| e.kind.group == group && e.kind.plural == plural)
+    }
+
     /// What discovery lists.
     pub fn kinds(&self) -> &[ApiKind] {
         &self.kinds

@@ -127,6 +127,11 @@ pub fn built_in(prefix: &str) -> Option<ApiKind> {
     )
 }
 
+/// Whether `group`/`plural` is a built-in resource's, served here or not.
+pub fn is_built_in(group: &str, plural: &str) -> bool {
+    BUILT_INS.iter().any(|b| b.1 == group && b.4 == plural)
+}
+
 /// The group and plural of a custom resource's prefix,
 /// `/registry/<group>/<plural>`: a group has a dot, as a custom
 /// resource's must.

@@ -97,6 +97,18 @@ impl KubernetesApi {
             discovery => return self.discovery(&parts.method, &meta, discovery),
         };
         let Some(entry) = self.served(&target) else {
+            let group = target.group_version.group;
+            if kinds::is_built_in(group, target.plural)
+                && self.catalog.plural(group, target.plural).is_none()
+            {
+                let subject = Subject {
+                    group,
+                    plural: target.plural,
+                    name: target.name,
+                    verb: "get",
+                };
+                return respond::status(&KubeStatus::not_served(&subject));
+            }
             return respond::status(&KubeStatus::no_such_path());
         };
         if parts.method != Method::GET && parts.method != Method::HEAD {

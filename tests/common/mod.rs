@@ -28,7 +28,7 @@ pub use etcd_clients::{created, etcd_api_proxy, events_until, kv, watch_events_u
 pub use forwarder::Forwarder;
 #[allow(unused_imports)]
 pub use informers::{
-    node_informer, python3, python_aio_informer, python_informer, External, Mirror,
+    lines_of, node_informer, python3, python_aio_informer, python_informer, External, Mirror,
 };
 pub use watchproxy_testkit::{http_get, metric_value, Etcd};
 
@@ -122,6 +122,19 @@ impl Proxy {
     /// Serves on a given listener, e.g. the port of an instance stopped
     /// before, so clients reconnect to the same address.
     pub async fn start_on(config: Config, grpc: tokio::net::TcpListener) -> Proxy {
+        let kubernetes = match config.kubernetes_api.enabled {
+            true => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            false => None,
+        };
+        Self::start_listening(config, grpc, kubernetes).await
+    }
+
+    /// [`Proxy::start_on`], Kubernetes' API on a given listener too.
+    pub async fn start_listening(
+        config: Config,
+        grpc: tokio::net::TcpListener,
+        kubernetes: Option<tokio::net::TcpListener>,
+    ) -> Proxy {
         if std::env::var_os("RUST_LOG").is_some() {
             watchproxy::telemetry::init_logging(false);
         }
@@ -129,10 +142,6 @@ impl Proxy {
         let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
         let health_addr = health.local_addr().unwrap();
-        let kubernetes = match config.kubernetes_api.enabled {
-            true => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
-            false => None,
-        };
         let kubernetes_addr = kubernetes.as_ref().map(|l| l.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(watchproxy::run(

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clients;
 mod http;
 mod reads;
 mod watches;

@@ -124,6 +124,13 @@ async fn refusals_are_the_apiservers_statuses() {
     assert_eq!(missing["message"], "pods \"none\" not found");
     assert_eq!(missing["details"], json!({"name": "none", "kind": "pods"}));
 
+    // Namespaces are the apiserver's, not missing: kubectl asks for one
+    // when it finds no object, and takes 404 as "no such namespace".
+    let (status, ns) = get(addr, "/api/v1/namespaces/ns1", &[]).await;
+    assert_eq!((status, &ns["reason"]), (403, &json!("Forbidden")), "{ns}");
+    let (status, _) = get(addr, "/api/v1/widgets", &[]).await;
+    assert_eq!(status, 404);
+
     let (status, bad) = get(addr, "/api/v1/pods?labelSelector=a%20in", &[]).await;
     assert_eq!(
         (status, &bad["reason"]),

@@ -115,6 +115,22 @@ impl KubeStatus {
         )
     }
 
+    /// 403 Forbidden for a built-in resource this server does not serve:
+    /// the apiserver has it, so it is not missing (kubectl, finding no
+    /// object, asks whether its namespace exists, and takes a 404 as no).
+    pub fn not_served(subject: &Subject<'_>) -> Self {
+        let mut status = Self::failure(
+            403,
+            "Forbidden",
+            format!(
+                "watchproxy does not serve {}: configure a resource with its prefix to serve it, or ask the Kubernetes API server",
+                qualified(subject)
+            ),
+        );
+        status.details = named(subject);
+        status
+    }
+
     /// 500 InternalError: what the server holds cannot be shown.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::failure(500, "InternalError", message)
