@@ -56,7 +56,7 @@ pub fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     path
 }
 
-fn kubectl(config: &Path) -> Command {
+pub fn kubectl(config: &Path) -> Command {
     let hint = "run ./scripts/install-deps.sh, which puts kubectl 1.33 in .venv/bin";
     let path = watchproxy_testkit::require("kubectl", hint);
     let version = Command::new(&path)

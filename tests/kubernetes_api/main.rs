@@ -8,6 +8,7 @@ mod common;
 
 mod clients;
 mod http;
+mod identity;
 mod reads;
 mod watches;
 
@@ -28,10 +29,15 @@ pub fn kubernetes_config(etcd: &Etcd, more: &str) -> Config {
 /// A watchproxy serving Kubernetes' API whose pods cache is ready, and
 /// that API's address.
 pub async fn kubernetes_proxy(config: Config) -> (Proxy, SocketAddr) {
+    kubernetes_proxy_as(config, &[]).await
+}
+
+/// [`kubernetes_proxy`], ready for a caller who sends `headers`.
+pub async fn kubernetes_proxy_as(config: Config, headers: &[(&str, &str)]) -> (Proxy, SocketAddr) {
     let proxy = Proxy::start_config(config).await;
     let addr = proxy.kubernetes_addr.expect("kubernetes_api is enabled");
     for _ in 0..100 {
-        let (status, _) = http::get(addr, "/api/v1/pods", &[]).await;
+        let (status, _) = http::get(addr, "/api/v1/pods", headers).await;
         if status == 200 {
             return (proxy, addr);
         }
