@@ -109,3 +109,8 @@ if [ ! -d examples/node/node_modules/@grpc/grpc-js ]; then
   echo "installing the Node client example's packages ..." >&2
   npm ci --prefix examples/node --no-audit --no-fund --silent
 fi
+# @kubernetes/client-node, whose informer the tests point at Kubernetes' API.
+if [ ! -d examples/kubernetes/node_modules/@kubernetes/client-node ]; then
+  echo "installing @kubernetes/client-node for the Kubernetes informer example ..." >&2
+  npm ci --prefix examples/kubernetes --no-audit --no-fund --silent
+fi

@@ -38,8 +38,8 @@ step() {
   echo "==> $name: $((SECONDS - t)) s (at $((SECONDS - start)) s)" >&2
 }
 
-# Starts a step in the background at the lowest priority; `finish` waits
-# for it, shows its output and fails the run when it failed.
+# Starts a step in the background at the lowest priority (`BESIDE_NICE`);
+# `finish` waits for it, shows its output and fails the run when it failed.
 beside() {
   local name=$1
   shift
@@ -47,7 +47,7 @@ beside() {
   (
     t=$SECONDS
     rc=0
-    renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+    renice -n "${BESIDE_NICE:-19}" -p "$BASHPID" >/dev/null 2>&1 || true
     "$@" >"$logs/$name.log" 2>&1 || rc=$?
     echo "$((SECONDS - t))" >"$logs/$name.seconds"
     exit "$rc"
@@ -64,13 +64,12 @@ finish() {
   return "$rc"
 }
 
-# The client crate as users get it: its README's examples compile, and the
-# packaged crate builds on its own. A target directory of its own, so that
-# it never waits for the workspace's.
+# The client crate as users get it: the packaged crate builds on its own,
+# in a target directory of its own, so that it never waits for the
+# workspace's. Its README's examples compile with the tests.
 client_as_published() {
   export CARGO_TARGET_DIR=target/published
-  cargo test -p watchproxy-client --doc --locked &&
-    cargo package -p watchproxy-client --locked --allow-dirty
+  cargo package -p watchproxy-client --locked --allow-dirty
 }
 
 tests() {
@@ -80,8 +79,10 @@ tests() {
     echo "cargo-nextest not found: running the tests one binary at a time with cargo test" >&2
     cargo test --workspace --lib --bins --tests --examples --locked
   fi
-  # The benchmarks, once each in test mode.
+  # The benchmarks, once each in test mode; the client's README examples,
+  # on the libraries the tests built.
   cargo test --workspace --benches --locked
+  cargo test -p watchproxy-client --doc --locked
 }
 
 delivery_budget() {
@@ -103,8 +104,10 @@ beside "client as published" client_as_published
 # The delivery path's instruction budget (bench/icount-budget) counts a
 # release build of watchproxy of its own; its load generator is the
 # tests' debug build (in lockstep, its speed changes nothing counted), not
-# a second whole-program release link.
-beside "delivery budget's build" env CARGO_TARGET_DIR=target/budget \
+# a second whole-program release link. At the others' priority: its last
+# step, the whole-program optimization, takes one core for minutes, and
+# should overlap the tests, which mostly wait, not follow them.
+BESIDE_NICE=0 beside "delivery budget's build" env CARGO_TARGET_DIR=target/budget \
   cargo build --release --locked -q -p watchproxy --bin watchproxy
 step "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests" tests

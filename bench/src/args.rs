@@ -37,6 +37,9 @@ pub enum Target {
     /// The `--baseline-bin` build serving etcd's API: rounds alternate it
     /// with `watchproxy-etcd`.
     WatchproxyEtcdBaseline,
+    /// watchproxy serving Kubernetes' API (`kubernetes_api.enabled`), its
+    /// watchers JSON watches over HTTP/2, as informers watch an apiserver.
+    WatchproxyKubernetes,
     GrpcProxy,
     Etcd,
     /// One etcd watch and a plain write of each value to each connection

@@ -117,10 +117,16 @@ pub async fn start(
         | Target::WatchproxyTls
         | Target::WatchproxyTlsNodes
         | Target::WatchproxyEtcd
-        | Target::WatchproxyEtcdBaseline => {
+        | Target::WatchproxyEtcdBaseline
+        | Target::WatchproxyKubernetes => {
             let port = free_port();
             let config = etcd.dir().join("watchproxy.yaml");
             let mut yaml = watchproxy_yaml(&etcd_url, port, target == Target::WatchproxyQueued);
+            let kubernetes_port = (target == Target::WatchproxyKubernetes).then(free_port);
+            if let Some(k) = kubernetes_port {
+                yaml += "    kubernetes: {group: '', version: v1, kind: Pod, plural: pods}\n";
+                yaml += &format!("kubernetes_api: {{enabled: true, listen: 127.0.0.1:{k}}}\n");
+            }
             if matches!(
                 target,
                 Target::WatchproxyEtcd | Target::WatchproxyEtcdBaseline
@@ -146,7 +152,11 @@ pub async fn start(
                 Target::WatchproxyTonic => &["--serve-path", "tonic"],
                 _ => &[],
             };
-            let p = start_watchproxy(&bin, &config, path, port).await?;
+            let mut p = start_watchproxy(&bin, &config, path, port).await?;
+            if let Some(k) = kubernetes_port {
+                wait_port(&mut p, "watchproxy's Kubernetes API", k).await?;
+                return Ok((vec![p], vec![format!("127.0.0.1:{k}")]));
+            }
             let scheme = if tls.is_some() { "https" } else { "http" };
             (vec![p], vec![format!("{scheme}://127.0.0.1:{port}")])
         }

@@ -14,6 +14,7 @@
 mod args;
 mod floor;
 mod fronts;
+mod kubernetes;
 mod load;
 mod report;
 mod watchers;

@@ -18,7 +18,7 @@ use watchproxy_testkit::Spawned;
 use crate::args::{Args, Layout, Mode, Target};
 use crate::fronts::{fronts_cpu, RunTls};
 use crate::load::{now_nanos, parse};
-use crate::{floor, PREFIX};
+use crate::{floor, kubernetes, PREFIX};
 
 /// Opens a watch, trying again while watchproxy's cache is not ready
 /// (UNAVAILABLE at once, as any client gets it).
@@ -156,10 +156,13 @@ pub async fn open(
         );
     }
     let mut raw_channels = Vec::new();
+    let mut kubernetes_connections = Vec::new();
     for _ in 0..args.connections.max(1) {
         match (target, args.client_window) {
             (t, _) if t.is_watchproxy() => {}
             (Target::Floor, _) => {}
+            (Target::WatchproxyKubernetes, window) => kubernetes_connections
+                .push(kubernetes::connect(&endpoint, window.unwrap_or(1 << 20)).await?),
             (_, Some(window)) => raw_channels.push(
                 Channel::from_shared(endpoint.clone())?
                     .initial_stream_window_size(window)
@@ -172,6 +175,9 @@ pub async fn open(
     }
     // Held unread until the end.
     let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    if args.stalled > 0 && target == Target::WatchproxyKubernetes {
+        bail!("--stalled watchers are etcd's or watchproxy.v1's: not with watchproxy-kubernetes");
+    }
     if args.stalled > 0 && target != Target::Floor {
         match target {
             t if t.is_watchproxy() => {
@@ -253,6 +259,19 @@ pub async fn open(
                 }
                 tasks.push(tokio::spawn(follow_watchproxy(
                     client, req, stop, opened, counted,
+                )));
+            }
+            Target::WatchproxyKubernetes => {
+                let c = connection_of(i, nodes, kubernetes_connections.len(), args.layout);
+                let path =
+                    kubernetes::watch_path(start_rev, wanted.is_some().then_some(node.as_str()));
+                tasks.push(tokio::spawn(kubernetes::follow(
+                    kubernetes_connections[c].clone(),
+                    endpoint.clone(),
+                    path,
+                    stop,
+                    opened,
+                    counted,
                 )));
             }
             _ if !raw_channels.is_empty() => {

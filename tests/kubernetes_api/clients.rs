@@ -209,8 +209,20 @@ fn python_kubernetes_informer() -> Command {
     c
 }
 
+/// `@kubernetes/client-node`'s informer (`examples/kubernetes/informer.mjs`).
+fn node_kubernetes_informer() -> Command {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kubernetes");
+    let installed = Path::new(dir)
+        .join("node_modules/@kubernetes/client-node")
+        .is_dir();
+    assert!(installed, "@kubernetes/client-node is required: run ./scripts/install-deps.sh (npm ci --prefix examples/kubernetes)");
+    let mut c = Command::new("node");
+    c.arg(format!("{dir}/informer.mjs"));
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_clients_informer_resumes_across_restarts_and_relists_on_410() {
+async fn the_python_and_node_informers_resume_across_restarts_and_relist_once_on_410() {
     let etcd = Etcd::start().await;
     let mut ec = etcd.client().await;
     for i in 0..10 {
@@ -222,7 +234,7 @@ async fn the_python_clients_informer_resumes_across_restarts_and_relists_on_410(
         )
         .await;
     }
-    // Cut off from etcd at start: the informer's first list is 503.
+    // Cut off from etcd at start: the informers' first lists are 503.
     let forwarder = Forwarder::start(&etcd.client_url).await;
     forwarder.cut();
     let yaml = crate::common::pods_yaml(&forwarder.url, 64)
@@ -236,18 +248,25 @@ async fn the_python_clients_informer_resumes_across_restarts_and_relists_on_410(
     let kubeconfig = kubeconfig(dir.path(), &format!("http://{api_addr}"));
 
     let target = kubeconfig.to_str().unwrap();
-    let mut informer = External::spawn(python_kubernetes_informer(), target, "app=web", "stop");
-    tokio::task::block_in_place(|| informer.wait_for_log("list unavailable", 1));
+    let mut python = External::spawn(python_kubernetes_informer(), target, "app=web", "stop");
+    let mut node = External::spawn(node_kubernetes_informer(), target, "app=web", "stop");
+    let both = |python: &mut External, node: &mut External, event: &str, nth: usize| {
+        tokio::task::block_in_place(|| {
+            python.wait_for_log(event, nth);
+            node.wait_for_log(event, nth);
+        })
+    };
+    tokio::task::block_in_place(|| python.wait_for_log("list unavailable", 1));
     forwarder.restore();
-    tokio::task::block_in_place(|| informer.wait_for_log("listed", 1));
+    both(&mut python, &mut node, "listed", 1);
 
     put(&mut ec, "ns", "p0", "web").await;
     put(&mut ec, "ns", "p10", "web").await;
     delete_key(&mut ec, "/registry/pods/ns/p2").await;
     put(&mut ec, "ns", "p1", "web").await;
-    tokio::task::block_in_place(|| informer.wait_for_log(r#""added", "name": "ns/p1""#, 1));
+    both(&mut python, &mut node, r#""ns/p1""#, 1);
 
-    // Restart: the informer watches again from its version, no relist.
+    // Restart: the informers watch again from their version, no relist.
     proxy.stop().await;
     put(&mut ec, "ns", "p12", "web").await;
     let restart = |config| async move {
@@ -255,32 +274,37 @@ async fn the_python_clients_informer_resumes_across_restarts_and_relists_on_410(
         Proxy::start_listening(config, grpc, Some(api)).await
     };
     let mut proxy = restart(config.clone()).await;
-    tokio::task::block_in_place(|| informer.wait_for_log("ns/p12", 1));
+    both(&mut python, &mut node, "ns/p12", 1);
     put(&mut ec, "ns", "p14", "web").await;
-    tokio::task::block_in_place(|| informer.wait_for_log("ns/p14", 1));
+    both(&mut python, &mut node, "ns/p14", 1);
 
-    // Restart after etcd compacted past its version: 410, one relist.
+    // Restart after etcd compacted past their version: 410, one relist.
     proxy.stop().await;
     delete_key(&mut ec, "/registry/pods/ns/p4").await;
     let now = put(&mut ec, "ns", "p16", "web").await;
     ec.compact(now as i64, None).await.unwrap();
     let _proxy = restart(config).await;
-    tokio::task::block_in_place(|| informer.wait_for_log("listed", 2));
+    both(&mut python, &mut node, "listed", 2);
     put(&mut ec, "ns", "stop", "web").await;
 
-    let (result, seen) = tokio::task::block_in_place(|| informer.finish());
-    let got: BTreeMap<String, String> = serde_json::from_value(result["objects"].clone()).unwrap();
     let want: BTreeMap<String, String> = (web_pods(&mut ec).await.into_iter())
         .map(|(k, v)| (k.trim_start_matches("/registry/pods/").to_owned(), v))
         .collect();
-    assert_eq!(got, want, "the informer's copy is etcd's state");
-    assert!(
-        seen.iter()
-            .any(|l| l.contains("too old") && l.contains("410")),
-        "{seen:#?}"
-    );
-    assert_eq!(
-        result["lists"], 2,
-        "{result}: one list at start, one after the 410"
-    );
+    for (name, informer) in [("python", python), ("node", node)] {
+        let (result, seen) = tokio::task::block_in_place(|| informer.finish());
+        let got: BTreeMap<String, String> =
+            serde_json::from_value(result["objects"].clone()).unwrap();
+        assert_eq!(got, want, "{name}: the informer's copy is etcd's state");
+        assert_eq!(
+            result["lists"], 2,
+            "{name}: {result}: one list at start, one after the 410"
+        );
+        if name == "python" {
+            assert!(
+                seen.iter()
+                    .any(|l| l.contains("too old") && l.contains("410")),
+                "{seen:#?}"
+            );
+        }
+    }
 }
