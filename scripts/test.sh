@@ -64,24 +64,33 @@ finish() {
   return "$rc"
 }
 
-# The client crate as users get it: the packaged crate builds on its own,
-# in a target directory of its own, so that it never waits for the
-# workspace's. Its README's examples compile with the tests.
+# The client crate as users get it: the packaged crate, unpacked, compiles
+# on its own (its build script generating the code from the protos it
+# carries), in a target directory of its own, so that it never waits for
+# the workspace's. Checked, not built: codegen would only repeat the
+# tests' build of the same code. Its README's examples compile with the
+# tests.
 client_as_published() {
   export CARGO_TARGET_DIR=target/published
-  cargo package -p watchproxy-client --locked --allow-dirty
+  local unpacked
+  unpacked=$(mktemp -d -t watchproxy-client.XXXXXX)
+  cargo package -p watchproxy-client --locked --allow-dirty --no-verify &&
+    tar -xzf target/published/package/watchproxy-client-*.crate -C "$unpacked" &&
+    cargo check --manifest-path "$unpacked"/watchproxy-client-*/Cargo.toml
+  local rc=$?
+  rm -rf "$unpacked"
+  return "$rc"
 }
 
 tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
-    cargo nextest run --workspace --lib --bins --tests --examples --locked
+    # The benchmarks too, once each in test mode.
+    cargo nextest run --workspace --lib --bins --tests --examples --benches --locked
   else
     echo "cargo-nextest not found: running the tests one binary at a time with cargo test" >&2
-    cargo test --workspace --lib --bins --tests --examples --locked
+    cargo test --workspace --lib --bins --tests --examples --benches --locked
   fi
-  # The benchmarks, once each in test mode; the client's README examples,
-  # on the libraries the tests built.
-  cargo test --workspace --benches --locked
+  # The client's README examples, on the libraries the tests built.
   cargo test -p watchproxy-client --doc --locked
 }
 
