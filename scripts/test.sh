@@ -84,14 +84,18 @@ client_as_published() {
 
 tests() {
   if command -v cargo-nextest >/dev/null 2>&1; then
-    # The benchmarks too, once each in test mode.
-    cargo nextest run --workspace --lib --bins --tests --examples --benches --locked
+    cargo nextest run --workspace --lib --bins --tests --examples --locked
   else
     echo "cargo-nextest not found: running the tests one binary at a time with cargo test" >&2
-    cargo test --workspace --lib --bins --tests --examples --benches --locked
+    cargo test --workspace --lib --bins --tests --examples --locked
   fi
-  # The client's README examples, on the libraries the tests built.
-  cargo test -p watchproxy-client --doc --locked
+  # The benchmarks, once each in test mode (a process each: nextest would
+  # make one per case, each setting up its case's load again), and the
+  # client's README examples, on the libraries the tests built (the whole
+  # workspace's features: the client's alone would build its dependencies
+  # again).
+  cargo test --workspace --benches --locked
+  cargo test --workspace --doc --locked
 }
 
 delivery_budget() {
