@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn, Instrument};
 
-use super::http2::{tune, MAX_HEADER_LIST};
+use super::http2::MAX_HEADER_LIST;
 use super::tls::Tls;
 use crate::access::PeerCerts;
 use crate::config::LimitsConfig;
@@ -43,20 +43,7 @@ pub fn spawn(
     let builder = Arc::new(builder(limits));
     tokio::spawn(async move {
         let mut connections = JoinSet::new();
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        warn!(error = %e, "accepting a connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
-            tune(&tcp);
+        while let Some((tcp, peer)) = super::accept(&listener, &mut connections, &shutdown).await {
             let (tls, face, builder) = (tls.clone(), face.clone(), builder.clone());
             let stop = shutdown.clone();
             let span = info_span!("connection", peer = %peer, api = "kubernetes");

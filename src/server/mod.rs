@@ -110,6 +110,33 @@ pub async fn serve(
     }
 }
 
+/// The next connection `listener` accepts, tuned, while `connections`
+/// (the tasks of those accepted before) are reaped as they end; none at
+/// `shutdown`. A failure to accept (out of file descriptors, say) is
+/// logged and waited out rather than spun on.
+async fn accept(
+    listener: &TcpListener,
+    connections: &mut JoinSet<()>,
+    shutdown: &CancellationToken,
+) -> Option<(TcpStream, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    tune(&tcp);
+                    return Some((tcp, peer));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
 /// Accepts connections and completes their handshakes, each in a task of
 /// its own, until `shutdown`; hands the finished ones to tonic's server.
 /// Handshakes still under way then are dropped, and so is `ready`, which

@@ -83,7 +83,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
-use tracing::{info_span, warn};
+use tracing::info_span;
 
 use super::router::Faces;
 pub use super::routes::Routes;
@@ -126,21 +126,7 @@ pub async fn serve<S: Routes>(
 ) {
     let routes = Deadlines(routes);
     let mut connections = JoinSet::new();
-    loop {
-        let (tcp, peer_addr) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors, say: do not spin on it.
-                    warn!(error = %e, "accepting a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        tune(&tcp);
+    while let Some((tcp, peer_addr)) = super::accept(&listener, &mut connections, &shutdown).await {
         let (tls, faces, routes) = (tls.clone(), faces.clone(), routes.clone());
         let (settings, stop) = (settings.clone(), shutdown.clone());
         // The connection's span names its peer, and its caller once a call
