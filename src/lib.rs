@@ -166,9 +166,11 @@ pub async fn run(
     if etcd.is_some() {
         info!("serving etcd's read API (KV.Range, Watch) beside watchproxy.v1");
     }
+    let mut api_addrs = vec![listeners.grpc.local_addr()?];
     if config.kubernetes_api.enabled {
         let listener =
             (listeners.kubernetes).context("kubernetes_api is enabled: its listener is needed")?;
+        api_addrs.push(listener.local_addr()?);
         let (catalog, left_out) = kubernetes_api::catalog::Catalog::new(&config.resources)?;
         if !left_out.is_empty() {
             warn!(
@@ -200,7 +202,7 @@ pub async fn run(
         tasks.push(tls.clone().spawn_reload(shutdown.clone(), judge_again));
     }
     tasks.extend(server::spawn_insecure_warning(
-        listeners.grpc.local_addr()?,
+        &api_addrs,
         &config,
         &metrics,
         shutdown.clone(),

@@ -219,19 +219,25 @@ const INSECURE_WARNING_EVERY: Duration = Duration::from_secs(60);
 /// A listener in plain text that serves anonymous callers, on an address
 /// others can reach, reads everything to anyone: said in the log every
 /// minute, and in `watchproxy_insecure_listener`, until `shutdown`.
+/// `addrs` are the API's listeners (gRPC, and Kubernetes' API).
 pub fn spawn_insecure_warning(
-    addr: std::net::SocketAddr,
+    addrs: &[std::net::SocketAddr],
     config: &crate::config::Config,
     metrics: &crate::telemetry::Metrics,
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let identified = config.auth.tokens_file.is_some() || config.auth.jwt.is_some();
     let anonymous = config.auth.anonymous.unwrap_or(!identified);
-    let insecure = config.tls.is_none() && anonymous && !addr.ip().is_loopback();
-    metrics.security.insecure_listener(insecure);
-    if !insecure {
-        return None;
-    }
+    let open: Vec<std::net::SocketAddr> = (addrs.iter())
+        .filter(|a| config.tls.is_none() && anonymous && !a.ip().is_loopback())
+        .copied()
+        .collect();
+    metrics.security.insecure_listener(!open.is_empty());
+    let addr = match open.as_slice() {
+        [] => return None,
+        [one] => one.to_string(),
+        many => format!("{many:?}"),
+    };
     Some(tokio::spawn(async move {
         let mut every = tokio::time::interval(INSECURE_WARNING_EVERY);
         loop {
@@ -263,8 +269,12 @@ resources: [{name: pods, prefix: /registry/pods}]
             let metrics = Metrics::default();
             let config = Config::from_yaml(&format!("{BASE}{yaml}")).unwrap();
             let shutdown = CancellationToken::new();
-            let task =
-                spawn_insecure_warning(addr.parse().unwrap(), &config, &metrics, shutdown.clone());
+            let task = spawn_insecure_warning(
+                &[addr.parse().unwrap()],
+                &config,
+                &metrics,
+                shutdown.clone(),
+            );
             shutdown.cancel();
             let gauge = (metrics.encode().lines()).any(|l| l == "watchproxy_insecure_listener 1");
             assert_eq!(task.is_some(), gauge, "{yaml} on {addr}");
@@ -281,5 +291,16 @@ resources: [{name: pods, prefix: /registry/pods}]
             !open("auth: {anonymous: false}\n", "10.0.0.7:50051"),
             "nobody is served"
         );
+        // Kubernetes' API on an address others reach, the gRPC port on
+        // loopback: still open to all.
+        let metrics = Metrics::default();
+        let config = Config::from_yaml(BASE).unwrap();
+        let addrs = [
+            "127.0.0.1:50051".parse().unwrap(),
+            "10.0.0.7:6443".parse().unwrap(),
+        ];
+        let task = spawn_insecure_warning(&addrs, &config, &metrics, CancellationToken::new());
+        assert!(task.is_some());
+        task.unwrap().abort();
     }
 }
