@@ -86,8 +86,11 @@ impl KubernetesApi {
         let Some(path) = Path::parse(parts.uri.path()) else {
             return respond::status(&KubeStatus::no_such_path());
         };
+        let accept = (parts.headers.get(http::header::ACCEPT))
+            .and_then(|a| a.to_str().ok())
+            .map(str::to_owned);
         let meta = CallMeta::of(tonic::Request::from_parts(
-            MetadataMap::from_headers(parts.headers.clone()),
+            MetadataMap::from_headers(parts.headers),
             parts.extensions,
             (),
         ))
@@ -124,8 +127,7 @@ impl KubernetesApi {
             Ok(options) => options,
             Err(e) => return respond::status(&e.status()),
         };
-        let accept = (parts.headers.get(http::header::ACCEPT)).and_then(|a| a.to_str().ok());
-        let Some(shape) = respond::negotiate(accept) else {
+        let Some(shape) = respond::negotiate(accept.as_deref()) else {
             return respond::status(&KubeStatus::not_acceptable(&format!(
                 "only {} is served, with or without as=PartialObjectMetadata or as=PartialObjectMetadataList",
                 respond::JSON

@@ -79,13 +79,11 @@ impl KubernetesApi {
             Ok(page) => page,
             Err(status) => return respond::status(&status),
         };
+        // A list's kind is its items' with `List` after it, whatever their
+        // shape (`PodList`, `PartialObjectMetadataList`).
         let (api_version, kind) = request.type_meta();
-        let (list_version, list_kind) = match request.shape {
-            Shape::Objects => (api_version, kind),
-            Shape::Metadata => ("meta.k8s.io/v1", "PartialObjectMetadata"),
-        };
         let revision = page.resource_version.parse().unwrap_or_default();
-        let mut out = json::list_head(list_version, list_kind, revision, &page.continue_token);
+        let mut out = json::list_head(api_version, kind, revision, &page.continue_token);
         for (i, object) in page.items.iter().enumerate() {
             let Some(bytes) = shown(object, api_version, kind) else {
                 return respond::status(&self.undecodable(&request, object));
@@ -98,16 +96,7 @@ impl KubernetesApi {
         json::list_tail(&mut out);
         respond::json(out)
     }
-}
 
-/// An object as the apiserver shows it: at its resource version, with its
-/// type.
-fn shown(object: &pb::Object, api_version: &str, kind: &str) -> Option<Vec<u8>> {
-    let revision = object.resource_version.parse().ok()?;
-    json::object(&object.value, revision, api_version, kind)
-}
-
-impl KubernetesApi {
     /// A stored value that is not a JSON object: counted and logged with
     /// its key, and the read refused rather than answered in part.
     fn undecodable(&self, request: &Request<'_>, object: &pb::Object) -> KubeStatus {
@@ -120,4 +109,11 @@ impl KubernetesApi {
             request.entry.kind.kind, object.name
         ))
     }
+}
+
+/// An object as the apiserver shows it: at its resource version, with its
+/// type.
+fn shown(object: &pb::Object, api_version: &str, kind: &str) -> Option<Vec<u8>> {
+    let revision = object.resource_version.parse().ok()?;
+    json::object(&object.value, revision, api_version, kind)
 }

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures::Stream;
 use http::Response;
 use http_body::Frame;
@@ -21,7 +21,7 @@ use super::respond::{self, Body, Shape};
 use super::{KubernetesApi, Request};
 use crate::api::error::{kubernetes_status, ApiError, Subject};
 use crate::api::{CallInfo, Mark, Shown, WatchStream};
-use crate::dispatch::{Inbox, View};
+use crate::dispatch::{Encoded, Inbox, View};
 use crate::object;
 use crate::pb;
 use crate::telemetry::{DeliveryLatency, ServePathLabel, WatchApi};
@@ -133,8 +133,8 @@ impl Framing {
     }
 
     /// An initial object's line, from the message the core shares.
-    fn initial(&self, encoded: &[u8]) -> Option<Vec<u8>> {
-        let event = pb::WatchEvent::decode(encoded).ok()?;
+    fn initial(&self, encoded: &Encoded) -> Option<Vec<u8>> {
+        let event = pb::WatchEvent::decode((&encoded.head[..]).chain(&encoded.body[..])).ok()?;
         let object = event.object?;
         let revision = object.resource_version.parse().ok()?;
         let shown = json::object(&object.value, revision, &self.api_version, &self.kind)?;
@@ -193,8 +193,7 @@ impl Stream for Lines {
                     }
                 }
                 Poll::Ready(Some(Ok(Shown::Initial(packed)))) => {
-                    let encoded = packed.encoded.to_bytes();
-                    match this.framing.initial(&encoded) {
+                    match this.framing.initial(&packed.encoded) {
                         Some(line) => line.into(),
                         None => continue,
                     }
