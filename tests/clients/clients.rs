@@ -498,13 +498,7 @@ async fn the_python_informers_resume_with_a_renewed_client_certificate_when_the_
         path.to_str().unwrap().to_owned()
     };
     let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
-    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = format!(
-        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
-        file("tls.crt", &cert),
-        file("tls.key", &key),
-        file("client-ca.crt", &client_ca.pem()),
-    );
+    let tls = mutual_tls(dir.path(), &server_ca, &client_ca.pem(), "client-ca.crt");
     let proxy = Proxy::start_config(pods_config_and(&etcd.client_url, &tls)).await;
     let target = format!("localhost:{}", proxy.addr.port());
 

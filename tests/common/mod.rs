@@ -422,6 +422,26 @@ pub fn test_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
 }
 
+/// The `tls` section of a watchproxy serving `localhost` with a
+/// certificate from `server_ca` and verifying client certificates against
+/// `client_ca` (PEM): the files written to `dir`, the client CA as
+/// `client_ca_file` (a test may write it again).
+#[allow(dead_code)]
+pub fn mutual_tls(
+    dir: &std::path::Path,
+    server_ca: &CertifiedIssuer<'static, KeyPair>,
+    client_ca: &str,
+    client_ca_file: &str,
+) -> String {
+    let (cert, key) = test_leaf(server_ca, "watchproxy", &["localhost"], false);
+    format!(
+        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
+        write(dir, "tls.crt", &cert).display(),
+        write(dir, "tls.key", &key).display(),
+        write(dir, client_ca_file, client_ca).display(),
+    )
+}
+
 /// A certificate and its key, in PEM, issued by `ca`: subject CN `cn`,
 /// organization `tenant-a`, for `names`; long expired if `expired`.
 pub fn test_leaf(

@@ -94,7 +94,7 @@ async fn tokens_and_rules_hold_and_an_ended_credential_ends_its_watch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_is_the_user_and_groups_its_certificate_names() {
-    use crate::common::{test_ca, test_leaf};
+    use crate::common::{mutual_tls, test_ca, test_leaf};
     let etcd = Etcd::start().await;
     let mut c = etcd.client().await;
     put(&mut c, "tenant-a", "a", "web").await;
@@ -106,13 +106,7 @@ async fn kubectl_over_tls_is_the_user_and_groups_its_certificate_names() {
         path.to_str().unwrap().to_owned()
     };
     let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
-    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = format!(
-        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
-        file("tls.crt", &cert),
-        file("tls.key", &key),
-        file("client-ca.crt", &client_ca.pem()),
-    );
+    let tls = mutual_tls(dir.path(), &server_ca, &client_ca.pem(), "client-ca.crt");
     let config = kubernetes_config(&etcd, &(tls + &tenant_auth(dir.path())));
     let proxy = crate::common::Proxy::start_config(config).await;
     let port = proxy.kubernetes_addr.unwrap().port();

@@ -96,13 +96,7 @@ async fn client_ca_rotated_out(path: ServePath) {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();
     let (server_ca, old_ca, new_ca) = (test_ca("server-ca"), test_ca("old-ca"), test_ca("new-ca"));
-    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = format!(
-        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
-        write(dir.path(), "tls.crt", &cert).display(),
-        write(dir.path(), "tls.key", &key).display(),
-        write(dir.path(), "ca.crt", &old_ca.pem()).display(),
-    );
+    let tls = mutual_tls(dir.path(), &server_ca, &old_ca.pem(), "ca.crt");
     let file = write(dir.path(), "config.yaml", &config_text(&etcd, path, &tls));
     let proxy = start_from(&file).await;
     let agent = leaf_until(&old_ca, "agent", now() + 600);

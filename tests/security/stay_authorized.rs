@@ -629,13 +629,7 @@ async fn certificate_expiry(path: ServePath) {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();
     let (server_ca, client_ca) = (test_ca("server-ca"), test_ca("client-ca"));
-    let (cert, key) = test_leaf(&server_ca, "watchproxy", &["localhost"], false);
-    let tls = format!(
-        "tls: {{cert_file: {}, key_file: {}, client_ca_file: {}}}\n",
-        write(dir.path(), "tls.crt", &cert).display(),
-        write(dir.path(), "tls.key", &key).display(),
-        write(dir.path(), "ca.crt", &client_ca.pem()).display(),
-    );
+    let tls = mutual_tls(dir.path(), &server_ca, &client_ca.pem(), "ca.crt");
     let file = write(dir.path(), "config.yaml", &config_text(&etcd, path, &tls));
     let proxy = start_from(&file).await;
     let not_after = now() + 4;
